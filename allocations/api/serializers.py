@@ -1,0 +1,218 @@
+"""Input serializers validate shape; output serializers list their fields. No business logic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from allocations.models import Allocation, NodePool, QuotaChangeRequest, SlicePlacement
+from allocations.selectors import Balance
+from tenants.models import AuditEvent
+
+
+class PoolSerializer(serializers.ModelSerializer[NodePool]):
+    profile_catalog = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodePool
+        fields = ["id", "name", "slug", "gpu_model", "profiles", "profile_catalog", "description", "created_at"]
+        read_only_fields = fields
+
+    def get_profile_catalog(self, pool: NodePool) -> list[dict[str, Any]]:
+        from allocations.costs import gpu_model_for
+
+        model = gpu_model_for(pool.gpu_model)
+        return [
+            {
+                "name": p.name,
+                "compute_slices": p.compute_slices,
+                "memory_slices": p.memory_slices,
+                "memory_mib": p.memory_mib,
+                "max_count": p.max_count,
+                "unconfirmed": p.unconfirmed,
+            }
+            for p in model.profiles
+            if p.name in pool.profiles
+        ]
+
+
+class PoolCreateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+    slug = serializers.CharField(max_length=40)
+    gpu_model = serializers.CharField(max_length=100)
+    profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class PoolUpdateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100, required=False)
+    profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+class BalanceSerializer(serializers.Serializer[Balance]):
+    id = serializers.IntegerField(source="quota_id")
+    tenant = serializers.IntegerField(source="tenant_id")
+    tenant_name = serializers.CharField()
+    pool = serializers.IntegerField(source="pool_id")
+    pool_name = serializers.CharField()
+    gpu_model = serializers.CharField()
+    compute_slices_limit = serializers.IntegerField(source="compute_limit")
+    memory_slices_limit = serializers.IntegerField(source="memory_limit")
+    compute_slices_used = serializers.IntegerField(source="compute_used")
+    memory_slices_used = serializers.IntegerField(source="memory_used")
+    compute_slices_free = serializers.IntegerField(source="compute_free")
+    memory_slices_free = serializers.IntegerField(source="memory_free")
+    gpu_equivalents_limit = serializers.FloatField()
+    gpu_equivalents_used = serializers.FloatField()
+    gpu_equivalents_free = serializers.FloatField()
+    profile_caps = serializers.DictField(child=serializers.IntegerField())
+
+
+class QuotaSetSerializer(serializers.Serializer[Any]):
+    tenant = serializers.IntegerField(min_value=1)
+    pool = serializers.IntegerField(min_value=1)
+    compute_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
+    memory_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
+    profile_caps = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, default=dict)
+
+
+class QuotaChangeSerializer(serializers.ModelSerializer[QuotaChangeRequest]):
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = [
+            "id",
+            "tenant",
+            "pool",
+            "requested_by",
+            "compute_slices_limit",
+            "memory_slices_limit",
+            "profile_caps",
+            "justification",
+            "status",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class QuotaChangeCreateSerializer(serializers.Serializer[Any]):
+    tenant = serializers.IntegerField(min_value=1)
+    pool = serializers.IntegerField(min_value=1)
+    compute_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
+    memory_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
+    profile_caps = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, default=dict)
+    justification = serializers.CharField(max_length=2000)
+
+
+class DecisionSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class RejectionSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExtendSerializer(serializers.Serializer[Any]):
+    hours = serializers.IntegerField(min_value=1, max_value=24 * 365)
+
+
+class PlacementSerializer(serializers.ModelSerializer[SlicePlacement]):
+    node = serializers.CharField(source="gpu.node.name")
+    gpu_index = serializers.IntegerField(source="gpu.index")
+
+    class Meta:
+        model = SlicePlacement
+        fields = ["node", "gpu_index", "profile", "start", "size", "device_name"]
+        read_only_fields = fields
+
+
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "created_at",
+            "actor_name",
+            "tenant",
+            "verb",
+            "object_type",
+            "object_id",
+            "before",
+            "after",
+        ]
+        read_only_fields = fields
+
+
+class AllocationSerializer(serializers.ModelSerializer[Allocation]):
+    tenant_name = serializers.CharField(source="tenant.name", read_only=True)
+    pool_name = serializers.CharField(source="pool.name", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    gpu_equivalents = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "id",
+            "uuid",
+            "tenant",
+            "tenant_name",
+            "pool",
+            "pool_name",
+            "requested_by",
+            "profile",
+            "count",
+            "lease_hours",
+            "purpose",
+            "compute_slices",
+            "memory_slices",
+            "gpu_equivalents",
+            "status",
+            "status_message",
+            "auto_approved",
+            "decided_at",
+            "decision_reason",
+            "claim_name",
+            "activated_at",
+            "lease_expires_at",
+            "ended_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_gpu_equivalents(self, allocation: Allocation) -> float:
+        from allocations.costs import gpu_equivalents, gpu_model_for
+
+        model = gpu_model_for(allocation.pool.gpu_model)
+        return round(gpu_equivalents(model, allocation.compute_slices, allocation.memory_slices), 3)
+
+
+class AllocationDetailSerializer(AllocationSerializer):
+    placements = PlacementSerializer(many=True, read_only=True)
+    timeline = serializers.SerializerMethodField()
+
+    class Meta(AllocationSerializer.Meta):
+        fields = [*AllocationSerializer.Meta.fields, "placements", "timeline"]
+        read_only_fields = fields
+
+    def get_timeline(self, allocation: Allocation) -> list[dict[str, Any]]:
+        from allocations.selectors import allocation_timeline
+
+        return AuditEventSerializer(allocation_timeline(allocation), many=True).data  # type: ignore[return-value]
+
+
+class AllocationCreateSerializer(serializers.Serializer[Any]):
+    tenant = serializers.IntegerField(min_value=1, required=False)
+    pool = serializers.IntegerField(min_value=1)
+    profile = serializers.CharField(max_length=32)
+    count = serializers.IntegerField(min_value=1, max_value=settings.FATIA_MAX_SLICES_PER_REQUEST)
+    lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365)
+    purpose = serializers.CharField(max_length=500)

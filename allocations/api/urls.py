@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from rest_framework.routers import SimpleRouter
+
+from allocations.api import views
+
+router = SimpleRouter()
+router.register("pools", views.PoolViewSet, basename="pool")
+router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("quota-changes", views.QuotaChangeViewSet, basename="quota-change")
+router.register("allocations", views.AllocationViewSet, basename="allocation")
+router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
+
+urlpatterns = router.urls

@@ -1,0 +1,287 @@
+"""REST endpoints for pools, quotas, quota changes, allocations and the audit log.
+
+Reads are plain viewsets over `for_user()` querysets; each transition is one POST action that
+validates a small input serializer and calls one service.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from allocations import selectors, services
+from allocations.api import serializers as s
+from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaChangeFilter
+from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
+from tenants.api.auth import acting_user
+from tenants.errors import InvalidInput
+from tenants.models import AuditEvent, Tenant
+from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
+
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    name="Idempotency-Key",
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="Repeat a create safely: the same key returns the first result (200) instead of a new one.",
+)
+
+
+def idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 128:
+        raise InvalidInput({"Idempotency-Key": ["Use 1 to 128 characters."]})
+    return key
+
+
+def created_or_replayed(data: Any, created: bool) -> Response:
+    response = Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+def visible_tenant(request: Request, tenant_id: int | None) -> Tenant:
+    """The tenant named in a create, resolved within what the user can see (400 otherwise)."""
+    tenants = Tenant.objects.for_user(request.user).distinct()
+    if tenant_id is None:
+        mine = list(tenants[:2])
+        if len(mine) != 1:
+            raise InvalidInput({"tenant": ["You belong to several tenants (or none): say which one."]})
+        return mine[0]
+    tenant = tenants.filter(pk=tenant_id).first()
+    if tenant is None:
+        raise InvalidInput({"tenant": [f"Unknown tenant {tenant_id}."]})
+    return tenant
+
+
+def existing_pool(pool_id: int) -> NodePool:
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise InvalidInput({"pool": [f"Unknown pool {pool_id}."]})
+    return pool
+
+
+class PoolViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet[NodePool],
+):
+    """Node pools: a GPU model and the MIG profiles offered on it. Platform admins create and edit them."""
+
+    queryset = NodePool.objects.all()
+    serializer_class = s.PoolSerializer
+    permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdminOrReadOnly]
+    filterset_fields = ["gpu_model", "slug"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    @extend_schema(request=s.PoolCreateSerializer, responses={201: s.PoolSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = s.PoolCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pool = services.create_node_pool(actor=acting_user(request), **data.validated_data)
+        return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.PoolUpdateSerializer, responses={200: s.PoolSerializer})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        pool = self.get_object()
+        data = s.PoolUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pool = services.update_node_pool(pool_id=pool.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.PoolSerializer(pool).data)
+
+
+class QuotaViewSet(viewsets.GenericViewSet[Quota]):
+    """Quota balances per tenant and pool; platform admins set limits with POST (an upsert)."""
+
+    serializer_class = s.BalanceSerializer  # type: ignore[assignment]  # serializes Balance rows, not Quota
+    filterset_fields = ["tenant", "pool"]
+
+    def get_queryset(self) -> QuerySet[Quota]:
+        return Quota.objects.for_user(self.request.user).select_related("tenant", "pool").distinct()
+
+    def list(self, request: Request) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = [selectors.balance_of(q) for q in (page if page is not None else queryset)]
+        data = s.BalanceSerializer(rows, many=True).data  # type: ignore[arg-type]
+        return self.get_paginated_response(data) if page is not None else Response(data)
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(s.BalanceSerializer(selectors.balance_of(self.get_object())).data)
+
+    @extend_schema(request=s.QuotaSetSerializer, responses={200: s.BalanceSerializer})
+    def create(self, request: Request) -> Response:
+        data = s.QuotaSetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        tenant = visible_tenant(request, v["tenant"])
+        pool = existing_pool(v["pool"])
+        quota = services.set_tenant_quota(
+            tenant_id=tenant.pk,
+            pool_id=pool.pk,
+            compute_slices_limit=v["compute_slices_limit"],
+            memory_slices_limit=v["memory_slices_limit"],
+            profile_caps=v["profile_caps"],
+            actor=acting_user(request),
+        )
+        quota = Quota.objects.select_related("tenant", "pool").get(pk=quota.pk)
+        return Response(s.BalanceSerializer(selectors.balance_of(quota)).data)
+
+
+class QuotaChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[QuotaChangeRequest]):
+    """Tenant managers ask for new limits; platform admins approve or reject."""
+
+    serializer_class = s.QuotaChangeSerializer
+    filterset_class = QuotaChangeFilter
+
+    def get_queryset(self) -> QuerySet[QuotaChangeRequest]:
+        return (
+            QuotaChangeRequest.objects.for_user(self.request.user)
+            .select_related("requested_by", "decided_by")
+            .distinct()
+        )
+
+    @extend_schema(
+        request=s.QuotaChangeCreateSerializer, responses={201: s.QuotaChangeSerializer}, parameters=[IDEMPOTENCY_HEADER]
+    )
+    def create(self, request: Request) -> Response:
+        data = s.QuotaChangeCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        tenant = visible_tenant(request, v["tenant"])
+        pool = existing_pool(v["pool"])
+        change, created = services.request_quota_change(
+            tenant_id=tenant.pk,
+            pool_id=pool.pk,
+            compute_slices_limit=v["compute_slices_limit"],
+            memory_slices_limit=v["memory_slices_limit"],
+            profile_caps=v["profile_caps"],
+            justification=v["justification"],
+            actor=acting_user(request),
+            idempotency_key=idempotency_key(request),
+        )
+        return created_or_replayed(s.QuotaChangeSerializer(change).data, created)
+
+    @extend_schema(request=s.DecisionSerializer, responses={200: s.QuotaChangeSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        change = self.get_object()
+        data = s.DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        change = services.approve_quota_change(change_id=change.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.QuotaChangeSerializer(change).data)
+
+    @extend_schema(request=s.RejectionSerializer, responses={200: s.QuotaChangeSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        change = self.get_object()
+        data = s.RejectionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        change = services.reject_quota_change(change_id=change.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.QuotaChangeSerializer(change).data)
+
+
+class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Allocation]):
+    """Slice requests: create, list, show (with placements and timeline), approve, reject, release, extend."""
+
+    serializer_class = s.AllocationSerializer
+    filterset_class = AllocationFilter
+    ordering_fields = ["created_at", "status", "lease_expires_at"]
+
+    def get_queryset(self) -> QuerySet[Allocation]:
+        queryset = Allocation.objects.for_user(self.request.user).select_related("tenant", "pool", "requested_by")
+        if self.action != "list":
+            queryset = queryset.prefetch_related(
+                Prefetch("placements", queryset=SlicePlacement.objects.select_related("gpu__node"))
+            )
+        return queryset.distinct()
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
+        return s.AllocationSerializer if self.action == "list" else s.AllocationDetailSerializer
+
+    def _detail(self, allocation: Allocation) -> Response:
+        return Response(s.AllocationDetailSerializer(self.get_queryset().get(pk=allocation.pk)).data)
+
+    @extend_schema(
+        request=s.AllocationCreateSerializer,
+        responses={201: s.AllocationDetailSerializer},
+        parameters=[IDEMPOTENCY_HEADER],
+    )
+    def create(self, request: Request) -> Response:
+        data = s.AllocationCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        tenant = visible_tenant(request, v.get("tenant"))
+        pool = existing_pool(v["pool"])
+        allocation, created = services.request_allocation(
+            tenant_id=tenant.pk,
+            pool_id=pool.pk,
+            profile=v["profile"],
+            count=v["count"],
+            lease_hours=v["lease_hours"],
+            purpose=v["purpose"],
+            actor=acting_user(request),
+            idempotency_key=idempotency_key(request),
+        )
+        return created_or_replayed(
+            s.AllocationDetailSerializer(self.get_queryset().get(pk=allocation.pk)).data, created
+        )
+
+    @extend_schema(request=s.DecisionSerializer, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        allocation = self.get_object()
+        data = s.DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return self._detail(
+            services.approve_allocation(allocation_id=allocation.pk, actor=acting_user(request), **data.validated_data)
+        )
+
+    @extend_schema(request=s.RejectionSerializer, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        allocation = self.get_object()
+        data = s.RejectionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return self._detail(
+            services.reject_allocation(allocation_id=allocation.pk, actor=acting_user(request), **data.validated_data)
+        )
+
+    @extend_schema(request=None, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        allocation = self.get_object()
+        return self._detail(services.release_allocation(allocation_id=allocation.pk, actor=acting_user(request)))
+
+    @extend_schema(request=s.ExtendSerializer, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str | None = None) -> Response:
+        allocation = self.get_object()
+        data = s.ExtendSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return self._detail(
+            services.extend_allocation_lease(
+                allocation_id=allocation.pk, actor=acting_user(request), hours=data.validated_data["hours"]
+            )
+        )
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
+    """The audit log, read-only: platform admins see everything, tenant managers their tenants'."""
+
+    serializer_class = s.AuditEventSerializer
+    filterset_class = AuditEventFilter
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        return AuditEvent.objects.for_user(self.request.user).distinct()

@@ -1,0 +1,372 @@
+"""The placement engine: an index of the fleet's GPUs by layout, and decisions on top of it.
+
+GPUs with the same model and the same layout are interchangeable except for their device order, so
+the engine groups them into buckets keyed by ``(pool, model, layout)``. A decision ranks each bucket
+once (ranks are cached per layout and demand snapshot, see :mod:`.policies`) and takes the
+lowest-ordered GPU of the best bucket from a heap. A fleet of 1,000 nodes x 8 GPUs has a few hundred
+distinct layouts, so a decision costs a few hundred dictionary lookups, whatever the fleet size.
+
+Invariant: every GPU is in exactly one bucket, the one of its current layout; every layout the engine
+holds is valid (checked on input, preserved by construction on commit and release).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .catalog import GpuModel
+from .demand import DemandLearner, DemandMix
+from .fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest, SlotChoice
+from .layout import Geometry, LayoutKey, Option, decode, encode, geometry
+from .policies import Policy, Rank, get_policy
+
+
+class InvalidLayout(ValueError):
+    """A GPU reported a layout that breaks the MIG rules of its model (see :mod:`.layout`)."""
+
+
+@dataclass(slots=True)
+class _Slot:
+    order: int  # device order
+    node: int  # index into the engine's node list
+    index: int  # GPU index on its node
+    geom: Geometry
+    key: LayoutKey
+    owners: dict[int, tuple[str, bool]] = field(default_factory=dict)  # start -> (owner, idle)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    members: set[int] = field(default_factory=set)
+    heap: list[int] = field(default_factory=list)
+
+    def add(self, order: int) -> None:
+        self.members.add(order)
+        heapq.heappush(self.heap, order)
+
+    def first(self) -> int:
+        heap = self.heap
+        while heap[0] not in self.members:  # lazy deletion: drop orders that left this bucket
+            heapq.heappop(heap)
+        return heap[0]
+
+
+_Group = dict[LayoutKey, _Bucket]
+
+
+class PlacementEngine:
+    """Keeps the fleet's layouts indexed; answers placement and what-if questions against them.
+
+    ``demand`` feeds the ``ours`` policy: a fixed :class:`DemandMix`, or a :class:`DemandLearner` that
+    the engine updates with every request it sees (admitted or not). ``None`` means a learner with
+    default settings.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        policy: str | Policy = "ours",
+        demand: DemandMix | DemandLearner | None = None,
+    ) -> None:
+        self.policy = get_policy(policy)
+        self.demand: DemandMix | DemandLearner = DemandLearner() if demand is None else demand
+        self._nodes: list[Node] = []
+        self._node_pool: list[str] = []
+        self._node_index: dict[str, int] = {}
+        self._slots: list[_Slot] = []
+        self._slot_index: dict[tuple[str, int], int] = {}
+        self._groups: dict[tuple[str, int], _Group] = {}  # (pool, id(geometry)) -> layout buckets
+        self._geoms: dict[int, Geometry] = {}
+        self._ranks: dict[tuple[int, LayoutKey, int], tuple[Rank, Option] | None] = {}
+        self._rank_version = -1
+        for node in fleet.nodes:
+            self._add_node(node)
+
+    # ----- building and updating the index -------------------------------------------------------
+
+    def _add_node(self, node: Node) -> None:
+        if node.name in self._node_index:
+            raise ValueError(f"node {node.name!r} is listed twice")
+        n = len(self._nodes)
+        self._nodes.append(node)
+        self._node_pool.append(node.pool)
+        self._node_index[node.name] = n
+        for gpu in node.gpus:
+            geom = geometry(gpu.model)
+            self._geoms[id(geom)] = geom
+            slot = _Slot(len(self._slots), n, gpu.index, geom, self._key_of(geom, gpu))
+            slot.owners = {i.start: (i.owner, i.idle) for i in gpu.instances if i.owner is not None}
+            self._slots.append(slot)
+            self._slot_index[(node.name, gpu.index)] = slot.order
+            self._bucket(node.pool, geom, slot.key).add(slot.order)
+
+    @staticmethod
+    def _key_of(geom: Geometry, gpu: Gpu) -> LayoutKey:
+        pairs = [(i.profile, i.start) for i in gpu.instances]
+        problems = geom.violations(pairs)
+        if problems:
+            raise InvalidLayout(f"{gpu.node} GPU {gpu.index} ({gpu.model.name}): {'; '.join(problems)}")
+        return geom.key((geom.index[i.profile], i.start, i.free) for i in gpu.instances)
+
+    def _bucket(self, pool: str, geom: Geometry, key: LayoutKey) -> _Bucket:
+        group = self._groups.setdefault((pool, id(geom)), {})
+        bucket = group.get(key)
+        if bucket is None:
+            bucket = group[key] = _Bucket()
+        return bucket
+
+    def _move(self, slot: _Slot, key: LayoutKey) -> None:
+        pool = self._node_pool[slot.node]
+        group = self._groups[(pool, id(slot.geom))]
+        old = group[slot.key]
+        old.members.discard(slot.order)
+        if not old.members:
+            del group[slot.key]  # keeps the number of buckets to scan at the number of live layouts
+        slot.key = key
+        self._bucket(pool, slot.geom, key).add(slot.order)
+
+    def set_layout(self, node: str, gpu_index: int, instances: Iterable[Instance]) -> None:
+        """Replace a GPU's layout (e.g. with what the agent reports)."""
+        slot = self._slots[self._slot_index[(node, gpu_index)]]
+        insts = list(instances)
+        key = self._key_of(slot.geom, Gpu(node, gpu_index, slot.geom.model, insts))
+        slot.owners = {i.start: (i.owner, i.idle) for i in insts if i.owner is not None}
+        self._move(slot, key)
+
+    # ----- decisions -----------------------------------------------------------------------------
+
+    def _weights_version(self) -> DemandMix:
+        mix = self.demand.mix() if isinstance(self.demand, DemandLearner) else self.demand
+        if self.policy.uses_demand and mix.version != self._rank_version:
+            self._ranks.clear()  # ranks depend on the mix; a new snapshot invalidates them
+            self._rank_version = mix.version
+        return mix
+
+    def _rank(self, geom: Geometry, key: LayoutKey, i: int, mix: DemandMix) -> tuple[Rank, Option] | None:
+        ck = (id(geom), key, i)
+        try:
+            return self._ranks[ck]
+        except KeyError:
+            r = self._ranks[ck] = self.policy.rank(geom, key, i, mix.weights(geom.model))
+            return r
+
+    def _candidate_groups(self, request: PlacementRequest) -> list[tuple[str, Geometry, int, _Group]]:
+        out = []
+        for (pool, gid), group in self._groups.items():
+            geom = self._geoms[gid]
+            if request.pool is not None and pool != request.pool:
+                continue
+            if request.model is not None and request.model != geom.model.name:
+                continue
+            i = geom.index.get(request.profile)
+            if i is not None:
+                out.append((pool, geom, i, group))
+        return out
+
+    def choose(self, request: PlacementRequest) -> PlacementDecision | None:
+        """Where the request would go under the engine's policy; ``None`` when it does not fit now.
+
+        Does not change the engine's layouts (see :meth:`commit`). A learner, if any, records the request.
+        """
+        if isinstance(self.demand, DemandLearner):
+            self.demand.observe(request.profile, request.count)
+        mix = self._weights_version()
+        if request.count == 1:
+            return self._choose_one(request, mix)
+        return self._choose_many(request, mix)
+
+    def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
+        best_rank: Rank | None = None
+        tied: list[tuple[_Bucket, Option]] = []
+        for _pool, geom, i, group in self._candidate_groups(request):
+            for key, bucket in group.items():
+                r = self._rank(geom, key, i, mix)
+                if r is None:
+                    continue
+                if best_rank is None or r[0] < best_rank:
+                    best_rank, tied = r[0], [(bucket, r[1])]
+                elif r[0] == best_rank:
+                    tied.append((bucket, r[1]))
+        if not tied:
+            return None
+        order, option = min(((b.first(), o) for b, o in tied), key=lambda t: t[0])
+        slot = self._slots[order]
+        node = self._nodes[slot.node].name
+        choice = SlotChoice(node, slot.index, request.profile, option.start, option.reuse)
+        return PlacementDecision(node, (choice,), self.policy.name)
+
+    def _choose_many(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
+        # Several instances on one node: simulate the policy's choices node by node and keep the node
+        # with the lowest summed rank (first in device order on ties). Multi-instance requests are rare,
+        # so this walks the pool's nodes instead of keeping per-node indexes.
+        best: tuple[Rank, int, tuple[SlotChoice, ...]] | None = None
+        for n, node in enumerate(self._nodes):
+            if request.pool is not None and self._node_pool[n] != request.pool:
+                continue
+            keys: dict[int, LayoutKey] = {}
+            slots = [self._slots[self._slot_index[(node.name, g.index)]] for g in node.gpus]
+            slots = [s for s in slots if request.profile in s.geom.index]
+            if request.model is not None:
+                slots = [s for s in slots if s.geom.model.name == request.model]
+            capacity = sum(s.geom.fit(s.key)[s.geom.index[request.profile]] for s in slots)
+            if capacity < request.count:
+                continue
+            total: list[float] = []
+            chosen: list[SlotChoice] = []
+            for _ in range(request.count):
+                step: tuple[Rank, int, Option, _Slot] | None = None
+                for s in slots:
+                    key = keys.get(s.order, s.key)
+                    r = self._rank(s.geom, key, s.geom.index[request.profile], mix)
+                    if r is not None and (step is None or (r[0], s.order) < (step[0], step[1])):
+                        step = (r[0], s.order, r[1], s)
+                if step is None:
+                    break
+                rank, _, option, s = step
+                keys[s.order] = option.after
+                chosen.append(SlotChoice(node.name, s.index, request.profile, option.start, option.reuse))
+                total = [a + b for a, b in zip(total, rank, strict=True)] if total else list(rank)
+            if len(chosen) < request.count:
+                continue
+            cand = (tuple(total), n, tuple(chosen))
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+                if self.policy.name == "first-fit":
+                    break  # the first node that fits is the answer
+        if best is None:
+            return None
+        return PlacementDecision(best[2][0].node, best[2], self.policy.name)
+
+    def commit(self, decision: PlacementDecision, owner: str, idle: bool = False) -> None:
+        """Apply a decision: the instances now exist (or are reused) and belong to ``owner``."""
+        for c in decision.slots:
+            slot = self._slots[self._slot_index[(c.node, c.gpu_index)]]
+            i = slot.geom.profile_index(c.profile)
+            option = next((o for o in slot.geom.options(slot.key, i) if (o.start, o.reuse) == (c.start, c.reuse)), None)
+            if option is None:
+                raise InvalidLayout(f"{c.profile} at {c.start} no longer fits on {c.node} GPU {c.gpu_index}")
+            slot.owners[c.start] = (owner, idle)
+            self._move(slot, option.after)
+
+    def place(self, request: PlacementRequest, owner: str) -> PlacementDecision | None:
+        """:meth:`choose` then :meth:`commit`."""
+        decision = self.choose(request)
+        if decision is not None:
+            self.commit(decision, owner)
+        return decision
+
+    def release(self, node: str, gpu_index: int, start: int, destroy: bool = True) -> None:
+        """The allocation at ``start`` ends: destroy its instance (dynamic MIG) or keep it as a free
+        instance (static MIG, ``destroy=False``)."""
+        slot = self._slots[self._slot_index[(node, gpu_index)]]
+        code = next((c for c in slot.key if decode(c)[0] == start), None)
+        if code is None:
+            raise KeyError(f"no instance at slot {start} on {node} GPU {gpu_index}")
+        rest = [c for c in slot.key if c != code]
+        if not destroy:
+            rest.append(code | 1)
+        slot.owners.pop(start, None)
+        self._move(slot, tuple(sorted(rest)))
+
+    def set_idle(self, node: str, gpu_index: int, start: int, idle: bool = True) -> None:
+        slot = self._slots[self._slot_index[(node, gpu_index)]]
+        owner, _ = slot.owners[start]
+        slot.owners[start] = (owner, idle)
+
+    # ----- reading back --------------------------------------------------------------------------
+
+    def instances(self, node: str, gpu_index: int) -> list[Instance]:
+        slot = self._slots[self._slot_index[(node, gpu_index)]]
+        out = []
+        for name, start, free in slot.geom.describe(slot.key):
+            owner, idle = (None, False) if free else slot.owners.get(start, ("?", False))
+            out.append(Instance(name, start, owner, idle))
+        return out
+
+    def snapshot(self) -> Fleet:
+        """The engine's current layouts as a :class:`Fleet` (fresh objects)."""
+        nodes = []
+        for node in self._nodes:
+            gpus = [Gpu(node.name, g.index, g.model, self.instances(node.name, g.index)) for g in node.gpus]
+            nodes.append(Node(node.name, gpus, node.pool))
+        return Fleet(nodes)
+
+    def fits_now(self, pool: str | None = None, model: str | None = None, reconfigure: bool = False) -> dict[str, int]:
+        """How many more instances of each profile fit now (each profile considered alone), exactly.
+
+        Counts free instances of the profile and instances that can be created in unoccupied memory
+        slots; free instances of other profiles stay (``reconfigure=True`` counts them as destroyable).
+        """
+        out: dict[str, int] = {}
+        for (p, gid), group in self._groups.items():
+            geom = self._geoms[gid]
+            if (pool is not None and p != pool) or (model is not None and geom.model.name != model):
+                continue
+            for key, bucket in group.items():
+                n = len(bucket.members)
+                # With reconfiguration, free instances count as unoccupied memory.
+                view = tuple(c for c in key if not c & 1) if reconfigure else key
+                for prof, f in zip(geom.profiles, geom.fit(view), strict=True):
+                    out[prof.name] = out.get(prof.name, 0) + n * f
+        for p, gid in self._groups:
+            geom = self._geoms[gid]
+            if (pool is None or p == pool) and (model is None or geom.model.name == model):
+                for prof in geom.profiles:
+                    out.setdefault(prof.name, 0)
+        return out
+
+    def allocated_compute(self, pool: str | None = None) -> tuple[int, int]:
+        """``(allocated, total)`` compute slices in the pool."""
+        used = total = 0
+        for (p, gid), group in self._groups.items():
+            if pool is not None and p != pool:
+                continue
+            geom = self._geoms[gid]
+            for key, bucket in group.items():
+                n = len(bucket.members)
+                used += n * geom.info(key).allocated_compute
+                total += n * geom.model.compute_slices
+        return used, total
+
+    def layout_counts(self, pool: str | None = None) -> dict[tuple[str, LayoutKey], int]:
+        """Number of GPUs per (model name, layout): the engine's index, for dashboards and tests."""
+        out: dict[tuple[str, LayoutKey], int] = {}
+        for (p, gid), group in self._groups.items():
+            if pool is None or p == pool:
+                name = self._geoms[gid].model.name
+                for key, bucket in group.items():
+                    out[(name, key)] = out.get((name, key), 0) + len(bucket.members)
+        return out
+
+
+def choose_placement(
+    fleet: Fleet,
+    request: PlacementRequest,
+    policy: str | Policy = "ours",
+    demand: DemandMix | None = None,
+) -> PlacementDecision | None:
+    """One-shot decision on a fleet (builds the index: O(GPUs)). Keep a :class:`PlacementEngine`
+    around to decide many times in a few milliseconds each."""
+    return PlacementEngine(fleet, policy, demand if demand is not None else DemandMix()).choose(request)
+
+
+def fits_now(
+    fleet: Fleet, pool: str | None = None, model: str | None = None, reconfigure: bool = False
+) -> dict[str, int]:
+    """What-if for the form and the dashboard: see :meth:`PlacementEngine.fits_now`."""
+    return PlacementEngine(fleet, "first-fit", DemandMix()).fits_now(pool, model, reconfigure)
+
+
+def empty_fleet(model: GpuModel, nodes: int, gpus_per_node: int = 8, pool: str = "default") -> Fleet:
+    """A fleet of identical, empty nodes (benchmarks and tests)."""
+    return Fleet(
+        [
+            Node(f"node-{n:04d}", [Gpu(f"node-{n:04d}", g, model) for g in range(gpus_per_node)], pool)
+            for n in range(nodes)
+        ]
+    )
+
+
+__all__ = ["InvalidLayout", "PlacementEngine", "choose_placement", "empty_fleet", "encode", "fits_now"]

@@ -1,0 +1,293 @@
+"""Node pools, the fleet, tenant quotas and slice allocations.
+
+Quota is size-aware: a slice costs its profile's compute slices (of 7 on most GPUs) and memory
+slots (of 8), as the DRA counters count them. A tenant's quota per pool bounds both dimensions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from tenants.models import Membership, Tenant, slug_validator
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+
+
+class NodePool(models.Model):
+    """A set of nodes with one GPU model, and the MIG profiles offered on it.
+
+    Invariant: every name in `profiles` is a profile of `gpu_model` in the MIG catalog
+    (validated by `create_node_pool` / `update_node_pool`).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    gpu_model = models.CharField(max_length=100)
+    profiles = models.JSONField(default=list, help_text="Offered MIG profile names.")
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A GPU node of a pool, as the workers last saw it."""
+
+    class State(models.TextChoices):
+        READY = "ready", "Ready"
+        CORDONED = "cordoned", "Cordoned"
+        RECONFIGURING = "reconfiguring", "Reconfiguring"
+        AGENT_SILENT = "agent-silent", "Agent silent"
+
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
+    name = models.CharField(max_length=253, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One physical GPU of a node; `index` is its minor number (gpu-<index> in DRA device names)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu-{self.index}"
+
+
+class QuotaQuerySet(models.QuerySet["Quota"]):
+    def for_user(self, user: User | AnonymousUser) -> QuotaQuerySet:
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user)
+
+
+class Quota(models.Model):
+    """A tenant's quota in one pool, in compute slices and memory slots, with usage counters.
+
+    Invariants: used counters never go negative (schema); they only move with F() inside services
+    that hold this row's lock (`lock_quota`), so usage can never pass the limit through a race.
+    A limit may be lowered below current usage: running slices keep running, new ones wait.
+    `profile_caps` optionally bounds the number of held slices per profile name.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="quotas")
+    compute_slices_limit = models.PositiveIntegerField(default=0)
+    memory_slices_limit = models.PositiveIntegerField(default=0)
+    compute_slices_used = models.IntegerField(default=0)
+    memory_slices_used = models.IntegerField(default=0)
+    profile_caps = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = QuotaQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant__name", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "pool"],
+                name="quota_unique_tenant_pool",
+                violation_error_message="This tenant already has a quota in this pool.",
+            ),
+            models.CheckConstraint(
+                condition=Q(compute_slices_used__gte=0) & Q(memory_slices_used__gte=0),
+                name="quota_usage_not_negative",
+                violation_error_message="Quota usage cannot be negative.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} in {self.pool}"
+
+
+class QuotaChangeRequestQuerySet(models.QuerySet["QuotaChangeRequest"]):
+    def for_user(self, user: User | AnonymousUser) -> QuotaChangeRequestQuerySet:
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user)
+
+
+class QuotaChangeRequest(models.Model):
+    """A tenant manager's request for new quota limits in a pool, decided by a platform admin."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_change_requests")
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="+")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    compute_slices_limit = models.PositiveIntegerField()
+    memory_slices_limit = models.PositiveIntegerField()
+    profile_caps = models.JSONField(default=dict, blank=True)
+    justification = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    # NULL, not "", when absent: the unique constraint must let many requests go without a key.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = QuotaChangeRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "requested_by", "idempotency_key"],
+                name="quota_change_unique_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Quota change #{self.pk} for {self.tenant} in {self.pool}"
+
+
+class AllocationQuerySet(models.QuerySet["Allocation"]):
+    def for_user(self, user: User | AnonymousUser) -> AllocationQuerySet:
+        """Allocations of the tenants the user belongs to (all of them for staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user)
+
+    def holding_quota(self) -> AllocationQuerySet:
+        return self.filter(status__in=Allocation.QUOTA_HOLDING)
+
+    def managed_by(self, user: User | AnonymousUser) -> AllocationQuerySet:
+        """Allocations the user may approve or reject: their managed tenants' (all for staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user, tenant__memberships__role=Membership.Role.MANAGER)
+
+
+class Allocation(models.Model):
+    """A request for `count` MIG slices of one profile in one pool, and its whole life.
+
+    PENDING -> APPROVED -> PROVISIONING -> ACTIVE -> RELEASING -> RELEASED (or EXPIRED when the
+    lease ran out); PENDING -> REJECTED; PENDING -> RELEASED (withdrawn); any live state -> FAILED.
+    Quota is held from APPROVED until the slices are gone (RELEASED, EXPIRED or FAILED).
+    `compute_slices` / `memory_slices` are the request's total cost, fixed at creation.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending approval"
+        APPROVED = "approved", "Approved"
+        PROVISIONING = "provisioning", "Provisioning"
+        ACTIVE = "active", "Active"
+        RELEASING = "releasing", "Releasing"
+        RELEASED = "released", "Released"
+        REJECTED = "rejected", "Rejected"
+        EXPIRED = "expired", "Expired"
+        FAILED = "failed", "Failed"
+
+    QUOTA_HOLDING = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
+    TERMINAL = (Status.RELEASED, Status.REJECTED, Status.EXPIRED, Status.FAILED)
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="allocations")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    profile = models.CharField(max_length=32)
+    count = models.PositiveIntegerField()
+    lease_hours = models.PositiveIntegerField()
+    purpose = models.CharField(max_length=500)
+    compute_slices = models.PositiveIntegerField()
+    memory_slices = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    auto_approved = models.BooleanField(default=False)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    claim_name = models.CharField(max_length=253, blank=True)
+    status_message = models.TextField(blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    expiry_warning_sent_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # What RELEASING ends in: RELEASED for a release by a person, EXPIRED when the lease ran out.
+    end_state = models.CharField(max_length=16, choices=Status.choices, blank=True)
+    # NULL, not "", when absent: the unique constraint must let many requests go without a key.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = AllocationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "requested_by", "idempotency_key"],
+                name="allocation_unique_idempotency_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(count__gte=1),
+                name="allocation_count_positive",
+                violation_error_message="Count must be at least 1.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.count}x {self.profile} for {self.tenant}"
+
+    @property
+    def kube_name(self) -> str:
+        """Deterministic Kubernetes name for this allocation's claim and holder pod."""
+        return f"mig-alloc-{self.uuid}"
+
+
+class SlicePlacement(models.Model):
+    """Where one slice of an allocation sits: a GPU and the memory-slot range of its instance."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="placements")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="placements")
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField()
+    size = models.PositiveSmallIntegerField()
+    device_name = models.CharField(max_length=253, blank=True)
+
+    class Meta:
+        ordering = ["allocation_id", "gpu_id", "start"]
+
+    def __str__(self) -> str:
+        return f"{self.profile} at {self.gpu}:{self.start}+{self.size}"

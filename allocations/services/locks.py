@@ -1,0 +1,25 @@
+"""One locking function per model; rows are always locked in this order: allocation, then quota.
+
+`select_for_update` is a no-op on SQLite (the demo), which serialises writers anyway.
+"""
+
+from __future__ import annotations
+
+from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+
+
+def lock_allocation(*, allocation_id: int) -> Allocation:
+    return Allocation.objects.select_for_update().select_related("tenant", "pool").get(pk=allocation_id)
+
+
+def lock_quota(*, tenant_id: int, pool_id: int) -> Quota | None:
+    return Quota.objects.select_for_update().filter(tenant_id=tenant_id, pool_id=pool_id).order_by("pk").first()
+
+
+def lock_quota_change(*, change_id: int) -> QuotaChangeRequest:
+    return QuotaChangeRequest.objects.select_for_update().select_related("tenant", "pool").get(pk=change_id)
+
+
+def lock_pool(*, pool_id: int) -> NodePool:
+    """Serialises placement decisions in one pool, so two workers never pick the same slots."""
+    return NodePool.objects.select_for_update().get(pk=pool_id)

@@ -1,0 +1,353 @@
+"""The life of a slice request on the portal side: submit, approve, reject, release, extend.
+
+Rows are locked allocation first, then quota (see services/locks.py). Kubernetes work is queued
+after commit; nothing here talks to the cluster.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from allocations.costs import UnknownProfile, slice_cost
+from allocations.models import Allocation, NodePool
+from allocations.services.locks import lock_allocation, lock_quota
+from allocations.services.quotas import free_quota, quota_shortfall, reserve_quota
+from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
+from tenants.models import Tenant
+from tenants.selectors import can_manage_tenant, can_use_tenant
+from tenants.services import record_audit_event
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+Status = Allocation.Status
+
+
+def _queue_provisioning(allocation_id: int) -> None:
+    from allocations import tasks
+
+    transaction.on_commit(partial(tasks.provision_allocation_task.delay, allocation_id))
+
+
+def _queue_teardown(allocation_id: int) -> None:
+    from allocations import tasks
+
+    transaction.on_commit(partial(tasks.teardown_allocation_task.delay, allocation_id))
+
+
+def _snapshot(allocation: Allocation) -> dict[str, Any]:
+    return {"status": allocation.status}
+
+
+def _validate_request(
+    *, tenant: Tenant, pool: NodePool, profile: str, count: int, lease_hours: int, purpose: str
+) -> None:
+    errors: dict[str, list[str]] = {}
+    if profile not in pool.profiles:
+        offered = ", ".join(pool.profiles)
+        errors["profile"] = [
+            f"{profile!r} is not offered in pool {pool.slug} ({pool.gpu_model}). Choose one of: {offered}."
+        ]
+    max_count = settings.FATIA_MAX_SLICES_PER_REQUEST
+    if not 1 <= count <= max_count:
+        errors["count"] = [f"Ask for between 1 and {max_count} slices."]
+    if not 1 <= lease_hours <= tenant.max_lease_hours:
+        errors["lease_hours"] = [f"The lease must be between 1 and {tenant.max_lease_hours} hours for {tenant.name}."]
+    if not purpose.strip():
+        errors["purpose"] = ["Say what the slices are for."]
+    elif len(purpose) > 500:
+        errors["purpose"] = ["Keep the purpose under 500 characters."]
+    if errors:
+        raise InvalidInput(errors)
+
+
+def request_allocation(
+    *,
+    tenant_id: int,
+    pool_id: int,
+    profile: str,
+    count: int,
+    lease_hours: int,
+    purpose: str,
+    actor: User,
+    idempotency_key: str | None = None,
+) -> tuple[Allocation, bool]:
+    """Submit a request; approve it at once when it fits the quota and the auto-approve policy.
+
+    Returns (allocation, created). With an Idempotency-Key already used by this user in this tenant,
+    returns the first allocation (created=False) or raises IdempotencyConflict if parameters differ.
+    Locks the quota row while deciding, so concurrent submissions never overshoot it.
+    Queues provision_allocation_task after commit when approved.
+    """
+    params: dict[str, Any] = {
+        "pool_id": pool_id,
+        "profile": profile,
+        "count": count,
+        "lease_hours": lease_hours,
+        "purpose": purpose,
+    }
+    if idempotency_key:
+        existing = _find_by_key(tenant_id, actor, idempotency_key)
+        if existing is not None:
+            return _replay(existing, params), False
+    try:
+        with transaction.atomic():
+            allocation = _create_allocation(tenant_id=tenant_id, actor=actor, key=idempotency_key, **params)
+    except IntegrityError:
+        # A concurrent request with the same key committed first; its row is visible now.
+        existing = _find_by_key(tenant_id, actor, idempotency_key) if idempotency_key else None
+        if existing is None:
+            raise
+        return _replay(existing, params), False
+    return allocation, True
+
+
+def _find_by_key(tenant_id: int, actor: User, key: str) -> Allocation | None:
+    return Allocation.objects.filter(tenant_id=tenant_id, requested_by_id=actor.pk, idempotency_key=key).first()
+
+
+def _replay(existing: Allocation, params: dict[str, Any]) -> Allocation:
+    stored = {
+        "pool_id": existing.pool_id,
+        "profile": existing.profile,
+        "count": existing.count,
+        "lease_hours": existing.lease_hours,
+        "purpose": existing.purpose,
+    }
+    if stored != params:
+        raise IdempotencyConflict("This Idempotency-Key was already used with different parameters.")
+    return existing
+
+
+def _create_allocation(
+    *,
+    tenant_id: int,
+    pool_id: int,
+    profile: str,
+    count: int,
+    lease_hours: int,
+    purpose: str,
+    actor: User,
+    key: str | None,
+) -> Allocation:
+    if not can_use_tenant(actor, tenant_id):
+        raise NotAllowed("You are not a member of this tenant.")
+    tenant = Tenant.objects.get(pk=tenant_id)
+    pool = NodePool.objects.get(pk=pool_id)
+    _validate_request(tenant=tenant, pool=pool, profile=profile, count=count, lease_hours=lease_hours, purpose=purpose)
+    try:
+        cost = slice_cost(gpu_model=pool.gpu_model, profile=profile, count=count)
+    except UnknownProfile as exc:
+        raise InvalidInput({"profile": [str(exc)]}) from exc
+    allocation = Allocation(
+        tenant=tenant,
+        pool=pool,
+        requested_by_id=actor.pk,
+        profile=profile,
+        count=count,
+        lease_hours=lease_hours,
+        purpose=purpose.strip(),
+        compute_slices=cost.compute_slices,
+        memory_slices=cost.memory_slices,
+        idempotency_key=key or None,
+    )
+    quota = lock_quota(tenant_id=tenant.pk, pool_id=pool.pk)
+    shortfall = quota_shortfall(quota=quota, allocation=allocation)
+    within_policy = (
+        cost.compute_slices <= tenant.auto_approve_max_compute_slices
+        and lease_hours <= tenant.auto_approve_max_lease_hours
+    )
+    if shortfall is None and within_policy:
+        reserve_quota(quota=quota, allocation=allocation)
+        allocation.status = Status.APPROVED
+        allocation.auto_approved = True
+        allocation.decided_at = timezone.now()
+        allocation.status_message = "Approved automatically: inside quota and the tenant's auto-approve policy."
+    else:
+        allocation.status = Status.PENDING
+        allocation.status_message = (
+            f"Waiting for a manager: {shortfall}"
+            if shortfall
+            else "Waiting for a manager: beyond the auto-approve policy."
+        )
+    allocation.save()
+    record_audit_event(
+        actor=actor,
+        verb="request",
+        obj=allocation,
+        tenant=tenant,
+        after={
+            "status": allocation.status,
+            "pool": pool.slug,
+            "profile": profile,
+            "count": count,
+            "lease_hours": lease_hours,
+            "compute_slices": cost.compute_slices,
+            "memory_slices": cost.memory_slices,
+        },
+    )
+    if allocation.status == Status.APPROVED:
+        record_audit_event(
+            actor=None,
+            verb="auto_approve",
+            obj=allocation,
+            tenant=tenant,
+            before={"status": Status.PENDING},
+            after={"status": Status.APPROVED},
+        )
+        _queue_provisioning(allocation.pk)
+    return allocation
+
+
+@transaction.atomic
+def approve_allocation(*, allocation_id: int, actor: User, reason: str = "") -> Allocation:
+    """PENDING -> APPROVED, reserving quota. Tenant managers and platform admins only.
+
+    Locks the allocation, then the quota. Raises NotAllowed, InvalidTransition or QuotaExceeded.
+    Queues provision_allocation_task after commit.
+    """
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if not can_manage_tenant(actor, allocation.tenant_id):
+        raise NotAllowed("Only the tenant's managers can approve requests.")
+    if allocation.status != Status.PENDING:
+        raise InvalidTransition(current=allocation.status, target=Status.APPROVED)
+    quota = lock_quota(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id)
+    reserve_quota(quota=quota, allocation=allocation)
+    allocation.status = Status.APPROVED
+    allocation.decided_by_id = actor.pk
+    allocation.decided_at = timezone.now()
+    allocation.decision_reason = reason.strip()
+    allocation.status_message = "Approved; waiting for the cluster."
+    allocation.save(
+        update_fields=["status", "decided_by", "decided_at", "decision_reason", "status_message", "updated_at"]
+    )
+    record_audit_event(
+        actor=actor,
+        verb="approve",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.PENDING},
+        after={"status": Status.APPROVED, "reason": allocation.decision_reason},
+    )
+    _queue_provisioning(allocation.pk)
+    return allocation
+
+
+@transaction.atomic
+def reject_allocation(*, allocation_id: int, actor: User, reason: str) -> Allocation:
+    """PENDING -> REJECTED with a reason. Tenant managers and platform admins only."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if not can_manage_tenant(actor, allocation.tenant_id):
+        raise NotAllowed("Only the tenant's managers can reject requests.")
+    if not reason.strip():
+        raise InvalidInput({"reason": ["Say why the request is rejected."]})
+    if allocation.status != Status.PENDING:
+        raise InvalidTransition(current=allocation.status, target=Status.REJECTED)
+    allocation.status = Status.REJECTED
+    allocation.decided_by_id = actor.pk
+    allocation.decided_at = timezone.now()
+    allocation.decision_reason = reason.strip()
+    allocation.ended_at = allocation.decided_at
+    allocation.status_message = f"Rejected: {allocation.decision_reason}"
+    allocation.save(
+        update_fields=[
+            "status",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "ended_at",
+            "status_message",
+            "updated_at",
+        ]
+    )
+    record_audit_event(
+        actor=actor,
+        verb="reject",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.PENDING},
+        after={"status": Status.REJECTED, "reason": allocation.decision_reason},
+    )
+    return allocation
+
+
+def _may_release(actor: User, allocation: Allocation) -> bool:
+    return allocation.requested_by_id == actor.pk or can_manage_tenant(actor, allocation.tenant_id)
+
+
+@transaction.atomic
+def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
+    """Give slices back. PENDING -> RELEASED (withdrawn); APPROVED -> RELEASED (nothing was built yet,
+    quota freed now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices
+    are gone). Releasing twice is a no-op. The requester, tenant managers and admins may release.
+    """
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if not _may_release(actor, allocation):
+        raise NotAllowed("Only the requester or a tenant manager can release this.")
+    previous = allocation.status
+    now = timezone.now()
+    if previous == Status.RELEASING:
+        return allocation
+    if previous in (Status.PENDING, Status.APPROVED):
+        if previous == Status.APPROVED:
+            free_quota(allocation=allocation)
+        allocation.status = Status.RELEASED
+        allocation.ended_at = now
+        allocation.status_message = "Withdrawn before any slice was created."
+    elif previous in (Status.PROVISIONING, Status.ACTIVE):
+        allocation.status = Status.RELEASING
+        allocation.end_state = Status.RELEASED
+        allocation.status_message = "Releasing: deleting the claim and its holder pod."
+        _queue_teardown(allocation.pk)
+    else:
+        raise InvalidTransition(current=previous, target=Status.RELEASED)
+    allocation.save(update_fields=["status", "end_state", "ended_at", "status_message", "updated_at"])
+    record_audit_event(
+        actor=actor,
+        verb="release",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": previous},
+        after={"status": allocation.status},
+    )
+    return allocation
+
+
+@transaction.atomic
+def extend_allocation_lease(*, allocation_id: int, hours: int, actor: User) -> Allocation:
+    """Add `hours` to an active lease, keeping the whole lease within the tenant's maximum."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if not _may_release(actor, allocation):
+        raise NotAllowed("Only the requester or a tenant manager can extend this lease.")
+    if allocation.status != Status.ACTIVE or allocation.lease_expires_at is None:
+        raise InvalidTransition(current=allocation.status, target="extended")
+    total = allocation.lease_hours + hours
+    if hours < 1 or total > allocation.tenant.max_lease_hours:
+        raise InvalidInput(
+            {
+                "hours": [
+                    f"The whole lease may be at most {allocation.tenant.max_lease_hours} hours "
+                    f"({allocation.lease_hours} used so far)."
+                ]
+            }
+        )
+    before = {"lease_hours": allocation.lease_hours, "lease_expires_at": allocation.lease_expires_at.isoformat()}
+    allocation.lease_hours = total
+    allocation.lease_expires_at = allocation.lease_expires_at + timedelta(hours=hours)
+    allocation.expiry_warning_sent_at = None
+    allocation.save(update_fields=["lease_hours", "lease_expires_at", "expiry_warning_sent_at", "updated_at"])
+    record_audit_event(
+        actor=actor,
+        verb="extend",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before=before,
+        after={"lease_hours": total, "lease_expires_at": allocation.lease_expires_at.isoformat()},
+    )
+    return allocation

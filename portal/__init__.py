@@ -1,0 +1,7 @@
+"""Fatia project package: settings, URLs, the Celery app and the WSGI/ASGI entry points."""
+
+from __future__ import annotations
+
+from portal.celery import app as celery_app
+
+__all__ = ("celery_app",)

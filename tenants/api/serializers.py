@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from tenants.models import ApiToken, Membership, Tenant
+
+
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
+    class Meta:
+        model = Tenant
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "max_lease_hours",
+            "auto_approve_max_compute_slices",
+            "auto_approve_max_lease_hours",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class TenantCreateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+    slug = serializers.CharField(max_length=40)
+    max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, default=168)
+    auto_approve_max_compute_slices = serializers.IntegerField(min_value=0, max_value=10_000, default=2)
+    auto_approve_max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, default=24)
+
+
+class TenantUpdateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100, required=False)
+    max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, required=False)
+    auto_approve_max_compute_slices = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
+    auto_approve_max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, required=False)
+
+
+class MembershipSerializer(serializers.ModelSerializer[Membership]):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "username", "role", "created_at"]
+        read_only_fields = fields
+
+
+class MembershipCreateSerializer(serializers.Serializer[Any]):
+    tenant = serializers.IntegerField(min_value=1)
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class MembershipUpdateSerializer(serializers.Serializer[Any]):
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "scope", "created_at", "expires_at", "revoked_at", "last_used_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+    scope = serializers.ChoiceField(choices=ApiToken.Scope.choices)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class MeSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField()
+    is_platform_admin = serializers.BooleanField()
+    memberships = MembershipSerializer(many=True)

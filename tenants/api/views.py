@@ -1,0 +1,127 @@
+"""REST endpoints for tenants, memberships, API tokens and the current user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenants import services
+from tenants.api import serializers as s
+from tenants.api.auth import acting_user
+from tenants.errors import InvalidInput
+from tenants.models import ApiToken, Membership, Tenant
+from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
+
+
+class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Tenant]):
+    """Tenants you belong to (all for platform admins). Platform admins create and edit them."""
+
+    serializer_class = s.TenantSerializer
+    permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdminOrReadOnly]
+    filterset_fields = ["slug"]
+
+    def get_queryset(self) -> QuerySet[Tenant]:
+        return Tenant.objects.for_user(self.request.user).distinct()
+
+    @extend_schema(request=s.TenantCreateSerializer, responses={201: s.TenantSerializer})
+    def create(self, request: Request) -> Response:
+        data = s.TenantCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = services.create_tenant(actor=acting_user(request), **data.validated_data)
+        return Response(s.TenantSerializer(tenant).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.TenantUpdateSerializer, responses={200: s.TenantSerializer})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        tenant = self.get_object()
+        data = s.TenantUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = services.update_tenant_policy(tenant_id=tenant.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.TenantSerializer(tenant).data)
+
+
+class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Membership]):
+    """Members of your tenants. Platform admins add, re-role and remove members."""
+
+    serializer_class = s.MembershipSerializer
+    permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdminOrReadOnly]
+    filterset_fields = ["tenant", "role"]
+
+    def get_queryset(self) -> QuerySet[Membership]:
+        tenants = Tenant.objects.for_user(self.request.user)
+        return Membership.objects.filter(tenant__in=tenants).select_related("user")
+
+    @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.MembershipSerializer})
+    def create(self, request: Request) -> Response:
+        data = s.MembershipCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        if not Tenant.objects.filter(pk=v["tenant"]).exists():
+            raise InvalidInput({"tenant": [f"Unknown tenant {v['tenant']}."]})
+        membership = services.add_member(
+            tenant_id=v["tenant"], username=v["username"], role=v["role"], actor=acting_user(request)
+        )
+        return Response(s.MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.MembershipUpdateSerializer, responses={200: s.MembershipSerializer})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        membership = self.get_object()
+        data = s.MembershipUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.change_member_role(
+            membership_id=membership.pk, role=data.validated_data["role"], actor=acting_user(request)
+        )
+        return Response(s.MembershipSerializer(membership).data)
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        membership = self.get_object()
+        services.remove_member(membership_id=membership.pk, actor=acting_user(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[ApiToken]):
+    """Your own API tokens. DELETE revokes (the row stays, so its use can still be traced)."""
+
+    serializer_class = s.ApiTokenSerializer
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.filter(user_id=acting_user(self.request).pk)
+
+    @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.ApiTokenCreatedSerializer})
+    def create(self, request: Request) -> Response:
+        data = s.ApiTokenCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        token, raw = services.create_api_token(
+            user=acting_user(request), actor=acting_user(request), **data.validated_data
+        )
+        body: dict[str, Any] = dict(s.ApiTokenSerializer(token).data)
+        body["token"] = raw
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        token = self.get_object()
+        services.revoke_api_token(token_id=token.pk, actor=acting_user(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MeView(APIView):
+    """Who am I, and in which tenants with which role."""
+
+    @extend_schema(responses={200: s.MeSerializer})
+    def get(self, request: Request) -> Response:
+        memberships = Membership.objects.filter(user_id=acting_user(request).pk).select_related("user")
+        return Response(
+            s.MeSerializer(
+                {
+                    "username": acting_user(request).get_username(),
+                    "is_platform_admin": acting_user(request).is_staff,
+                    "memberships": memberships,
+                }
+            ).data
+        )

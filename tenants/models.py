@@ -1,0 +1,170 @@
+"""Tenancy, roles, API tokens and the audit log.
+
+Platform admins are Django staff users. Every other permission comes from a Membership.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    "Use 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or digit "
+    "(it becomes part of Kubernetes names).",
+)
+
+
+class TenantQuerySet(models.QuerySet["Tenant"]):
+    def for_user(self, user: User | AnonymousUser) -> TenantQuerySet:
+        """Tenants the user may see: staff see all, others the tenants they belong to."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(memberships__user=user)
+
+
+class Tenant(models.Model):
+    """A team that holds quota and requests slices.
+
+    Invariant: `auto_approve_max_lease_hours <= max_lease_hours` (checked in the schema).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    max_lease_hours = models.PositiveIntegerField(
+        default=168, validators=[MinValueValidator(1), MaxValueValidator(24 * 365)]
+    )
+    auto_approve_max_compute_slices = models.PositiveIntegerField(
+        default=2,
+        help_text="Requests costing at most this many compute slices (in total) are approved at once "
+        "when they fit the quota; 0 sends every request to a manager.",
+    )
+    auto_approve_max_lease_hours = models.PositiveIntegerField(default=24, validators=[MinValueValidator(1)])
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(auto_approve_max_lease_hours__lte=models.F("max_lease_hours")),
+                name="tenant_auto_approve_lease_within_max",
+                violation_error_message="The auto-approve lease bound cannot exceed the maximum lease.",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_lease_hours__gte=1),
+                name="tenant_max_lease_positive",
+                violation_error_message="The maximum lease must be at least one hour.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in one tenant. One membership per (user, tenant)."""
+
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        MANAGER = "manager", "Manager"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "tenant"],
+                name="membership_unique_user_tenant",
+                violation_error_message="This user is already a member of this tenant.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """A per-user API token. Only a SHA-256 digest is stored; the secret is shown once.
+
+    The token string is `fatia_<prefix>_<secret>`; `prefix` is indexed to find the row, the digest
+    of the whole string is compared in constant time.
+    """
+
+    class Scope(models.TextChoices):
+        READ = "read", "Read only"
+        WRITE = "write", "Read and write"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.READ)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def for_user(self, user: User | AnonymousUser) -> AuditEventQuerySet:
+        """Staff see every event; tenant managers see their tenants' events; members see none."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user, tenant__memberships__role=Membership.Role.MANAGER)
+
+
+class AuditEvent(models.Model):
+    """One state change: who did what to which object, with the state before and after.
+
+    Append-only: written by services through `record_audit_event`, never updated or deleted by
+    the UI or the API (the admin and API expose it read-only).
+    """
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept as text so the log stays readable after a user is deleted, and for system actors.
+    actor_name = models.CharField(max_length=150)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    verb = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.verb} {self.object_type}:{self.object_id}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"verb": self.verb, "before": self.before, "after": self.after}

@@ -1,0 +1,244 @@
+"""Services that change tenants, memberships, API tokens, and the audit log writer.
+
+Every state-changing function is `verb_noun`, keyword-only, atomic, and records an AuditEvent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tenants.errors import InvalidInput, NotAllowed
+from tenants.models import ApiToken, AuditEvent, Membership, Tenant
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.db.models import Model
+
+TOKEN_PREFIX = "fatia"  # noqa: S105 (a public marker, not a secret)
+SYSTEM_ACTOR = "system"
+
+
+def validation_errors(exc: ValidationError) -> dict[str, list[str]]:
+    """Turn a Django ValidationError into field -> messages (non-field errors under 'detail')."""
+    if hasattr(exc, "error_dict"):
+        return {
+            ("detail" if field == "__all__" else field): [str(m) for e in errs for m in e.messages]
+            for field, errs in exc.error_dict.items()
+        }
+    return {"detail": [str(m) for m in exc.messages]}
+
+
+def full_clean_or_raise(obj: Model, **kwargs: Any) -> None:
+    try:
+        obj.full_clean(**kwargs)
+    except ValidationError as exc:
+        raise InvalidInput(validation_errors(exc)) from exc
+
+
+def record_audit_event(
+    *,
+    actor: User | None,
+    verb: str,
+    obj: Model,
+    tenant: Tenant | None = None,
+    tenant_id: int | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one event to the audit log. Called inside the service's transaction, so the event
+    and the change it describes commit or roll back together."""
+    return AuditEvent.objects.create(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_name=actor.get_username() if actor is not None else SYSTEM_ACTOR,
+        tenant_id=tenant.pk if tenant is not None else tenant_id,
+        verb=verb,
+        object_type=obj._meta.model_name or type(obj).__name__.lower(),
+        object_id=str(obj.pk),
+        before=before or {},
+        after=after or {},
+    )
+
+
+def _require_staff(actor: User) -> None:
+    if not getattr(actor, "is_staff", False):
+        raise NotAllowed("Only platform admins can do this.")
+
+
+def _tenant_fields(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "name": tenant.name,
+        "slug": tenant.slug,
+        "max_lease_hours": tenant.max_lease_hours,
+        "auto_approve_max_compute_slices": tenant.auto_approve_max_compute_slices,
+        "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
+    }
+
+
+@transaction.atomic
+def create_tenant(
+    *,
+    name: str,
+    slug: str,
+    actor: User,
+    max_lease_hours: int = 168,
+    auto_approve_max_compute_slices: int = 2,
+    auto_approve_max_lease_hours: int = 24,
+) -> Tenant:
+    """Create a tenant (platform admins only). Raises NotAllowed or InvalidInput."""
+    _require_staff(actor)
+    tenant = Tenant(
+        name=name,
+        slug=slug,
+        max_lease_hours=max_lease_hours,
+        auto_approve_max_compute_slices=auto_approve_max_compute_slices,
+        auto_approve_max_lease_hours=auto_approve_max_lease_hours,
+    )
+    full_clean_or_raise(tenant)
+    tenant.save()
+    record_audit_event(actor=actor, verb="create", obj=tenant, tenant=tenant, after=_tenant_fields(tenant))
+    return tenant
+
+
+@transaction.atomic
+def update_tenant_policy(
+    *,
+    tenant_id: int,
+    actor: User,
+    name: str | None = None,
+    max_lease_hours: int | None = None,
+    auto_approve_max_compute_slices: int | None = None,
+    auto_approve_max_lease_hours: int | None = None,
+) -> Tenant:
+    """Change a tenant's name or lease / auto-approve policy (platform admins only)."""
+    _require_staff(actor)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
+    before = _tenant_fields(tenant)
+    changes = {
+        "name": name,
+        "max_lease_hours": max_lease_hours,
+        "auto_approve_max_compute_slices": auto_approve_max_compute_slices,
+        "auto_approve_max_lease_hours": auto_approve_max_lease_hours,
+    }
+    changed = [field for field, value in changes.items() if value is not None]
+    for field in changed:
+        setattr(tenant, field, changes[field])
+    full_clean_or_raise(tenant)
+    tenant.save(update_fields=[*changed, "updated_at"])
+    record_audit_event(
+        actor=actor, verb="update", obj=tenant, tenant=tenant, before=before, after=_tenant_fields(tenant)
+    )
+    return tenant
+
+
+@transaction.atomic
+def add_member(*, tenant_id: int, username: str, role: str, actor: User) -> Membership:
+    """Add an existing user to a tenant with a role (platform admins only)."""
+    _require_staff(actor)
+    tenant = Tenant.objects.get(pk=tenant_id)
+    if role not in Membership.Role.values:
+        raise InvalidInput({"role": [f"Choose one of: {', '.join(Membership.Role.values)}."]})
+    user_model = get_user_model()
+    try:
+        user = user_model.objects.get(username=username)
+    except user_model.DoesNotExist as exc:
+        raise InvalidInput({"username": [f"No user named {username!r}."]}) from exc
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(user=user, tenant=tenant, role=role)
+    except IntegrityError as exc:
+        raise InvalidInput({"username": ["This user is already a member of this tenant."]}) from exc
+    record_audit_event(
+        actor=actor, verb="add_member", obj=membership, tenant=tenant, after={"user": username, "role": role}
+    )
+    return membership
+
+
+@transaction.atomic
+def change_member_role(*, membership_id: int, role: str, actor: User) -> Membership:
+    _require_staff(actor)
+    if role not in Membership.Role.values:
+        raise InvalidInput({"role": [f"Choose one of: {', '.join(Membership.Role.values)}."]})
+    membership = Membership.objects.select_for_update().select_related("user").get(pk=membership_id)
+    before = {"user": membership.user.get_username(), "role": membership.role}
+    membership.role = role
+    membership.save(update_fields=["role"])
+    record_audit_event(
+        actor=actor,
+        verb="change_role",
+        obj=membership,
+        tenant_id=membership.tenant_id,
+        before=before,
+        after={"user": membership.user.get_username(), "role": role},
+    )
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, membership_id: int, actor: User) -> None:
+    _require_staff(actor)
+    membership = Membership.objects.select_for_update().select_related("user").get(pk=membership_id)
+    record_audit_event(
+        actor=actor,
+        verb="remove_member",
+        obj=membership,
+        tenant_id=membership.tenant_id,
+        before={"user": membership.user.get_username(), "role": membership.role},
+    )
+    membership.delete()
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@transaction.atomic
+def create_api_token(
+    *, user: User, name: str, scope: str, expires_at: datetime | None, actor: User
+) -> tuple[ApiToken, str]:
+    """Create a token for `user` and return it with its secret, which is never stored or shown again."""
+    if actor.pk != user.pk:
+        raise NotAllowed("You can only create tokens for yourself.")
+    errors: dict[str, list[str]] = {}
+    if scope not in ApiToken.Scope.values:
+        errors["scope"] = [f"Choose one of: {', '.join(ApiToken.Scope.values)}."]
+    if expires_at is not None and expires_at <= timezone.now():
+        errors["expires_at"] = ["The expiry must be in the future."]
+    if not name.strip():
+        errors["name"] = ["Give the token a name."]
+    if errors:
+        raise InvalidInput(errors)
+    prefix = secrets.token_hex(6)
+    raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    token = ApiToken.objects.create(
+        user=user, name=name.strip(), prefix=prefix, digest=hash_token(raw), scope=scope, expires_at=expires_at
+    )
+    record_audit_event(
+        actor=actor,
+        verb="create_token",
+        obj=token,
+        after={"name": token.name, "prefix": prefix, "scope": scope, "expires_at": _iso(expires_at)},
+    )
+    return token, raw
+
+
+@transaction.atomic
+def revoke_api_token(*, token_id: int, actor: User) -> ApiToken:
+    """Revoke one of the actor's own tokens; revoking twice is a no-op."""
+    token = ApiToken.objects.select_for_update().get(pk=token_id, user_id=actor.pk)
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        record_audit_event(actor=actor, verb="revoke_token", obj=token, after={"prefix": token.prefix})
+    return token
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

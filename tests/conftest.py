@@ -1,0 +1,69 @@
+"""Shared fixtures: the three users every endpoint is tested with, and a small GPU pool.
+
+alice   member of tenant A
+mallory manager of tenant A
+charlie member of tenant B
+root    platform admin (staff)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+if not os.environ.get("FATIA_TEST_SERVICES"):
+    raise RuntimeError(
+        "The tests need the PostgreSQL and Redis servers that `make test` (deploy/test.sh) starts; "
+        "run the suite through it, or export DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY and FATIA_TEST_SERVICES=1."
+    )
+
+from django.contrib.auth.models import User  # noqa: E402
+from rest_framework.test import APIClient  # noqa: E402
+
+from allocations import services  # noqa: E402
+from allocations.models import NodePool  # noqa: E402
+from tenants.models import Membership, Tenant  # noqa: E402
+from tests.factories import MembershipFactory, TenantFactory, UserFactory  # noqa: E402
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@dataclass
+class World:
+    tenant_a: Tenant
+    tenant_b: Tenant
+    alice: User
+    mallory: User
+    charlie: User
+    root: User
+    pool: NodePool
+
+    def client(self, user: User | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+
+@pytest.fixture
+def world(db: Any) -> World:
+    root = UserFactory(username="root", is_staff=True)
+    tenant_a = TenantFactory(name="Team A", slug="team-a", auto_approve_max_compute_slices=2)
+    tenant_b = TenantFactory(name="Team B", slug="team-b", auto_approve_max_compute_slices=2)
+    alice = UserFactory(username="alice")
+    mallory = UserFactory(username="mallory")
+    charlie = UserFactory(username="charlie")
+    MembershipFactory(user=alice, tenant=tenant_a, role=Membership.Role.MEMBER)
+    MembershipFactory(user=mallory, tenant=tenant_a, role=Membership.Role.MANAGER)
+    MembershipFactory(user=charlie, tenant=tenant_b, role=Membership.Role.MEMBER)
+    pool = services.create_node_pool(name="H100 pool", slug="h100", gpu_model=H100, actor=root)
+    for n in range(2):
+        services.register_node(pool_id=pool.pk, name=f"h100-node-{n}", gpu_count=8, actor=root)
+    for tenant in (tenant_a, tenant_b):
+        services.set_tenant_quota(
+            tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=14, memory_slices_limit=16, actor=root
+        )
+    return World(tenant_a, tenant_b, alice, mallory, charlie, root, pool)

@@ -44,7 +44,7 @@ stamp=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" != "$stamp" ]; then
   log "building the virtualenv in $VENV"
   python3 -m venv "$VENV"
-  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --upgrade pip
+  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
   PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q -e ".[dev]" >"$CACHE/pip-install.log" 2>&1 ||
     { cat "$CACHE/pip-install.log"; exit 1; }
   echo "$stamp" >"$VENV/.fatia-stamp"
@@ -99,14 +99,18 @@ export FATIA_DATA_DIR="$RUN_DIR/data"
 export FATIA_TEST_SERVICES=1
 
 # --- gates -----------------------------------------------------------------------------------------
-log "ruff"
-ruff check .
-ruff format --check .
-log "mypy"
-mypy portal tenants allocations
+# FATIA_QUICK=1 runs pytest alone, for a quick loop while editing; CI and `make test` run every gate.
+if [ "${FATIA_QUICK:-0}" != 1 ]; then
+  log "ruff"
+  ruff check .
+  ruff format --check .
+  log "mypy"
+  mypy portal tenants allocations
+fi
 log "django checks"
 python manage.py check --fail-level WARNING
 python manage.py makemigrations --check --dry-run >/dev/null
+python manage.py collectstatic --noinput -v0
 
 log "pytest"
 set +e

@@ -1,0 +1,136 @@
+"""Forms of the browser pages for tenants, members, API tokens and the audit log.
+
+Forms only parse and type the input; the rules live in the services, whose InvalidInput errors are
+put back on the form's fields with `add_service_errors`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from tenants.errors import InvalidInput
+from tenants.models import ApiToken, Membership, Tenant
+
+
+def add_service_errors(form: forms.BaseForm, error: InvalidInput, aliases: dict[str, str] | None = None) -> None:
+    """Show a service's InvalidInput next to the form fields it names (unknown names go on top).
+
+    `aliases` maps a service argument to the form field that carries it (e.g. "hours" -> "extend_hours").
+    """
+    for name, messages in error.errors.items():
+        field = (aliases or {}).get(name, name)
+        form.add_error(field if field in form.fields else None, list(messages))
+
+
+class TenantCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.CharField(
+        max_length=40,
+        help_text="Lowercase letters, digits and hyphens; it becomes part of Kubernetes names and cannot change.",
+    )
+    max_lease_hours = forms.IntegerField(min_value=1, initial=168, label="Maximum lease (hours)")
+    auto_approve_max_compute_slices = forms.IntegerField(
+        min_value=0,
+        initial=2,
+        label="Auto-approve up to (compute slices)",
+        help_text="Requests costing at most this many compute slices are approved at once when they fit "
+        "the quota; 0 sends every request to a manager.",
+    )
+    auto_approve_max_lease_hours = forms.IntegerField(
+        min_value=1, initial=24, label="Auto-approve leases up to (hours)"
+    )
+
+
+class TenantPolicyForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    max_lease_hours = TenantCreateForm.base_fields["max_lease_hours"]
+    auto_approve_max_compute_slices = TenantCreateForm.base_fields["auto_approve_max_compute_slices"]
+    auto_approve_max_lease_hours = TenantCreateForm.base_fields["auto_approve_max_lease_hours"]
+
+    @classmethod
+    def for_tenant(cls, tenant: Tenant, data: Any = None) -> TenantPolicyForm:
+        return cls(
+            data,
+            initial={
+                "name": tenant.name,
+                "max_lease_hours": tenant.max_lease_hours,
+                "auto_approve_max_compute_slices": tenant.auto_approve_max_compute_slices,
+                "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
+            },
+        )
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150, widget=forms.TextInput(attrs={"autocomplete": "off"}))
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+EXPIRY_CHOICES = [("", "Never"), ("7", "In 7 days"), ("30", "In 30 days"), ("90", "In 90 days"), ("365", "In a year")]
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        help_text="What uses this token, e.g. “CI pipeline” or “my laptop”.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+    scope = forms.ChoiceField(
+        choices=ApiToken.Scope.choices,
+        initial=ApiToken.Scope.READ,
+        widget=forms.RadioSelect,
+        help_text="A read-only token cannot request, approve or release anything.",
+    )
+    expires_in_days = forms.TypedChoiceField(
+        choices=EXPIRY_CHOICES, coerce=int, empty_value=None, required=False, label="Expires"
+    )
+
+    def expires_at(self) -> datetime | None:
+        days = self.cleaned_data.get("expires_in_days")
+        return timezone.now() + timedelta(days=days) if days else None
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filters, all optional; read from the query string."""
+
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), required=False, empty_label="Any tenant")
+    verb = forms.ChoiceField(required=False)
+    actor = forms.CharField(required=False, max_length=150, help_text="Exact username, or “system”.")
+    object_type = forms.ChoiceField(required=False, label="Object type")
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To (inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, tenants: Any, verbs: list[str], object_types: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tenant_field = self.fields["tenant"]
+        assert isinstance(tenant_field, forms.ModelChoiceField)  # noqa: S101 (narrows the type)
+        tenant_field.queryset = tenants
+        verb_field = self.fields["verb"]
+        assert isinstance(verb_field, forms.ChoiceField)  # noqa: S101
+        verb_field.choices = [("", "Any verb"), *((v, v) for v in verbs)]
+        type_field = self.fields["object_type"]
+        assert isinstance(type_field, forms.ChoiceField)  # noqa: S101
+        type_field.choices = [("", "Any type"), *((t, t) for t in object_types)]
+
+    def filters(self) -> dict[str, Any]:
+        """Keyword arguments for `audit_events_for_user`; empty when the form is invalid."""
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        since, until = data.get("since"), data.get("until")
+        tz = timezone.get_current_timezone()
+        return {
+            "tenant_id": data["tenant"].pk if data.get("tenant") else None,
+            "verb": data.get("verb") or "",
+            "actor": (data.get("actor") or "").strip(),
+            "object_type": data.get("object_type") or "",
+            "since": datetime.combine(since, time.min, tzinfo=tz) if since else None,
+            "until": datetime.combine(until + timedelta(days=1), time.min, tzinfo=tz) if until else None,
+        }

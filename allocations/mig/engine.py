@@ -13,6 +13,7 @@ holds is valid (checked on input, preserved by construction on commit and releas
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -104,11 +105,10 @@ class PlacementEngine:
 
     @staticmethod
     def _key_of(geom: Geometry, gpu: Gpu) -> LayoutKey:
-        pairs = [(i.profile, i.start) for i in gpu.instances]
-        problems = geom.violations(pairs)
-        if problems:
-            raise InvalidLayout(f"{gpu.node} GPU {gpu.index} ({gpu.model.name}): {'; '.join(problems)}")
-        return geom.key((geom.index[i.profile], i.start, i.free) for i in gpu.instances)
+        try:
+            return geom.named_key(tuple(sorted((i.profile, i.start, i.owner is None) for i in gpu.instances)))
+        except ValueError as e:
+            raise InvalidLayout(f"{gpu.node} GPU {gpu.index} ({gpu.model.name}): {e}") from None
 
     def _bucket(self, pool: str, geom: Geometry, key: LayoutKey) -> _Bucket:
         group = self._groups.setdefault((pool, id(geom)), {})
@@ -355,8 +355,29 @@ def choose_placement(
 def fits_now(
     fleet: Fleet, pool: str | None = None, model: str | None = None, reconfigure: bool = False
 ) -> dict[str, int]:
-    """What-if for the form and the dashboard: see :meth:`PlacementEngine.fits_now`."""
-    return PlacementEngine(fleet, "first-fit", DemandMix()).fits_now(pool, model, reconfigure)
+    """What-if for the form and the dashboard, straight from a :class:`Fleet` (no index kept): how many
+    more instances of each profile fit now, each profile considered alone. Same answer as
+    :meth:`PlacementEngine.fits_now`; GPUs with equal layouts are counted once, so it stays fast."""
+    layouts: Counter[tuple[int, LayoutKey]] = Counter()
+    geoms: dict[int, Geometry] = {}
+    for node in fleet.nodes:
+        if pool is not None and node.pool != pool:
+            continue
+        for gpu in node.gpus:
+            if model is not None and gpu.model.name != model:
+                continue
+            geom = geometry(gpu.model)
+            geoms[id(geom)] = geom
+            key = PlacementEngine._key_of(geom, gpu)
+            if reconfigure:
+                key = tuple(c for c in key if not c & 1)  # free instances count as unoccupied memory
+            layouts[(id(geom), key)] += 1
+    out: dict[str, int] = {p.name: 0 for g in geoms.values() for p in g.profiles}
+    for (gid, key), n in layouts.items():
+        geom = geoms[gid]
+        for prof, f in zip(geom.profiles, geom.fit(key), strict=True):
+            out[prof.name] += n * f
+    return out
 
 
 def empty_fleet(model: GpuModel, nodes: int, gpus_per_node: int = 8, pool: str = "default") -> Fleet:

@@ -75,6 +75,7 @@ class Geometry:
 
     __slots__ = (
         "_infos",
+        "_named",
         "compute",
         "full_mask",
         "index",
@@ -105,6 +106,7 @@ class Geometry:
         self.no_media = tuple(p.excludes_media for p in model.profiles)
         self.placements = tuple(tuple((pl.start, pl.mask) for pl in p.placements) for p in model.profiles)
         self._infos: dict[LayoutKey, LayoutInfo] = {}
+        self._named: dict[tuple[tuple[str, int, bool], ...], LayoutKey] = {}
 
     def profile_index(self, name: str) -> int:
         try:
@@ -116,6 +118,21 @@ class Geometry:
     def key(self, instances: Iterable[tuple[int, int, bool]]) -> LayoutKey:
         """Layout key of ``(profile_index, start, free)`` triples (not validated; see :meth:`violations`)."""
         return tuple(sorted(encode(s, i, f) for i, s, f in instances))
+
+    def named_key(self, instances: tuple[tuple[str, int, bool], ...]) -> LayoutKey:
+        """Layout key of ``(profile_name, start, free)`` triples, validated; raises ``ValueError`` listing
+        the broken rules. Cached: a fleet has few distinct layouts, so building an index of thousands of
+        GPUs validates each distinct layout once."""
+        found = self._named.get(instances)
+        if found is not None:
+            return found
+        problems = self.violations([(name, start) for name, start, _ in instances])
+        if problems:
+            raise ValueError("; ".join(problems))
+        key = self.key((self.index[name], start, free) for name, start, free in instances)
+        if len(self._named) < 100_000:  # bounded: agent reports cannot grow it without limit
+            self._named[instances] = key
+        return key
 
     def info(self, key: LayoutKey) -> LayoutInfo:
         """Cached facts about a layout. ``key`` must be valid (keys made by this module are)."""

@@ -10,17 +10,19 @@ can cache them per layout and the cost of a decision does not grow with the numb
   DynamicMIG do today.
 * ``best-fit``: the GPU left with the least free capacity (compute slices, then memory slots); on it,
   the placement in the tightest hole.
-* ``ours`` (:class:`FragmentationAware`): the placement that increases *fragmentation* the least.
-  Fragmentation of a layout for a profile q is the free compute that q could not use even if only q
-  were requested from now on; weighting by the demand mix gives the expected stranded capacity (the
-  MIG analogue of FGD, Weng et al., USENIX ATC '23). Consequences: a whole GPU stays whole while
-  whole-GPU requests are in the mix (breaking it strands the rest for them), instances go where
-  their neighbours can still be used by the profiles people ask for, and GPUs already in use are
+* ``ours`` (:class:`FragmentationAware`): the placement that strands the least compute, first for
+  good (no completion with the requested profiles can use it), then in expectation under the learnt
+  demand mix. In the spirit of FGD (Weng et al., USENIX ATC '23), adapted to MIG's placement grid.
+  Consequences: a whole GPU stays whole while whole-GPU requests are in the mix (breaking it leaves
+  a hole that small requests rarely fill), 3g goes to slot 4 and 1g.2x to slot 6 where that keeps the
+  rest usable, instances go next to neighbours the mix can complete, and GPUs already in use are
   preferred on ties.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Protocol
 
 from .layout import Geometry, LayoutKey, Option
@@ -77,122 +79,145 @@ def _hole(occupied: int, start: int, width: int) -> int:
 
 
 def fragmentation(geom: Geometry, key: LayoutKey, weights: tuple[float, ...]) -> float:
-    """Expected compute slices stranded on this GPU for a request drawn from the demand mix.
-
-    For each profile q: free compute minus what instances of q alone could still use. Free instances
-    count as free compute (they hold no allocation), and as usable by their own profile only.
-    """
+    """FGD-style fragmentation: expected compute slices of this GPU that the next request, drawn from
+    the demand mix, could not use. For each profile q it is the free compute minus what instances of q
+    alone could still take. Free instances count as free compute, usable by their own profile only.
+    The benchmark reports it; the policy uses the sharper measures below."""
     info = geom.info(key)
     free = geom.model.compute_slices - info.allocated_compute
     fit = geom.fit(key)
-    total = 0.0
-    for q, w in enumerate(weights):
-        if w:
-            total += w * (free - geom.compute[q] * fit[q])
-    return total
+    return sum(w * (free - geom.compute[q] * fit[q]) for q, w in enumerate(weights) if w)
 
 
-def stranded(geom: Geometry, key: LayoutKey, allowed: frozenset[int]) -> int:
-    """Compute slices of this GPU that no completion with ``allowed`` profiles can ever use."""
-    info = geom.info(key)
-    return geom.model.compute_slices - info.allocated_compute - completion(geom, key, allowed)
+class _Memo:
+    """A few recent per-(geometry, parameter) memo tables; older ones are dropped so that a long-lived
+    engine whose demand mix keeps moving does not grow without bound."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self._tables: OrderedDict[Hashable, dict[LayoutKey, float]] = OrderedDict()
+        self._keep = keep
+
+    def table(self, key: Hashable) -> dict[LayoutKey, float]:
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = {}
+            while len(self._tables) > self._keep:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+        return found
 
 
-_COMPLETION: dict[tuple[int, frozenset[int], LayoutKey], int] = {}
+_COMPLETION = _Memo()
+_FILL = _Memo()
 
 
 def completion(geom: Geometry, key: LayoutKey, allowed: frozenset[int]) -> int:
-    """Most compute slices that instances of ``allowed`` profiles can add to this layout (free
-    instances count as reusable by their own profile)."""
-    ck = (id(geom), allowed, key)
-    found = _COMPLETION.get(ck)
-    if found is not None:
-        return found
-    best = 0
-    for q in allowed:
-        for o in geom.options(key, q):
-            best = max(best, geom.compute[q] + completion(geom, o.after, allowed))
-    _COMPLETION[ck] = best
-    return best
+    """Most compute slices that instances of the ``allowed`` profiles can still add to this layout."""
+    return int(_completion(geom, key, allowed, _COMPLETION.table((id(geom), allowed))))
 
 
-_CHAIN: dict[tuple[int, tuple[float, ...], float], dict[LayoutKey, float]] = {}
-
-
-def expected_fill(geom: Geometry, key: LayoutKey, weights: tuple[float, ...], beta: float) -> float:
-    """Expected compute slices this GPU still takes if requests keep arriving from the mix: a request
-    that fits is placed where it leaves the most expected fill; one that does not ends the process with
-    probability ``1 - beta``."""
-    memo = _CHAIN.setdefault((id(geom), weights, beta), {})
-    return _fill(geom, key, weights, beta, memo)
-
-
-def _fill(geom: Geometry, key: LayoutKey, weights: tuple[float, ...], beta: float, memo: dict[LayoutKey, float]) -> float:
+def _completion(geom: Geometry, key: LayoutKey, allowed: frozenset[int], memo: dict[LayoutKey, float]) -> float:
     found = memo.get(key)
     if found is not None:
         return found
-    gain = 0.0
-    miss = 0.0
+    best = 0.0
+    for q in allowed:
+        for o in geom.options(key, q):
+            best = max(best, geom.compute[q] + _completion(geom, o.after, allowed, memo))
+    memo[key] = best
+    return best
+
+
+def stranded(geom: Geometry, key: LayoutKey, allowed: frozenset[int]) -> int:
+    """Compute slices of this GPU that no completion with the ``allowed`` profiles can ever use
+    (e.g. 3g.40gb at slot 0 strands one slice on an 8-slot GPU: slot 7 only fits 1g.2x, 3g or 7g)."""
+    free = geom.model.compute_slices - geom.info(key).allocated_compute
+    return free - completion(geom, key, allowed)
+
+
+def expected_fill(geom: Geometry, key: LayoutKey, weights: tuple[float, ...], persistence: float) -> float:
+    """Expected compute slices this GPU still takes while requests keep arriving from the mix.
+
+    Each arrival is drawn from the mix; one that fits is placed where it leaves the most expected fill;
+    one that does not fit ends the process with probability ``1 - persistence`` (other GPUs take it,
+    or the pool fills up). ``persistence`` near 1 trusts that rare profiles will eventually come;
+    near 0 only the next request counts.
+    """
+    return _fill(geom, key, weights, persistence, _FILL.table((id(geom), weights, persistence)))
+
+
+def _fill(
+    geom: Geometry,
+    key: LayoutKey,
+    weights: tuple[float, ...],
+    persistence: float,
+    memo: dict[LayoutKey, float],
+) -> float:
+    found = memo.get(key)
+    if found is not None:
+        return found
+    gain = miss = 0.0
     for q, w in enumerate(weights):
         if not w:
             continue
         options = geom.options(key, q)
-        if not options:
+        if options:
+            gain += w * (geom.compute[q] + max(_fill(geom, o.after, weights, persistence, memo) for o in options))
+        else:
             miss += w
-            continue
-        gain += w * (geom.compute[q] + max(_fill(geom, o.after, weights, beta, memo) for o in options))
-    value = gain / (1.0 - beta * miss) if miss < 1.0 else 0.0
+    # v = gain + persistence * miss * v, solved for v.
+    value = gain / (1.0 - persistence * miss)
     memo[key] = value
     return value
 
 
 class FragmentationAware:
-    """``ours``: least increase of demand-weighted fragmentation (see the module docstring)."""
+    """``ours``: keep capacity for the profiles tenants request.
+
+    Rank of a placement, lexicographically (lower is better):
+
+    1. the compute slices it strands for good: no completion with the profiles in the mix (share at
+       least ``threshold``) can use them;
+    2. the change of *expected stranded compute* of the GPU, free compute minus :func:`expected_fill`:
+       placements that leave holes the mix is unlikely to fill, or that break a whole GPU while whole
+       GPUs are requested, cost more;
+    3. GPUs already in use first; then device order (the engine's tie-break).
+
+    On one GPU the option with the lowest (1, 2) wins, reusing a free instance on ties.
+    """
 
     name = "ours"
     uses_demand = True
-    threshold = 0.02
-    mode = "lex"
-    lam = 1.0
-    beta = 0.0
+
+    def __init__(self, threshold: float = 0.02, persistence: float = 0.9) -> None:
+        self.threshold = threshold
+        self.persistence = persistence
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         options = geom.options(key, i)
         if not options:
             return None
-        if self.mode == "chain":
-            c = geom.model.compute_slices
-            e0 = c - geom.info(key).allocated_compute - expected_fill(geom, key, weights, self.beta)
-            best2: tuple[float, float, int, Option] | None = None
-            f0 = fragmentation(geom, key, weights)
-            for o in options:
-                e1 = c - geom.info(o.after).allocated_compute - expected_fill(geom, o.after, weights, self.beta)
-                d = round(e1 - e0, 9)
-                df = round(fragmentation(geom, o.after, weights) - f0, 9)
-                cand2 = (d, df, 0 if o.reuse else 1, o)
-                if best2 is None or cand2[:3] < best2[:3]:
-                    best2 = cand2
-            if best2 is None:
-                return None
-            in_use2 = 0.0 if geom.info(key).allocated_instances else 1.0
-            return (best2[0], best2[1], in_use2), best2[3]
         allowed = frozenset(q for q, w in enumerate(weights) if w >= self.threshold)
-        before = fragmentation(geom, key, weights)
-        lost = stranded(geom, key, allowed)
-        best: tuple[float, float, int, Option] | None = None
+        lost_before = stranded(geom, key, allowed)
+        expected_before = self._expected_stranded(geom, key, weights)
+        best: tuple[float, float, int] | None = None
+        chosen = options[0]
         for o in options:
-            # Rounded so float noise cannot beat device order on equal layouts.
-            delta = round(fragmentation(geom, o.after, weights) - before, 9)
-            dl = float(stranded(geom, o.after, allowed) - lost) if self.mode != "fgd" else 0.0
-            if self.mode == "sum":
-                dl, delta = 0.0, round(delta + self.lam * dl, 9)
-            cand = (dl, delta, 0 if o.reuse else 1, o)
-            if best is None or cand[:3] < best[:3]:
-                best = cand
+            lost = float(stranded(geom, o.after, allowed) - lost_before)
+            # Rounded so float noise cannot beat device order between equivalent layouts.
+            expected = round(self._expected_stranded(geom, o.after, weights) - expected_before, 9)
+            cand = (lost, expected, 0 if o.reuse else 1)
+            if best is None or cand < best:
+                best, chosen = cand, o
         if best is None:
             return None
         in_use = 0.0 if geom.info(key).allocated_instances else 1.0
-        return (best[0], best[1], in_use), best[3]
+        return (best[0], best[1], in_use), chosen
+
+    def _expected_stranded(self, geom: Geometry, key: LayoutKey, weights: tuple[float, ...]) -> float:
+        free = geom.model.compute_slices - geom.info(key).allocated_compute
+        return free - expected_fill(geom, key, weights, self.persistence)
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (FirstFit(), BestFit(), FragmentationAware())}

@@ -1,0 +1,156 @@
+"""Forms of the browser pages for slice requests, quotas and pools.
+
+Forms parse and type the input and offer the choices a user may pick from; every rule (profiles a
+pool offers, lease bounds, quota, who may do what) is checked by the service the view calls.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.db.models import QuerySet
+
+from allocations.models import NodePool
+from allocations.web_selectors import GpuModelChoice
+from tenants.models import Tenant
+
+CAP_ITEM = re.compile(r"^\s*(?P<profile>[\w.+-]+)\s*[=:]\s*(?P<count>\d{1,6})\s*$")
+
+
+class ProfileCapsField(forms.CharField):
+    """Per-profile caps written as `1g.10gb=4, 3g.40gb=1` (commas or new lines); empty means no caps."""
+
+    widget = forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "1g.10gb=4, 3g.40gb=1"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("label", "Per-profile caps (optional)")
+        kwargs.setdefault(
+            "help_text", "The most slices of a profile the tenant may hold at once, e.g. 1g.10gb=4, 3g.40gb=1."
+        )
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> dict[str, int]:  # type: ignore[override]
+        text = super().to_python(value)
+        caps: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in re.split(r"[,\n]", text))):
+            match = CAP_ITEM.match(item)
+            if match is None:
+                raise forms.ValidationError(
+                    f"Cannot read {item!r}: write profile=count, e.g. 1g.10gb=4.", code="invalid_cap"
+                )
+            caps[match["profile"]] = int(match["count"])
+        return caps
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return ", ".join(f"{k}={v}" for k, v in value.items())
+        return value
+
+
+class NewRequestForm(forms.Form):
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
+    pool = forms.ModelChoiceField(queryset=NodePool.objects.none(), empty_label=None)
+    profile = forms.ChoiceField(label="MIG profile")
+    count = forms.IntegerField(min_value=1, initial=1, label="Number of slices")
+    lease_hours = forms.IntegerField(min_value=1, initial=8, label="Lease (hours)")
+    purpose = forms.CharField(
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="What the slices are for; your manager reads this when approving.",
+    )
+
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], pools: QuerySet[NodePool], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._model_field("tenant").queryset = tenants
+        self._model_field("pool").queryset = pools
+        if len(tenants) == 1:
+            self.fields["tenant"].widget = forms.HiddenInput()
+            self.fields["tenant"].initial = tenants[0].pk
+        count = self.fields["count"]
+        assert isinstance(count, forms.IntegerField)  # noqa: S101 (narrows the type)
+        count.max_value = settings.FATIA_MAX_SLICES_PER_REQUEST
+        count.widget.attrs["max"] = settings.FATIA_MAX_SLICES_PER_REQUEST
+        profile = self.fields["profile"]
+        assert isinstance(profile, forms.ChoiceField)  # noqa: S101
+        # Without the page's script every pool's profiles are listed, grouped by pool; the script
+        # keeps only the chosen pool's. The service refuses a profile the pool does not offer.
+        profile.choices = [(pool.name, [(p, p) for p in pool.profiles]) for pool in pools]
+
+    def _model_field(self, name: str) -> forms.ModelChoiceField[Any]:
+        field = self.fields[name]
+        assert isinstance(field, forms.ModelChoiceField)  # noqa: S101
+        return field
+
+
+class DecisionForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=2000, label="Note (optional)")
+
+
+class RejectionForm(forms.Form):
+    reason = forms.CharField(max_length=2000, label="Reason")
+
+
+class ExtendForm(forms.Form):
+    hours = forms.IntegerField(min_value=1, label="Add hours")
+
+
+class QuotaChangeForm(forms.Form):
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
+    pool = forms.ModelChoiceField(queryset=NodePool.objects.none(), empty_label=None)
+    compute_slices_limit = forms.IntegerField(min_value=0, label="Compute slices limit")
+    memory_slices_limit = forms.IntegerField(min_value=0, label="Memory slots limit")
+    profile_caps = ProfileCapsField()
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), help_text="Why the tenant needs this quota; an admin decides."
+    )
+
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], pools: QuerySet[NodePool], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tenant = self.fields["tenant"]
+        pool = self.fields["pool"]
+        assert isinstance(tenant, forms.ModelChoiceField)  # noqa: S101
+        assert isinstance(pool, forms.ModelChoiceField)  # noqa: S101
+        tenant.queryset = tenants
+        pool.queryset = pools
+
+
+class SetQuotaForm(QuotaChangeForm):
+    justification = None  # type: ignore[assignment]  # an admin sets limits directly
+
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], pools: QuerySet[NodePool], **kwargs: Any) -> None:
+        super().__init__(*args, tenants=tenants, pools=pools, **kwargs)
+        self.fields["tenant"].empty_label = "Choose a tenant"  # type: ignore[attr-defined]
+        self.fields["pool"].empty_label = "Choose a pool"  # type: ignore[attr-defined]
+
+
+class PoolForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.CharField(
+        max_length=40, help_text="Lowercase letters, digits and hyphens; used in Kubernetes names."
+    )
+    gpu_model = forms.ChoiceField(label="GPU model")
+    profiles = forms.MultipleChoiceField(
+        required=False,
+        label="Offered MIG profiles",
+        help_text="Leave all unticked to offer every profile of the GPU model.",
+    )
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, models: list[GpuModelChoice], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.models = models
+        gpu_model = self.fields["gpu_model"]
+        profiles = self.fields["profiles"]
+        assert isinstance(gpu_model, forms.ChoiceField)  # noqa: S101
+        assert isinstance(profiles, forms.MultipleChoiceField)  # noqa: S101
+        gpu_model.choices = [("", "Choose a GPU model"), *((m.name, m.name) for m in models)]
+        names = dict.fromkeys(p for m in models for p in m.profiles)
+        profiles.choices = [(p, p) for p in names]
+
+    def chosen_profiles(self) -> list[str] | None:
+        """The ticked profiles, or None (every profile of the model) when none is ticked."""
+        return list(self.cleaned_data["profiles"]) or None

@@ -1,0 +1,127 @@
+"""Seed the zero-setup demo: users, two tenants, H100 and H200 pools with a simulated fleet,
+quotas, and requests in every state. Idempotent: a second run changes nothing."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from allocations import services
+from allocations.models import Allocation, NodePool
+from tenants.models import Membership, Tenant
+from tenants.services import add_member, create_tenant
+
+DEMO_USERS = [
+    ("admin", True, "Platform admin"),
+    ("alice", False, "Member of ML Research"),
+    ("mallory", False, "Manager of ML Research"),
+    ("charlie", False, "Member of Inference"),
+    ("dana", False, "Manager of Inference"),
+]
+FLEET = [
+    ("H100 80GB", "h100", "NVIDIA H100 80GB HBM3", 6),
+    ("H200 141GB", "h200", "NVIDIA H200", 3),
+]
+
+
+class Command(BaseCommand):
+    help = "Create demo users, tenants, pools, a simulated fleet and some requests (idempotent)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--credentials-file", help="Write the demo logins to this file.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django.conf import settings
+
+        if not settings.DEBUG:
+            raise CommandError("seed_demo only runs with DEBUG=True: it creates users with known passwords.")
+        if Tenant.objects.filter(slug="ml-research").exists():
+            self.stdout.write("Demo data already present.")
+            return
+        logins = self._seed()
+        lines = [f"{name:8s} {password}  ({role})" for name, password, role in logins]
+        if options.get("credentials_file"):
+            with open(options["credentials_file"], "w") as fh:
+                fh.write("\n".join(lines) + "\n")
+        self.stdout.write("Demo logins (user, password):\n  " + "\n  ".join(lines))
+
+    @transaction.atomic
+    def _seed(self) -> list[tuple[str, str, str]]:
+        logins = []
+        users: dict[str, User] = {}
+        for name, staff, role in DEMO_USERS:
+            password = secrets.token_urlsafe(9)
+            user = User.objects.create_user(
+                username=name, email=f"{name}@example.test", password=password, is_staff=staff
+            )
+            users[name] = user
+            logins.append((name, password, role))
+        admin = users["admin"]
+        research = create_tenant(name="ML Research", slug="ml-research", actor=admin, auto_approve_max_compute_slices=3)
+        inference = create_tenant(name="Inference", slug="inference", actor=admin, max_lease_hours=720)
+        for tenant, member, manager in ((research, "alice", "mallory"), (inference, "charlie", "dana")):
+            add_member(tenant_id=tenant.pk, username=member, role=Membership.Role.MEMBER, actor=admin)
+            add_member(tenant_id=tenant.pk, username=manager, role=Membership.Role.MANAGER, actor=admin)
+        pools: dict[str, NodePool] = {}
+        for name, slug, model, nodes in FLEET:
+            pool = services.create_node_pool(name=name, slug=slug, gpu_model=model, actor=admin)
+            pools[slug] = pool
+            for n in range(nodes):
+                services.register_node(pool_id=pool.pk, name=f"{slug}-node-{n:02d}", gpu_count=8, actor=admin)
+            for tenant in (research, inference):
+                services.set_tenant_quota(
+                    tenant_id=tenant.pk,
+                    pool_id=pool.pk,
+                    compute_slices_limit=56,
+                    memory_slices_limit=64,
+                    actor=admin,
+                    profile_caps={},
+                )
+        self._requests(users, research, inference, pools)
+        return logins
+
+    def _requests(
+        self, users: dict[str, User], research: Tenant, inference: Tenant, pools: dict[str, NodePool]
+    ) -> None:
+        def ask(user: str, tenant: Tenant, pool: str, profile: str, count: int, purpose: str) -> Allocation:
+            allocation, _ = services.request_allocation(
+                tenant_id=tenant.pk,
+                pool_id=pools[pool].pk,
+                profile=profile,
+                count=count,
+                lease_hours=24,
+                purpose=purpose,
+                actor=users[user],
+            )
+            return allocation
+
+        for profile, count, purpose in [
+            ("1g.10gb", 2, "Notebook experiments"),
+            ("2g.20gb", 1, "Tokenizer benchmarks"),
+            ("1g.20gb", 1, "Evaluation harness"),
+        ]:
+            self._provision(ask("alice", research, "h100", profile, count, purpose))
+        for profile, count, purpose in [("3g.40gb", 2, "Llama 3.1 8B serving"), ("1g.10gb", 3, "Embeddings")]:
+            allocation = ask("charlie", inference, "h100", profile, count, purpose)
+            if allocation.status == Allocation.Status.PENDING:
+                services.approve_allocation(allocation_id=allocation.pk, actor=users["dana"], reason="Planned launch")
+            self._provision(allocation)
+        self._provision(ask("charlie", inference, "h200", "3g.71gb", 1, "Long-context eval"))
+        ask("alice", research, "h100", "7g.80gb", 1, "Full-GPU fine-tune of an 8B model")
+        ask("alice", research, "h200", "4g.71gb", 1, "Distillation run")
+        rejected = ask("alice", research, "h100", "4g.40gb", 2, "Hyper-parameter sweep")
+        services.reject_allocation(
+            allocation_id=rejected.pk, actor=users["mallory"], reason="Use 2g slices for sweeps"
+        )
+        released = ask("alice", research, "h100", "1g.10gb", 1, "Quick smoke test")
+        self._provision(released)
+        services.release_allocation(allocation_id=released.pk, actor=users["alice"])
+        services.finish_release(allocation_id=released.pk)
+
+    def _provision(self, allocation: Allocation) -> None:
+        # The embedded worker would do this after commit; inside this one seeding transaction, do it now.
+        services.provision_allocation(allocation_id=allocation.pk)

@@ -1,0 +1,286 @@
+"""Browser pages for API tokens and the platform admin's tenant, member and audit-log pages.
+
+Each view parses a form, calls one service and turns a DomainError into a field error, a message
+or a status: NotAllowed is 403, a missing object (or another user's) is 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, Concatenate, ParamSpec
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from allocations import web_selectors
+from tenants import services
+from tenants.errors import DomainError, InvalidInput, NotAllowed
+from tenants.forms import (
+    ApiTokenForm,
+    AuditFilterForm,
+    MemberAddForm,
+    MemberRoleForm,
+    TenantCreateForm,
+    TenantPolicyForm,
+    add_service_errors,
+)
+from tenants.models import ApiToken, Membership, Tenant
+
+P = ParamSpec("P")
+AUDIT_PAGE_SIZE = 50
+
+
+def signed_in_user(request: HttpRequest) -> User:
+    """The user behind a request that passed @login_required, typed for the services."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied("Sign in first.")
+    return user
+
+
+def staff_required(
+    view: Callable[Concatenate[HttpRequest, P], HttpResponse],
+) -> Callable[Concatenate[HttpRequest, P], HttpResponse]:
+    """403 unless the signed-in user is a platform admin (put it under @login_required)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("Only platform admins can open this page.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
+    """Redirect to the form's `next` field when it is a path on this site, else to `fallback`."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return redirect(fallback)
+
+
+# --- API tokens ---------------------------------------------------------------------------------------
+
+
+@login_required
+@never_cache  # the response that shows a new token's secret must not be cached anywhere
+@require_http_methods(["GET", "POST"])
+def tokens(request: HttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
+    form = ApiTokenForm(request.POST or None)
+    created: tuple[ApiToken, str] | None = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.create_api_token(
+                user=user,
+                name=form.cleaned_data["name"],
+                scope=form.cleaned_data["scope"],
+                expires_at=form.expires_at(),
+                actor=user,
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc, aliases={"expires_at": "expires_in_days"})
+        else:
+            form = ApiTokenForm()
+    return render(
+        request,
+        "tenants/tokens.html",
+        {
+            "form": form,
+            "tokens": web_selectors.api_tokens_for_user(user),
+            "new_token": created[0] if created else None,
+            "new_secret": created[1] if created else None,
+        },
+    )
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    try:
+        token = services.revoke_api_token(token_id=token_id, actor=user)
+    except ApiToken.DoesNotExist as exc:
+        raise Http404("No such token.") from exc
+    messages.success(request, f"Token “{token.name}” ({token.prefix}) is revoked; it no longer works.")
+    return redirect("tokens")
+
+
+# --- Admin: tenants and members -----------------------------------------------------------------------
+
+
+@login_required
+@staff_required
+@require_http_methods(["GET", "POST"])
+def manage_tenants(request: HttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
+    form = TenantCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenant = services.create_tenant(actor=user, **form.cleaned_data)
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            messages.success(request, f"Tenant {tenant.name} is created. Add its members and set its quotas.")
+            return redirect("manage-tenant", tenant_id=tenant.pk)
+    return render(
+        request, "tenants/manage_tenants.html", {"form": form, "tenants": web_selectors.tenants_overview()}
+    )
+
+
+def _tenant_or_404(user: User, tenant_id: int) -> Tenant:
+    tenant = Tenant.objects.for_user(user).filter(pk=tenant_id).first()
+    if tenant is None:
+        raise Http404("No such tenant.")
+    return tenant
+
+
+def _tenant_page(
+    request: HttpRequest,
+    tenant: Tenant,
+    *,
+    policy_form: TenantPolicyForm | None = None,
+    member_form: MemberAddForm | None = None,
+) -> HttpResponse:
+    return render(
+        request,
+        "tenants/manage_tenant.html",
+        {
+            "tenant": tenant,
+            "policy_form": policy_form or TenantPolicyForm.for_tenant(tenant),
+            "member_form": member_form or MemberAddForm(),
+            "memberships": web_selectors.memberships_of(tenant),
+            "role_choices": Membership.Role.choices,
+        },
+    )
+
+
+@login_required
+@staff_required
+@require_http_methods(["GET", "POST"])
+def manage_tenant(request: HttpRequest, tenant_id: int) -> HttpResponse:
+    """A tenant's policy (editable) and its members."""
+    user = signed_in_user(request)
+    tenant = _tenant_or_404(user, tenant_id)
+    if request.method == "GET":
+        return _tenant_page(request, tenant)
+    form = TenantPolicyForm.for_tenant(tenant, request.POST)
+    if form.is_valid():
+        try:
+            tenant = services.update_tenant_policy(tenant_id=tenant.pk, actor=user, **form.cleaned_data)
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            messages.success(request, f"The policy of {tenant.name} is saved.")
+            return redirect("manage-tenant", tenant_id=tenant.pk)
+    return _tenant_page(request, tenant, policy_form=form)
+
+
+@login_required
+@staff_required
+@require_POST
+def member_add(request: HttpRequest, tenant_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    tenant = _tenant_or_404(user, tenant_id)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = services.add_member(
+                tenant_id=tenant.pk,
+                username=form.cleaned_data["username"].strip(),
+                role=form.cleaned_data["role"],
+                actor=user,
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            messages.success(
+                request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}."
+            )
+            return redirect("manage-tenant", tenant_id=tenant.pk)
+    return _tenant_page(request, tenant, member_form=form)
+
+
+def _membership_or_404(membership_id: int) -> Membership:
+    membership = Membership.objects.select_related("user", "tenant").filter(pk=membership_id).first()
+    if membership is None:
+        raise Http404("No such membership.")
+    return membership
+
+
+@login_required
+@staff_required
+@require_POST
+def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    membership = _membership_or_404(membership_id)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a role: member or manager.")
+        return redirect("manage-tenant", tenant_id=membership.tenant_id)
+    try:
+        membership = services.change_member_role(membership_id=membership.pk, role=form.cleaned_data["role"], actor=user)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}."
+        )
+    return redirect("manage-tenant", tenant_id=membership.tenant_id)
+
+
+@login_required
+@staff_required
+@require_POST
+def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    membership = _membership_or_404(membership_id)
+    try:
+        services.remove_member(membership_id=membership.pk, actor=user)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    messages.success(request, f"{membership.user.get_username()} is no longer in {membership.tenant.name}.")
+    return redirect("manage-tenant", tenant_id=membership.tenant_id)
+
+
+# --- Admin: audit log ---------------------------------------------------------------------------------
+
+
+@login_required
+@staff_required
+@require_GET
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """The audit log, read-only, filtered by the query string and paginated."""
+    user = signed_in_user(request)
+    verbs, object_types = web_selectors.audit_filter_choices(user)
+    form = AuditFilterForm(
+        request.GET or None,
+        tenants=Tenant.objects.for_user(user).order_by("name"),
+        verbs=verbs,
+        object_types=object_types,
+    )
+    events = web_selectors.audit_events_for_user(user, **form.filters())
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    context: dict[str, Any] = {"form": form, "page": page, "audit_url": reverse("manage-audit")}
+    return render(request, "tenants/audit_log.html", context)

@@ -73,6 +73,16 @@ class Tenant(models.Model):
         return self.name
 
 
+class MembershipQuerySet(models.QuerySet["Membership"]):
+    def for_user(self, user: User | AnonymousUser) -> MembershipQuerySet:
+        """Memberships of the tenants the user belongs to (all for staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user)
+
+
 class Membership(models.Model):
     """A user's role in one tenant. One membership per (user, tenant)."""
 
@@ -84,6 +94,8 @@ class Membership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant__name", "user__username"]

@@ -135,8 +135,7 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
             profile_caps=v["profile_caps"],
             actor=acting_user(request),
         )
-        quota = Quota.objects.select_related("tenant", "pool").get(pk=quota.pk)
-        return Response(s.BalanceSerializer(selectors.balance_of(quota)).data)
+        return Response(s.BalanceSerializer(selectors.balance_of(self.get_queryset().get(pk=quota.pk))).data)
 
 
 class QuotaChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[QuotaChangeRequest]):

@@ -54,15 +54,14 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     filterset_fields = ["tenant", "role"]
 
     def get_queryset(self) -> QuerySet[Membership]:
-        tenants = Tenant.objects.for_user(self.request.user)
-        return Membership.objects.filter(tenant__in=tenants).select_related("user")
+        return Membership.objects.for_user(self.request.user).select_related("user").distinct()
 
     @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.MembershipSerializer})
     def create(self, request: Request) -> Response:
         data = s.MembershipCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        if not Tenant.objects.filter(pk=v["tenant"]).exists():
+        if not Tenant.objects.for_user(request.user).filter(pk=v["tenant"]).exists():
             raise InvalidInput({"tenant": [f"Unknown tenant {v['tenant']}."]})
         membership = services.add_member(
             tenant_id=v["tenant"], username=v["username"], role=v["role"], actor=acting_user(request)
@@ -115,7 +114,8 @@ class MeView(APIView):
 
     @extend_schema(responses={200: s.MeSerializer})
     def get(self, request: Request) -> Response:
-        memberships = Membership.objects.filter(user_id=acting_user(request).pk).select_related("user")
+        user = acting_user(request)
+        memberships = Membership.objects.for_user(user).filter(user=user).select_related("user")
         return Response(
             s.MeSerializer(
                 {

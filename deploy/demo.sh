@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${FATIA_CACHE:-$HOME/.cache/fatia}
 VENV=$CACHE/venv
-stamp=$(sha256sum pyproject.toml | cut -c1-16)
+# Rebuild when the dependency lists change (the tool settings below them do not matter here).
+stamp=$(sed -n '/^\[project\]/,/^\[project.scripts\]/p' pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "Installing Fatia into $VENV (once)..."
   python3 -m venv "$VENV"

@@ -40,7 +40,8 @@ fi
 PG_BIN=$(pg_bindir)
 
 # --- python environment --------------------------------------------------------------------------
-stamp=$(sha256sum pyproject.toml | cut -c1-16)
+# Rebuild when the dependency lists change (the tool settings below them do not matter here).
+stamp=$(sed -n '/^\[project\]/,/^\[project.scripts\]/p' pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" != "$stamp" ]; then
   log "building the virtualenv in $VENV"
   python3 -m venv "$VENV"

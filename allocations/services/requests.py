@@ -35,6 +35,13 @@ def _queue_provisioning(allocation_id: int) -> None:
     transaction.on_commit(partial(tasks.provision_allocation_task.delay, allocation_id))
 
 
+def _queue_notification(task_name: str, allocation_id: int) -> None:
+    from allocations import tasks
+
+    task = getattr(tasks, task_name)
+    transaction.on_commit(partial(task.delay, allocation_id))
+
+
 def _queue_teardown(allocation_id: int) -> None:
     from allocations import tasks
 
@@ -202,6 +209,8 @@ def _create_allocation(
             after={"status": Status.APPROVED},
         )
         _queue_provisioning(allocation.pk)
+    else:
+        _queue_notification("notify_managers_task", allocation.pk)
     return allocation
 
 
@@ -236,6 +245,7 @@ def approve_allocation(*, allocation_id: int, actor: User, reason: str = "") -> 
         after={"status": Status.APPROVED, "reason": allocation.decision_reason},
     )
     _queue_provisioning(allocation.pk)
+    _queue_notification("notify_requester_task", allocation.pk)
     return allocation
 
 
@@ -274,6 +284,7 @@ def reject_allocation(*, allocation_id: int, actor: User, reason: str) -> Alloca
         before={"status": Status.PENDING},
         after={"status": Status.REJECTED, "reason": allocation.decision_reason},
     )
+    _queue_notification("notify_requester_task", allocation.pk)
     return allocation
 
 

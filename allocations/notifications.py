@@ -1,0 +1,67 @@
+"""Emails about requests: managers hear about requests that wait for them, requesters about decisions.
+
+Sent from Celery tasks after the change committed, so a slow mail server never holds a row lock and a
+rolled-back change never sends mail.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.mail import send_mail
+
+from allocations.models import Allocation
+from tenants.models import Membership
+
+
+def _link(allocation: Allocation) -> str:
+    return f"{settings.SITE_URL}/requests/{allocation.pk}/"
+
+
+def notify_managers_of_pending_request(*, allocation_id: int) -> int:
+    """Tell the tenant's managers that a request waits for them. Returns the number of recipients."""
+    allocation = Allocation.objects.select_related("tenant", "pool", "requested_by").get(pk=allocation_id)
+    if allocation.status != Allocation.Status.PENDING:
+        return 0
+    recipients = sorted(
+        User.objects.filter(
+            memberships__tenant_id=allocation.tenant_id, memberships__role=Membership.Role.MANAGER, is_active=True
+        )
+        .exclude(email="")
+        .values_list("email", flat=True)
+    )
+    if not recipients:
+        return 0
+    send_mail(
+        subject=(
+            f"[Fatia] {allocation.requested_by.get_username()} asks for {allocation.count} x "
+            f"{allocation.profile} in {allocation.pool.name}"
+        ),
+        message=(
+            f"Request #{allocation.pk} for {allocation.tenant.name} waits for a manager.\n"
+            f"Purpose: {allocation.purpose}\nLease: {allocation.lease_hours} h\n"
+            f"Cost: {allocation.compute_slices} compute slices, {allocation.memory_slices} memory slots\n"
+            f"Why it was not approved automatically: {allocation.status_message}\n\n"
+            f"Approve or reject: {_link(allocation)}\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+    return len(recipients)
+
+
+def notify_requester_of_decision(*, allocation_id: int) -> int:
+    """Tell the requester that a manager approved or rejected the request."""
+    allocation = Allocation.objects.select_related("pool", "requested_by").get(pk=allocation_id)
+    user = allocation.requested_by
+    if not user.email or allocation.auto_approved:
+        return 0
+    verdict = "rejected" if allocation.status == Allocation.Status.REJECTED else "approved"
+    reason = f"\nReason: {allocation.decision_reason}" if allocation.decision_reason else ""
+    send_mail(
+        subject=f"[Fatia] Your request #{allocation.pk} ({allocation.count} x {allocation.profile}) was {verdict}",
+        message=f"Request #{allocation.pk} in {allocation.pool.name} was {verdict}.{reason}\n\n{_link(allocation)}\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[user.email],
+    )
+    return 1

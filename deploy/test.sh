@@ -112,6 +112,7 @@ log "django checks"
 python manage.py check --fail-level WARNING
 python manage.py makemigrations --check --dry-run >/dev/null
 python manage.py collectstatic --noinput -v0
+python manage.py spectacular --validate --fail-on-warn --file "$RUN_DIR/openapi.yaml"
 
 log "pytest"
 set +e

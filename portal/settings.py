@@ -188,6 +188,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "AllocationStatusEnum": "allocations.models.Allocation.Status",
+        "QuotaChangeStatusEnum": "allocations.models.QuotaChangeRequest.Status",
+    },
 }
 
 # Celery: JSON only, one reserved task per worker process, late acks (every task is idempotent).

@@ -3,7 +3,17 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from tenants import views
+
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.token_revoke, name="tokens-revoke"),
+    path("manage/tenants/", views.manage_tenants, name="manage-tenants"),
+    path("manage/tenants/<int:tenant_id>/", views.manage_tenant, name="manage-tenant"),
+    path("manage/tenants/<int:tenant_id>/members/", views.member_add, name="manage-member-add"),
+    path("manage/memberships/<int:membership_id>/role/", views.member_role, name="manage-member-role"),
+    path("manage/memberships/<int:membership_id>/remove/", views.member_remove, name="manage-member-remove"),
+    path("manage/audit/", views.audit_log, name="manage-audit"),
 ]

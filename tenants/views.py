@@ -54,7 +54,7 @@ def staff_required(
     """403 unless the signed-in user is a platform admin (put it under @login_required)."""
 
     @wraps(view)
-    def wrapper(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+    def wrapper(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
         if not request.user.is_staff:
             raise PermissionDenied("Only platform admins can open this page.")
         return view(request, *args, **kwargs)
@@ -138,9 +138,7 @@ def manage_tenants(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Tenant {tenant.name} is created. Add its members and set its quotas.")
             return redirect("manage-tenant", tenant_id=tenant.pk)
-    return render(
-        request, "tenants/manage_tenants.html", {"form": form, "tenants": web_selectors.tenants_overview()}
-    )
+    return render(request, "tenants/manage_tenants.html", {"form": form, "tenants": web_selectors.tenants_overview()})
 
 
 def _tenant_or_404(user: User, tenant_id: int) -> Tenant:
@@ -238,15 +236,15 @@ def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
         messages.error(request, "Choose a role: member or manager.")
         return redirect("manage-tenant", tenant_id=membership.tenant_id)
     try:
-        membership = services.change_member_role(membership_id=membership.pk, role=form.cleaned_data["role"], actor=user)
+        membership = services.change_member_role(
+            membership_id=membership.pk, role=form.cleaned_data["role"], actor=user
+        )
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(
-            request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}."
-        )
+        messages.success(request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}.")
     return redirect("manage-tenant", tenant_id=membership.tenant_id)
 
 

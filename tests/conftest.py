@@ -31,6 +31,12 @@ from tests.factories import MembershipFactory, TenantFactory, UserFactory  # noq
 H100 = "NVIDIA H100 80GB HBM3"
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """PBKDF2's deliberate slowness costs half a second per user; tests do not need it."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @dataclass
 class World:
     tenant_a: Tenant

@@ -1,0 +1,185 @@
+"""Every API route with the three users and an anonymous caller, and "nothing changed" on each refusal.
+
+alice: member of tenant A; mallory: manager of tenant A; charlie: member of tenant B. Objects in the
+paths belong to tenant A (tokens to alice). A refusal (401, 403, 404, 400) must leave the database as
+it was; the last test fails when a route is added to the API without a row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.urls import resolve
+
+from allocations import services
+from allocations.api.urls import router as allocations_router
+from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+from tenants.api.urls import router as tenants_router
+from tenants.models import ApiToken, AuditEvent, Membership, Tenant
+from tenants.services import create_api_token
+from tests.conftest import World
+
+USERS = ("alice", "mallory", "charlie", "anonymous")
+
+
+@dataclass(frozen=True)
+class Ids:
+    tenant: int
+    membership: int
+    token: int
+    pool: int
+    quota: int
+    change: int
+    pending: int
+    active: int
+    event: int
+
+
+def objects(world: World) -> Ids:
+    pending, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="3g.40gb",
+        count=1,
+        lease_hours=8,
+        purpose="pending",
+        actor=world.alice,
+    )
+    active, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="1g.10gb",
+        count=1,
+        lease_hours=8,
+        purpose="active",
+        actor=world.alice,
+    )
+    services.provision_allocation(allocation_id=active.pk)
+    change, _ = services.request_quota_change(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        compute_slices_limit=28,
+        memory_slices_limit=32,
+        justification="growth",
+        actor=world.mallory,
+    )
+    token, _ = create_api_token(user=world.alice, name="mine", scope="read", expires_at=None, actor=world.alice)
+    event = AuditEvent.objects.filter(tenant=world.tenant_a).order_by("pk").first()
+    assert event is not None
+    return Ids(
+        tenant=world.tenant_a.pk,
+        membership=Membership.objects.get(user=world.alice).pk,
+        token=token.pk,
+        pool=world.pool.pk,
+        quota=Quota.objects.get(tenant=world.tenant_a, pool=world.pool).pk,
+        change=change.pk,
+        pending=pending.pk,
+        active=active.pk,
+        event=event.pk,
+    )
+
+
+def snapshot() -> tuple[Any, ...]:
+    return (
+        AuditEvent.objects.count(),
+        list(Allocation.objects.order_by("pk").values_list("pk", "status", "lease_hours")),
+        list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit", "memory_slices_limit")),
+        list(QuotaChangeRequest.objects.order_by("pk").values_list("pk", "status")),
+        list(Membership.objects.order_by("pk").values_list("pk", "role")),
+        list(Tenant.objects.order_by("pk").values_list("pk", "name", "max_lease_hours")),
+        list(ApiToken.objects.order_by("pk").values_list("pk", "revoked_at")),
+        list(NodePool.objects.order_by("pk").values_list("pk", "name", "profiles")),
+    )
+
+
+def payload(world: World, name: str) -> dict[str, Any]:
+    a, pool = world.tenant_a.pk, world.pool.pk
+    return {
+        "tenant": {"name": "Team C", "slug": "team-c"},
+        "tenant-edit": {"name": "Renamed"},
+        "member": {"tenant": a, "username": "charlie", "role": "member"},
+        "role": {"role": "manager"},
+        "token": {"name": "t", "scope": "read"},
+        "pool": {"name": "P2", "slug": "p2", "gpu_model": "NVIDIA H200"},
+        "pool-edit": {"name": "Renamed pool"},
+        "quota": {"tenant": a, "pool": pool, "compute_slices_limit": 1, "memory_slices_limit": 1},
+        "change": {
+            "tenant": a,
+            "pool": pool,
+            "compute_slices_limit": 1,
+            "memory_slices_limit": 1,
+            "justification": "j",
+        },
+        "request": {"tenant": a, "pool": pool, "profile": "1g.10gb", "count": 1, "lease_hours": 1, "purpose": "p"},
+        "reason": {"reason": "because"},
+        "extend": {"hours": 2},
+        "none": {},
+    }[name]
+
+
+# (method, path template, payload name, expected status for alice, mallory, charlie, anonymous)
+CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
+    ("get", "/api/v1/me/", "none", (200, 200, 200, 401)),
+    ("get", "/api/v1/tenants/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/tenants/", "tenant", (403, 403, 403, 401)),
+    ("get", "/api/v1/tenants/{tenant}/", "none", (200, 200, 404, 401)),
+    ("patch", "/api/v1/tenants/{tenant}/", "tenant-edit", (403, 403, 404, 401)),
+    ("get", "/api/v1/memberships/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/memberships/", "member", (403, 403, 400, 401)),
+    ("get", "/api/v1/memberships/{membership}/", "none", (200, 200, 404, 401)),
+    ("patch", "/api/v1/memberships/{membership}/", "role", (403, 403, 404, 401)),
+    ("delete", "/api/v1/memberships/{membership}/", "none", (403, 403, 404, 401)),
+    ("get", "/api/v1/tokens/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/tokens/", "token", (201, 201, 201, 401)),
+    ("get", "/api/v1/tokens/{token}/", "none", (200, 404, 404, 401)),
+    ("delete", "/api/v1/tokens/{token}/", "none", (204, 404, 404, 401)),
+    ("get", "/api/v1/pools/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/pools/", "pool", (403, 403, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/", "none", (200, 200, 200, 401)),
+    ("patch", "/api/v1/pools/{pool}/", "pool-edit", (403, 403, 403, 401)),
+    ("get", "/api/v1/quotas/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/quotas/", "quota", (403, 403, 400, 401)),
+    ("get", "/api/v1/quotas/{quota}/", "none", (200, 200, 404, 401)),
+    ("get", "/api/v1/quota-changes/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/quota-changes/", "change", (403, 201, 400, 401)),
+    ("get", "/api/v1/quota-changes/{change}/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/quota-changes/{change}/approve/", "reason", (403, 403, 404, 401)),
+    ("post", "/api/v1/quota-changes/{change}/reject/", "reason", (403, 403, 404, 401)),
+    ("get", "/api/v1/allocations/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/allocations/", "request", (201, 201, 400, 401)),
+    ("get", "/api/v1/allocations/{pending}/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/allocations/{pending}/approve/", "reason", (403, 200, 404, 401)),
+    ("post", "/api/v1/allocations/{pending}/reject/", "reason", (403, 200, 404, 401)),
+    ("post", "/api/v1/allocations/{active}/release/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/allocations/{active}/extend/", "extend", (200, 200, 404, 401)),
+    ("get", "/api/v1/audit-events/", "none", (200, 200, 200, 401)),
+    ("get", "/api/v1/audit-events/{event}/", "none", (404, 200, 404, 401)),
+    # The schema is public: it describes the API, not anybody's data.
+    ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
+]
+
+
+@pytest.mark.parametrize(("method", "template", "body", "expected"), CASES, ids=[f"{c[0]} {c[1]}" for c in CASES])
+@pytest.mark.parametrize("who", USERS)
+def test_each_route_answers_each_user_as_expected(world: World, method, template, body, expected, who):
+    # given
+    ids = objects(world)
+    path = template.format(**ids.__dict__)
+    client = world.client(None if who == "anonymous" else getattr(world, who))
+    before = snapshot()
+    # when
+    response = getattr(client, method)(path, payload(world, body), format="json")
+    # then
+    assert response.status_code == expected[USERS.index(who)], response.content
+    if response.status_code >= 400:
+        assert snapshot() == before
+
+
+def test_every_api_route_is_in_the_matrix(world: World):
+    ids = objects(world)
+    covered = {resolve(template.format(**ids.__dict__)).url_name for _, template, _, _ in CASES}
+    routes = {u.name for u in [*allocations_router.urls, *tenants_router.urls]} | {"me", "schema"}
+    # Routes that exist only as formats of the same views (e.g. ".json" suffixes) are not separate routes.
+    assert routes - covered == set()

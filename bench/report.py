@@ -1,0 +1,67 @@
+"""Write one benchmark's results into its own section of docs/benchmarks.md.
+
+Each benchmark owns the text between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`; rerunning one
+benchmark replaces its section and leaves the others alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = (
+    "# Benchmarks\n\n"
+    "Numbers measured by the scripts in `bench/`; each section says the command that produced it. Targets are "
+    "checked here, never by timed assertions in tests.\n"
+)
+
+
+def machine_facts() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
+
+
+def postgres_version() -> str:
+    try:
+        out = subprocess.run(["postgres", "--version"], capture_output=True, text=True, check=False).stdout  # noqa: S607
+    except OSError:
+        return "unknown"
+    return out.strip() or "unknown"
+
+
+def command_line() -> str:
+    """The command that ran this benchmark, relative to the repository root (no machine paths)."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        shown = script.relative_to(DOC.parent.parent).as_posix()
+    except ValueError:
+        shown = script.name
+    return " ".join(["python", shown, *sys.argv[1:]])
+
+
+def write_section(name: str, body: str, *, title: str) -> Path:
+    """Replace (or append) the section `name` of docs/benchmarks.md with `body`."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else HEADER
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"<!-- bench:{name} -->\n## {title}\n\n"
+        f"Measured {stamp} on {machine_facts()}.\n\n{body.strip()}\n<!-- /bench:{name} -->"
+    )
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text.rstrip()}\n\n{section}\n"
+    DOC.write_text(text)
+    return DOC

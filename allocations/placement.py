@@ -14,7 +14,7 @@ from django.db.models import Sum
 
 from allocations.costs import gpu_model_for
 from allocations.mig.demand import DemandMix
-from allocations.mig.engine import choose_placement
+from allocations.mig.engine import choose_placement, fits_now
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest
 from allocations.models import Allocation, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
@@ -101,3 +101,11 @@ def plan_slices(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlic
             )
         )
     return planned
+
+
+def pool_capacity(pool: NodePool) -> dict[str, int]:
+    """How many more slices of each offered profile fit in the pool right now (each profile alone),
+    computed exactly by the engine from the recorded placements."""
+    fleet, _ = pool_fleet(pool)
+    fits = fits_now(fleet, pool=pool.slug)
+    return {profile: fits.get(profile, 0) for profile in pool.profiles}

@@ -139,6 +139,7 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/pools/", "pool", (403, 403, 403, 401)),
     ("get", "/api/v1/pools/{pool}/", "none", (200, 200, 200, 401)),
     ("patch", "/api/v1/pools/{pool}/", "pool-edit", (403, 403, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/capacity/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/quotas/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quotas/", "quota", (403, 403, 400, 401)),
     ("get", "/api/v1/quotas/{quota}/", "none", (200, 200, 404, 401)),

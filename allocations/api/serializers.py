@@ -38,6 +38,11 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
         ]
 
 
+class PoolCapacitySerializer(serializers.Serializer[Any]):
+    pool = serializers.IntegerField()
+    fits_now = serializers.DictField(child=serializers.IntegerField(), help_text="Profile -> slices that fit now.")
+
+
 class PoolCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     slug = serializers.CharField(max_length=40)

@@ -20,6 +20,7 @@ from allocations import selectors, services
 from allocations.api import serializers as s
 from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaChangeFilter
 from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
+from allocations.placement import pool_capacity
 from tenants.api.auth import acting_user
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent, Tenant
@@ -91,6 +92,13 @@ class PoolViewSet(
         data.is_valid(raise_exception=True)
         pool = services.create_node_pool(actor=acting_user(request), **data.validated_data)
         return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: s.PoolCapacitySerializer})
+    @action(detail=True, methods=["get"])
+    def capacity(self, request: Request, pk: str | None = None) -> Response:
+        """What fits now: for each offered profile, how many more slices the pool can place."""
+        pool = self.get_object()
+        return Response(s.PoolCapacitySerializer({"pool": pool.pk, "fits_now": pool_capacity(pool)}).data)
 
     @extend_schema(request=s.PoolUpdateSerializer, responses={200: s.PoolSerializer})
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:

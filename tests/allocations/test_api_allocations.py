@@ -261,3 +261,25 @@ def test_the_list_runs_a_constant_number_of_queries_whatever_the_page_size(world
         with django_assert_num_queries(2):
             response = client.get(URL, {"page_size": size})
         assert len(response.json()["results"]) == size
+
+
+def test_pool_capacity_says_how_many_more_of_each_profile_fit(world: World):
+    # given: 16 empty H100s; then one 7g.80gb takes a whole GPU
+    client = world.client(world.alice)
+    empty = client.get(f"/api/v1/pools/{world.pool.pk}/capacity/").json()["fits_now"]
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=1,
+        purpose="full",
+        actor=world.mallory,
+    )
+    services.approve_allocation(allocation_id=allocation.pk, actor=world.mallory)
+    services.provision_allocation(allocation_id=allocation.pk)
+    # when
+    after = client.get(f"/api/v1/pools/{world.pool.pk}/capacity/").json()["fits_now"]
+    # then: 7 x 1g.10gb per GPU, 1 x 7g per GPU, 1 x 1g.10gb+me per GPU
+    assert (empty["1g.10gb"], empty["7g.80gb"], empty["3g.40gb"], empty["1g.10gb+me"]) == (112, 16, 32, 16)
+    assert (after["1g.10gb"], after["7g.80gb"], after["3g.40gb"], after["1g.10gb+me"]) == (105, 15, 30, 15)

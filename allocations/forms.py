@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from allocations.models import NodePool
-from allocations.web_selectors import GpuModelChoice
+from allocations.selectors import GpuModelChoice
 from tenants.models import Tenant
 
 CAP_ITEM = re.compile(r"^\s*(?P<profile>[\w.+-]+)\s*[=:]\s*(?P<count>\d{1,6})\s*$")
@@ -34,7 +34,7 @@ class ProfileCapsField(forms.CharField):
         super().__init__(**kwargs)
 
     def to_python(self, value: Any) -> dict[str, int]:  # type: ignore[override]
-        text = super().to_python(value)
+        text = super().to_python(value) or ""
         caps: dict[str, int] = {}
         for item in filter(None, (part.strip() for part in re.split(r"[,\n]", text))):
             match = CAP_ITEM.match(item)
@@ -129,9 +129,7 @@ class SetQuotaForm(QuotaChangeForm):
 
 class PoolForm(forms.Form):
     name = forms.CharField(max_length=100)
-    slug = forms.CharField(
-        max_length=40, help_text="Lowercase letters, digits and hyphens; used in Kubernetes names."
-    )
+    slug = forms.CharField(max_length=40, help_text="Lowercase letters, digits and hyphens; used in Kubernetes names.")
     gpu_model = forms.ChoiceField(label="GPU model")
     profiles = forms.MultipleChoiceField(
         required=False,

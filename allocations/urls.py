@@ -1,5 +1,24 @@
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from allocations import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("", views.home, name="home"),
+    path("requests/new/", views.request_new, name="request-new"),
+    path("requests/<int:allocation_id>/", views.request_detail, name="request-detail"),
+    path("requests/<int:allocation_id>/release/", views.request_release, name="request-release"),
+    path("requests/<int:allocation_id>/extend/", views.request_extend, name="request-extend"),
+    path("requests/<int:allocation_id>/approve/", views.request_approve, name="request-approve"),
+    path("requests/<int:allocation_id>/reject/", views.request_reject, name="request-reject"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("quotas/", views.quotas, name="quotas"),
+    path("manage/pools/", views.manage_pools, name="manage-pools"),
+    path("manage/quotas/", views.manage_quotas, name="manage-quotas"),
+    path("manage/quota-changes/", views.manage_quota_changes, name="manage-quota-changes"),
+    path(
+        "manage/quota-changes/<int:change_id>/approve/", views.quota_change_approve, name="manage-quota-change-approve"
+    ),
+    path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
+]

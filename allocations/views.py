@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from allocations import selectors, services, web_selectors
+from allocations import selectors, services
 from allocations.forms import (
     DecisionForm,
     ExtendForm,
@@ -29,6 +29,7 @@ from allocations.forms import (
     SetQuotaForm,
 )
 from allocations.models import Allocation, NodePool, QuotaChangeRequest
+from tenants import selectors as tenant_selectors
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
 from tenants.forms import add_service_errors
 from tenants.models import Tenant
@@ -60,8 +61,8 @@ def home(request: HttpRequest) -> HttpResponse:
         request,
         "allocations/home.html",
         {
-            "allocations": web_selectors.requests_for_user(user, status=status or None),
-            "status_filters": web_selectors.status_filters_for_user(user),
+            "allocations": selectors.requests_for_user(user, status=status or None),
+            "status_filters": selectors.status_filters_for_user(user),
             "current_status": status,
             "balances": selectors.balances_for_user(user),
         },
@@ -72,8 +73,8 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def request_new(request: HttpRequest) -> HttpResponse:
     user = signed_in_user(request)
-    tenants = web_selectors.request_form_tenants(user)
-    pools = web_selectors.request_form_pools(user)
+    tenants = selectors.request_form_tenants(user)
+    pools = selectors.request_form_pools(user)
     form = NewRequestForm(request.POST or None, tenants=tenants, pools=pools)
     # A key per rendered form: a double-clicked submit creates one request, not two.
     key = request.POST.get("idempotency_key") or uuid.uuid4().hex
@@ -103,14 +104,16 @@ def request_new(request: HttpRequest) -> HttpResponse:
             elif allocation.status == Status.APPROVED:
                 messages.success(request, f"Request #{allocation.pk} is approved; the slices are being set up.")
             else:
-                messages.info(request, f"Request #{allocation.pk} is waiting for a manager. {allocation.status_message}")
+                messages.info(
+                    request, f"Request #{allocation.pk} is waiting for a manager. {allocation.status_message}"
+                )
             return redirect("request-detail", allocation_id=allocation.pk)
     return render(
         request,
         "allocations/request_new.html",
         {
             "form": form,
-            "form_data": web_selectors.request_form_data(user),
+            "form_data": selectors.request_form_data(user),
             "idempotency_key": key,
             "has_tenants": tenants.exists(),
             "has_pools": pools.exists(),
@@ -128,16 +131,20 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
         "allocations/request_detail.html",
         {
             "allocation": allocation,
-            "placements": web_selectors.placements_of(allocation),
+            "gpu_equivalents": selectors.gpu_equivalents_of(allocation),
+            "placements": selectors.placements_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
-            "actions": web_selectors.allocation_actions(user, allocation),
+            "actions": selectors.allocation_actions(user, allocation),
             "extend_form": ExtendForm(),
         },
     )
 
 
 def _after_transition(
-    request: HttpRequest, allocation: Allocation, transition: Callable[[], Allocation], done: Callable[[Allocation], str]
+    request: HttpRequest,
+    allocation: Allocation,
+    transition: Callable[[], Allocation],
+    done: Callable[[Allocation], str],
 ) -> HttpResponse:
     """Run a button's service call; say how it went in a message, then go back where the button was."""
     try:
@@ -216,9 +223,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
     user = signed_in_user(request)
     if not managed_tenant_ids(user):
         raise PermissionDenied("Only tenant managers approve requests.")
-    return render(
-        request, "allocations/approvals.html", {"rows": web_selectors.pending_approvals_with_balances(user)}
-    )
+    return render(request, "allocations/approvals.html", {"rows": selectors.pending_approvals_with_balances(user)})
 
 
 # --- Quotas -------------------------------------------------------------------------------------------
@@ -229,11 +234,11 @@ def approvals(request: HttpRequest) -> HttpResponse:
 def quotas(request: HttpRequest) -> HttpResponse:
     """Balances per tenant and pool; managers ask for quota changes here."""
     user = signed_in_user(request)
-    managed = web_selectors.managed_tenants(user)
+    managed = tenant_selectors.managed_tenants(user)
     pools = NodePool.objects.order_by("name")
     if request.method == "POST":
         # Any visible tenant parses; the service says 403 when the user does not manage it.
-        form = QuotaChangeForm(request.POST, tenants=web_selectors.request_form_tenants(user), pools=pools)
+        form = QuotaChangeForm(request.POST, tenants=selectors.request_form_tenants(user), pools=pools)
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -276,7 +281,7 @@ def quotas(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def manage_pools(request: HttpRequest) -> HttpResponse:
     user = signed_in_user(request)
-    form = PoolForm(request.POST or None, models=web_selectors.gpu_model_choices())
+    form = PoolForm(request.POST or None, models=selectors.gpu_model_choices())
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -295,7 +300,7 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Pool {pool.name} is created with {len(pool.profiles)} profiles.")
             return redirect("manage-pools")
-    return render(request, "allocations/manage_pools.html", {"form": form, "pools": web_selectors.pools_overview()})
+    return render(request, "allocations/manage_pools.html", {"form": form, "pools": selectors.pools_overview()})
 
 
 @login_required
@@ -357,22 +362,20 @@ def manage_quota_changes(request: HttpRequest) -> HttpResponse:
         {
             "pending": [c for c in changes if c.status == QuotaChangeRequest.Status.PENDING],
             "decided": [c for c in changes if c.status != QuotaChangeRequest.Status.PENDING],
-            "balances": {(b.tenant_id, b.pool_id): b for b in selectors.balances_for_user(user)},
         },
     )
 
 
-def _decide_quota_change(request: HttpRequest, change_id: int, *, approve: bool) -> HttpResponse:
-    user = signed_in_user(request)
-    if not QuotaChangeRequest.objects.for_user(user).filter(pk=change_id).exists():
+def _quota_change_or_404(user: User, change_id: int) -> QuotaChangeRequest:
+    change = QuotaChangeRequest.objects.for_user(user).filter(pk=change_id).first()
+    if change is None:
         raise Http404("No such quota change.")
-    form = DecisionForm(request.POST)
-    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    return change
+
+
+def _after_decision(request: HttpRequest, change_id: int, decide: Callable[[], QuotaChangeRequest]) -> HttpResponse:
     try:
-        if approve:
-            change = services.approve_quota_change(change_id=change_id, actor=user, reason=reason)
-        else:
-            change = services.reject_quota_change(change_id=change_id, actor=user, reason=reason)
+        change = decide()
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
@@ -386,11 +389,23 @@ def _decide_quota_change(request: HttpRequest, change_id: int, *, approve: bool)
 @staff_required
 @require_POST
 def quota_change_approve(request: HttpRequest, change_id: int) -> HttpResponse:
-    return _decide_quota_change(request, change_id, approve=True)
+    user = signed_in_user(request)
+    change = _quota_change_or_404(user, change_id)
+    form = DecisionForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    return _after_decision(
+        request, change.pk, lambda: services.approve_quota_change(change_id=change.pk, actor=user, reason=reason)
+    )
 
 
 @login_required
 @staff_required
 @require_POST
 def quota_change_reject(request: HttpRequest, change_id: int) -> HttpResponse:
-    return _decide_quota_change(request, change_id, approve=False)
+    user = signed_in_user(request)
+    change = _quota_change_or_404(user, change_id)
+    form = RejectionForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""  # the service asks for a reason
+    return _after_decision(
+        request, change.pk, lambda: services.reject_quota_change(change_id=change.pk, actor=user, reason=reason)
+    )

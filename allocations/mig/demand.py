@@ -6,8 +6,9 @@ name; a :class:`DemandMix` is an immutable snapshot of them blended with a defau
 new pool (no history) still behaves sensibly.
 
 The learner only publishes a new snapshot when the mix has moved noticeably (L1 distance over a
-threshold): the engine caches its scores per snapshot, and a new snapshot per request would defeat
-that cache.
+threshold, and at least ``min_interval`` requests after the previous one): the engine caches its ranks
+per snapshot, re-ranking costs up to tens of milliseconds on a fleet with thousands of distinct
+layouts, and sampling noise alone moves a decayed mix by a few percent.
 """
 
 from __future__ import annotations
@@ -92,24 +93,34 @@ class DemandLearner:
         self,
         half_life: float = 500.0,
         prior_weight: float = 20.0,
-        republish_distance: float = 0.05,
+        republish_distance: float = 0.1,
+        min_interval: int = 100,
     ) -> None:
         self._decay = 0.5 ** (1.0 / half_life)
         self._counts: dict[str, float] = {}
         self._prior_weight = prior_weight
         self._threshold = republish_distance
+        self._min_interval = min_interval
+        self._since = 0
         self._published = DemandMix({}, prior_weight)
 
     def observe(self, profile: str, count: int = 1) -> None:
         for name in self._counts:
             self._counts[name] *= self._decay**count
         self._counts[profile] = self._counts.get(profile, 0.0) + count
+        self._since += 1
 
     def mix(self) -> DemandMix:
         current = self._published
-        if _distance(current.counts, current.prior_weight, self._counts, self._prior_weight) > self._threshold:
+        if self._since < self._min_interval // 10:
+            return current
+        moved = _distance(current.counts, current.prior_weight, self._counts, self._prior_weight)
+        # Small moves (sampling noise, slow drift) wait for min_interval; a big shift, such as a new
+        # pool's real mix replacing the prior, is published after a tenth of it.
+        if moved > 2.5 * self._threshold or (moved > self._threshold and self._since >= self._min_interval):
             current = DemandMix(dict(self._counts), self._prior_weight)
             self._published = current
+            self._since = 0
         return current
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .catalog import GpuModel
 from .demand import DemandLearner, DemandMix
 from .fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest, SlotChoice
-from .layout import Geometry, LayoutKey, Option, decode, encode, geometry
+from .layout import Geometry, LayoutKey, Option, decode, geometry
 from .policies import Policy, Rank, get_policy
 
 
@@ -46,6 +46,9 @@ class _Bucket:
     def add(self, order: int) -> None:
         self.members.add(order)
         heapq.heappush(self.heap, order)
+        if len(self.heap) > 2 * len(self.members) + 32:
+            # Stale entries below the top are never popped; rebuild so churn cannot grow the heap.
+            self.heap = sorted(self.members)
 
     def first(self) -> int:
         heap = self.heap
@@ -79,8 +82,12 @@ class PlacementEngine:
         self._slots: list[_Slot] = []
         self._slot_index: dict[tuple[str, int], int] = {}
         self._groups: dict[tuple[str, int], _Group] = {}  # (pool, id(geometry)) -> layout buckets
+        # (pool, id(geometry)) -> per profile, sum over GPUs of what fits: kept up to date by _move,
+        # so the what-if costs O(profiles) instead of a scan of the buckets.
+        self._fit_totals: dict[tuple[str, int], list[int]] = {}
         self._geoms: dict[int, Geometry] = {}
-        self._ranks: dict[tuple[int, LayoutKey, int], tuple[Rank, Option] | None] = {}
+        # (id(geometry), profile index) -> layout -> cached rank, for the current demand snapshot
+        self._ranks: dict[tuple[int, int], dict[LayoutKey, tuple[Rank, Option] | None]] = {}
         self._rank_version = -1
         for node in fleet.nodes:
             self._add_node(node)
@@ -102,11 +109,13 @@ class PlacementEngine:
             self._slots.append(slot)
             self._slot_index[(node.name, gpu.index)] = slot.order
             self._bucket(node.pool, geom, slot.key).add(slot.order)
+            self._count_fit(node.pool, geom, slot.key, +1)
 
     @staticmethod
     def _key_of(geom: Geometry, gpu: Gpu) -> LayoutKey:
         try:
-            return geom.named_key(tuple(sorted((i.profile, i.start, i.owner is None) for i in gpu.instances)))
+            # Not sorted: named_key caches per instance order, and sorting thousands of GPUs costs more.
+            return geom.named_key(tuple([(i.profile, i.start, i.owner is None) for i in gpu.instances]))
         except ValueError as e:
             raise InvalidLayout(f"{gpu.node} GPU {gpu.index} ({gpu.model.name}): {e}") from None
 
@@ -117,8 +126,15 @@ class PlacementEngine:
             bucket = group[key] = _Bucket()
         return bucket
 
+    def _count_fit(self, pool: str, geom: Geometry, key: LayoutKey, sign: int) -> None:
+        totals = self._fit_totals.setdefault((pool, id(geom)), [0] * len(geom.profiles))
+        for k, f in enumerate(geom.fit(key)):
+            totals[k] += sign * f
+
     def _move(self, slot: _Slot, key: LayoutKey) -> None:
         pool = self._node_pool[slot.node]
+        self._count_fit(pool, slot.geom, slot.key, -1)
+        self._count_fit(pool, slot.geom, key, +1)
         group = self._groups[(pool, id(slot.geom))]
         old = group[slot.key]
         old.members.discard(slot.order)
@@ -137,20 +153,25 @@ class PlacementEngine:
 
     # ----- decisions -----------------------------------------------------------------------------
 
-    def _weights_version(self) -> DemandMix:
+    def _snapshot(self) -> DemandMix:
         mix = self.demand.mix() if isinstance(self.demand, DemandLearner) else self.demand
         if self.policy.uses_demand and mix.version != self._rank_version:
             self._ranks.clear()  # ranks depend on the mix; a new snapshot invalidates them
             self._rank_version = mix.version
         return mix
 
+    def _rank_table(self, geom: Geometry, i: int) -> dict[LayoutKey, tuple[Rank, Option] | None]:
+        table = self._ranks.get((id(geom), i))
+        if table is None:
+            table = self._ranks[(id(geom), i)] = {}
+        return table
+
     def _rank(self, geom: Geometry, key: LayoutKey, i: int, mix: DemandMix) -> tuple[Rank, Option] | None:
-        ck = (id(geom), key, i)
-        try:
-            return self._ranks[ck]
-        except KeyError:
-            r = self._ranks[ck] = self.policy.rank(geom, key, i, mix.weights(geom.model))
-            return r
+        table = self._rank_table(geom, i)
+        if key in table:
+            return table[key]
+        r = table[key] = self.policy.rank(geom, key, i, mix.weights(geom.model))
+        return r
 
     def _candidate_groups(self, request: PlacementRequest) -> list[tuple[str, Geometry, int, _Group]]:
         out = []
@@ -172,29 +193,39 @@ class PlacementEngine:
         """
         if isinstance(self.demand, DemandLearner):
             self.demand.observe(request.profile, request.count)
-        mix = self._weights_version()
+        mix = self._snapshot()
         if request.count == 1:
             return self._choose_one(request, mix)
         return self._choose_many(request, mix)
 
     def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
+        # The hot loop: one cached rank per live layout, the lowest rank wins, device order breaks ties.
         best_rank: Rank | None = None
-        tied: list[tuple[_Bucket, Option]] = []
+        best_order = -1
+        best_option: Option | None = None
+        rank_of = self.policy.rank
         for _pool, geom, i, group in self._candidate_groups(request):
+            table = self._rank_table(geom, i)
+            weights = mix.weights(geom.model)
             for key, bucket in group.items():
-                r = self._rank(geom, key, i, mix)
+                try:
+                    r = table[key]
+                except KeyError:
+                    r = table[key] = rank_of(geom, key, i, weights)
                 if r is None:
                     continue
-                if best_rank is None or r[0] < best_rank:
-                    best_rank, tied = r[0], [(bucket, r[1])]
-                elif r[0] == best_rank:
-                    tied.append((bucket, r[1]))
-        if not tied:
+                rank = r[0]
+                if best_rank is None or rank < best_rank:
+                    best_rank, best_order, best_option = rank, bucket.first(), r[1]
+                elif rank == best_rank:
+                    order = bucket.first()
+                    if order < best_order:
+                        best_order, best_option = order, r[1]
+        if best_option is None:
             return None
-        order, option = min(((b.first(), o) for b, o in tied), key=lambda t: t[0])
-        slot = self._slots[order]
+        slot = self._slots[best_order]
         node = self._nodes[slot.node].name
-        choice = SlotChoice(node, slot.index, request.profile, option.start, option.reuse)
+        choice = SlotChoice(node, slot.index, request.profile, best_option.start, best_option.reuse)
         return PlacementDecision(node, (choice,), self.policy.name)
 
     def _choose_many(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
@@ -304,10 +335,14 @@ class PlacementEngine:
             geom = self._geoms[gid]
             if (pool is not None and p != pool) or (model is not None and geom.model.name != model):
                 continue
+            if not reconfigure:
+                for prof, f in zip(geom.profiles, self._fit_totals[(p, gid)], strict=True):
+                    out[prof.name] = out.get(prof.name, 0) + f
+                continue
             for key, bucket in group.items():
                 n = len(bucket.members)
                 # With reconfiguration, free instances count as unoccupied memory.
-                view = tuple(c for c in key if not c & 1) if reconfigure else key
+                view = tuple(c for c in key if not c & 1)
                 for prof, f in zip(geom.profiles, geom.fit(view), strict=True):
                     out[prof.name] = out.get(prof.name, 0) + n * f
         for p, gid in self._groups:
@@ -358,25 +393,30 @@ def fits_now(
     """What-if for the form and the dashboard, straight from a :class:`Fleet` (no index kept): how many
     more instances of each profile fit now, each profile considered alone. Same answer as
     :meth:`PlacementEngine.fits_now`; GPUs with equal layouts are counted once, so it stays fast."""
-    layouts: Counter[tuple[int, LayoutKey]] = Counter()
-    geoms: dict[int, Geometry] = {}
+    # Count GPUs per (model, reported instances) first: the loop over GPUs stays trivial, and each
+    # distinct layout is validated and analysed once.
+    # Models are keyed by identity: hashing a frozen GpuModel hashes all its profiles.
+    raw: Counter[tuple[int, tuple[tuple[str, int, bool], ...]]] = Counter()
+    models: dict[int, GpuModel] = {}
     for node in fleet.nodes:
         if pool is not None and node.pool != pool:
             continue
         for gpu in node.gpus:
-            if model is not None and gpu.model.name != model:
-                continue
-            geom = geometry(gpu.model)
-            geoms[id(geom)] = geom
-            key = PlacementEngine._key_of(geom, gpu)
-            if reconfigure:
-                key = tuple(c for c in key if not c & 1)  # free instances count as unoccupied memory
-            layouts[(id(geom), key)] += 1
-    out: dict[str, int] = {p.name: 0 for g in geoms.values() for p in g.profiles}
-    for (gid, key), n in layouts.items():
-        geom = geoms[gid]
+            if model is None or gpu.model.name == model:
+                models[id(gpu.model)] = gpu.model
+                raw[(id(gpu.model), tuple([(i.profile, i.start, i.owner is None) for i in gpu.instances]))] += 1
+    out: dict[str, int] = {}
+    for (model_id, instances), n in raw.items():
+        gpu_model = models[model_id]
+        geom = geometry(gpu_model)
+        try:
+            key = geom.named_key(instances)
+        except ValueError as e:
+            raise InvalidLayout(f"{gpu_model.name}: {e}") from None
+        if reconfigure:
+            key = tuple(c for c in key if not c & 1)  # free instances count as unoccupied memory
         for prof, f in zip(geom.profiles, geom.fit(key), strict=True):
-            out[prof.name] += n * f
+            out[prof.name] = out.get(prof.name, 0) + n * f
     return out
 
 
@@ -388,6 +428,3 @@ def empty_fleet(model: GpuModel, nodes: int, gpus_per_node: int = 8, pool: str =
             for n in range(nodes)
         ]
     )
-
-
-__all__ = ["InvalidLayout", "PlacementEngine", "choose_placement", "empty_fleet", "encode", "fits_now"]

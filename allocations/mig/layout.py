@@ -120,7 +120,7 @@ class Geometry:
         return tuple(sorted(encode(s, i, f) for i, s, f in instances))
 
     def named_key(self, instances: tuple[tuple[str, int, bool], ...]) -> LayoutKey:
-        """Layout key of ``(profile_name, start, free)`` triples, validated; raises ``ValueError`` listing
+        """Layout key of ``(profile_name, start, free)`` triples (any order), validated; raises ``ValueError`` listing
         the broken rules. Cached: a fleet has few distinct layouts, so building an index of thousands of
         GPUs validates each distinct layout once."""
         found = self._named.get(instances)

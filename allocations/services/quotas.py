@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.utils import timezone
 
 from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+from allocations.selectors import quota_shortfall
 from allocations.services.locks import lock_quota, lock_quota_change
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed, QuotaExceeded
 from tenants.models import Tenant
@@ -85,36 +86,6 @@ def set_tenant_quota(
         actor=actor, verb="set_quota", obj=quota, tenant=tenant, before=before, after=_quota_fields(quota)
     )
     return quota
-
-
-def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | None:
-    """Why the allocation does not fit the (locked) quota right now, or None when it fits."""
-    if quota is None:
-        return f"The tenant has no quota in pool {allocation.pool.slug}."
-    free_compute = quota.compute_slices_limit - quota.compute_slices_used
-    free_memory = quota.memory_slices_limit - quota.memory_slices_used
-    if allocation.compute_slices > free_compute:
-        return (
-            f"Needs {allocation.compute_slices} compute slices; {max(free_compute, 0)} of "
-            f"{quota.compute_slices_limit} are free."
-        )
-    if allocation.memory_slices > free_memory:
-        return (
-            f"Needs {allocation.memory_slices} memory slots; {max(free_memory, 0)} of "
-            f"{quota.memory_slices_limit} are free."
-        )
-    cap = quota.profile_caps.get(allocation.profile)
-    if cap is not None:
-        held = (
-            Allocation.objects.holding_quota()
-            .filter(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id, profile=allocation.profile)
-            .exclude(pk=allocation.pk)
-            .aggregate(n=Sum("count"))["n"]
-            or 0
-        )
-        if held + allocation.count > cap:
-            return f"The tenant may hold at most {cap} x {allocation.profile}; {held} are held."
-    return None
 
 
 def reserve_quota(*, quota: Quota | None, allocation: Allocation) -> None:

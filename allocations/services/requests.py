@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from allocations.costs import UnknownProfile, slice_cost
 from allocations.models import Allocation, NodePool
+from allocations.selectors import quota_shortfall
 from allocations.services.locks import lock_allocation, lock_quota
-from allocations.services.quotas import free_quota, quota_shortfall, reserve_quota
+from allocations.services.quotas import free_quota, reserve_quota
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant, can_use_tenant

@@ -74,8 +74,9 @@ def test_memberships_are_managed_by_admins_only(world: World):
     added = world.client(world.root).post("/api/v1/memberships/", payload, format="json")
     duplicate = world.client(world.root).post("/api/v1/memberships/", payload, format="json")
     unknown = world.client(world.root).post("/api/v1/memberships/", {**payload, "username": "nobody"}, format="json")
-    # then
-    assert denied.status_code == 403
+    # then: mallory manages team A, not team B, so team B is unknown to her
+    assert denied.status_code == 400
+    assert denied.json()["errors"] == {"tenant": [f"Unknown tenant {world.tenant_b.pk}."]}
     assert added.status_code == 201
     assert duplicate.status_code == 400
     assert duplicate.json()["errors"] == {"username": ["This user is already a member of this tenant."]}

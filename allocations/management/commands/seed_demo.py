@@ -114,9 +114,7 @@ class Command(BaseCommand):
         ask("alice", research, "h100", "7g.80gb", 1, "Full-GPU fine-tune of an 8B model")
         ask("alice", research, "h200", "4g.71gb", 1, "Distillation run")
         rejected = ask("alice", research, "h100", "4g.40gb", 2, "Hyper-parameter sweep")
-        services.reject_allocation(
-            allocation_id=rejected.pk, actor=users["mallory"], reason="Use 2g slices for sweeps"
-        )
+        services.reject_allocation(allocation_id=rejected.pk, actor=users["mallory"], reason="Use 2g slices for sweeps")
         released = ask("alice", research, "h100", "1g.10gb", 1, "Quick smoke test")
         self._provision(released)
         services.release_allocation(allocation_id=released.pk, actor=users["alice"])

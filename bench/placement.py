@@ -48,6 +48,7 @@ from allocations.mig.fleet import Fleet, Instance, PlacementRequest  # noqa: E40
 from allocations.mig.layout import geometry  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import fragmentation  # noqa: E402
+from bench.report import command_line, write_section  # noqa: E402
 
 POLICIES = ("first-fit", "best-fit", "ours")
 FILL_POLICIES = (*POLICIES, "ours-warm")
@@ -505,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trace-dir", type=Path, help="folder with the cluster-trace-gpu-v2023 CSVs (read only)")
     ap.add_argument("--quick", action="store_true", help="fewer seeds and decisions (smoke run)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per mix (default 20; 3 with --quick)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs/benchmarks-placement.md")
+    ap.add_argument("--out", type=Path, default=None, help="write a separate file instead of docs/benchmarks.md")
     args = ap.parse_args(argv)
     seeds = args.seeds or (3 if args.quick else 20)
     started = time.perf_counter()
@@ -525,8 +526,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             trace_pods[name], skipped[name] = pods, skip
             mixes[name] = pick_from([p.shape for p in pods])
 
-    md: list[str] = ["# Placement benchmark (MIG)", ""]
-    cmd = " ".join(["python", "bench/placement.py", *(argv if argv is not None else sys.argv[1:])])
+    md: list[str] = []
+    cmd = command_line(["bench/placement.py", *(argv if argv is not None else sys.argv[1:])])
     md += [
         f"- Command: `{cmd}`",
         f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -645,9 +646,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         emit(lines)
     md.append(f"Total run time: {time.perf_counter() - started:.0f} s; load average at the end: {load_average()}.")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(md) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("# Placement benchmark (MIG)\n\n" + "\n".join(md) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    else:
+        print(f"wrote {write_section('placement', chr(10).join(md), title='Placement (MIG)')}")
     return 0
 
 

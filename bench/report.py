@@ -42,14 +42,21 @@ def postgres_version() -> str:
     return out.strip() or "unknown"
 
 
-def command_line() -> str:
-    """The command that ran this benchmark, relative to the repository root (no machine paths)."""
-    script = Path(sys.argv[0]).resolve()
-    try:
-        shown = script.relative_to(DOC.parent.parent).as_posix()
-    except ValueError:
-        shown = script.name
-    return " ".join(["python", shown, *sys.argv[1:]])
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran a benchmark, without this machine's paths: paths inside the repository
+    are shown relative to it, paths outside it by their last component."""
+    repo = DOC.parent.parent
+    shown = []
+    for arg in argv if argv is not None else sys.argv:
+        path = Path(arg)
+        if path.is_absolute() or arg.startswith(".."):
+            resolved = path.resolve()
+            try:
+                arg = resolved.relative_to(repo).as_posix()
+            except ValueError:
+                arg = f".../{resolved.name}"
+        shown.append(arg)
+    return " ".join(["python", *shown])
 
 
 def write_section(name: str, body: str, *, title: str) -> Path:

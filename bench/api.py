@@ -1,0 +1,741 @@
+"""REST API benchmark: throughput and latency of listing and creating allocations over real HTTP.
+
+    /root/.cache/fatia/venv/bin/python bench/api.py            # or any venv with `pip install -e .`
+    python bench/api.py --duration 5 --tenants 5 --no-write    # a quick look, docs left alone
+
+What it does, in order:
+
+1. A database. Without DATABASE_URL it starts a private PostgreSQL like deploy/test.sh does (initdb and
+   pg_ctl as the `postgres` user when run as root, loopback only, a free port, fsync off) and removes it
+   on exit. With DATABASE_URL it creates a fresh database `fatia_bench_<pid>` on that server (the role
+   needs CREATEDB) and drops it on exit, so an existing database is never touched.
+2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
+   each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
+3. A real server on 127.0.0.1 and a free port: gunicorn portal.wsgi with sync workers (default 3; see
+   docs/benchmarks-api.md for why not uvicorn), DEBUG=False, CELERY_BROKER_URL=memory://. Tasks the
+   services queue on commit go to that in-memory broker and nowhere else: no worker provisions anything.
+4. Load from separate processes (Python threads, one http.client connection each, loopback only),
+   bounded by time and by request count: GET /api/v1/allocations/ (a page of 50, token auth, the tenant
+   with ~1000 requests) and POST /api/v1/allocations/ (token auth, spread over the N tenants, an
+   Idempotency-Key on each). Requests per second, p50 and p99 latency, errors.
+5. SQL queries per list page at page_size 10, 50 and 200, in-process with DRF's APIClient and
+   CaptureQueriesContext (must not grow with the page).
+6. A table on stdout, and docs/benchmarks-api.md rewritten between its `bench:begin` / `bench:end`
+   markers (text outside them is kept) unless --no-write.
+
+The load generator shares the machine's cores with the server and PostgreSQL, so the numbers are a
+floor for what the server does on its own; the report says how many cores there were and how busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import cProfile
+import glob
+import http.client
+import io
+import json
+import math
+import multiprocessing
+import os
+import platform
+import pstats
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks-api.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+TARGETS = {"list_rps": 300.0, "create_rps": 100.0, "p99_ms": 150.0}
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+LIST_PATH = "/api/v1/allocations/"
+
+_cleanups: list[Any] = []
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_cleanups() -> None:
+    while _cleanups:
+        with contextlib.suppress(Exception):
+            _cleanups.pop()()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+# --- the database ------------------------------------------------------------------------------------
+
+
+def pg_bindir() -> Path:
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if Path(candidate, "initdb").exists():
+            return Path(candidate)
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    raise SystemExit("No PostgreSQL server binaries: `apt-get install postgresql`, or set DATABASE_URL.")
+
+
+def start_private_postgres() -> str:
+    """initdb + pg_ctl in a temporary directory, as deploy/test.sh does; stopped and removed at exit."""
+    bindir = pg_bindir()
+    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-"))
+    run_dir.chmod(0o755)
+    data = run_dir / "pg"
+    data.mkdir()
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, user="postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+
+    def stop() -> None:
+        subprocess.run(
+            [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+            check=False,
+        )
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    _cleanups.append(stop)
+    quiet = {"stdout": subprocess.DEVNULL, "check": True}
+    subprocess.run(
+        [*as_postgres, str(bindir / "initdb"), "-D", str(data), "-U", "fatia", "-A", "trust", "-E", "UTF8"]
+        + ["--no-locale"],
+        **quiet,  # type: ignore[arg-type]
+    )
+    options = (
+        f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+        "-c full_page_writes=off -c max_connections=100"
+    )
+    subprocess.run(
+        [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w"]
+        + ["-o", options, "start"],
+        **quiet,  # type: ignore[arg-type]
+    )
+    subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "fatia", "fatia"], check=True)
+    log(f"private PostgreSQL on 127.0.0.1:{port} in {run_dir} (fsync off)")
+    return f"postgres://fatia@127.0.0.1:{port}/fatia"
+
+
+def fresh_database_on(url: str) -> str:
+    """A new database on the server DATABASE_URL names, dropped at exit; the named one is not touched."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"fatia_bench_{os.getpid()}"
+    parts = urllib.parse.urlsplit(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def drop() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    _cleanups.append(drop)
+    log(f"using a fresh database {name} on {parts.hostname}:{parts.port or 5432}")
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+# --- data --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    pool_id: int
+    list_token: str
+    list_tenant_id: int
+    list_rows: int
+    create_tokens: list[str]
+    tenants: int
+
+
+def seed(*, tenants: int, list_rows: int) -> World:
+    """Everything through the services, as the portal itself would create it."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from allocations import services
+    from tenants import services as tenant_services
+
+    call_command("migrate", verbosity=0)
+    root = User.objects.create_user("bench-root", is_staff=True)
+    pool = services.create_node_pool(name="H100 pool", slug="h100", gpu_model=GPU_MODEL, actor=root)
+    for n in range(2):
+        services.register_node(pool_id=pool.pk, name=f"h100-node-{n}", gpu_count=8, actor=root)
+    tokens: list[str] = []
+    tenant_ids: list[int] = []
+    for n in range(tenants):
+        tenant = tenant_services.create_tenant(
+            name=f"Bench team {n:02d}", slug=f"bench-{n:02d}", actor=root, auto_approve_max_compute_slices=4
+        )
+        user = User.objects.create_user(f"bench-user-{n:02d}")
+        tenant_services.add_member(tenant_id=tenant.pk, username=user.username, role="member", actor=root)
+        # Room for every request the benchmark makes, so creates keep taking the auto-approve path.
+        services.set_tenant_quota(
+            tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=100_000, memory_slices_limit=100_000, actor=root
+        )
+        _, raw = tenant_services.create_api_token(user=user, name="bench", scope="write", expires_at=None, actor=user)
+        tokens.append(raw)
+        tenant_ids.append(tenant.pk)
+    list_user = User.objects.get(username="bench-user-00")
+    started = time.perf_counter()
+    profiles = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb"]
+    for n in range(list_rows):
+        services.request_allocation(
+            tenant_id=tenant_ids[0],
+            pool_id=pool.pk,
+            profile=profiles[n % len(profiles)],
+            count=1 + n % 3,
+            lease_hours=1 + n % 24,
+            purpose=f"seeded request {n}",
+            actor=list_user,
+        )
+    log(f"seeded {tenants} tenants and {list_rows} requests in {time.perf_counter() - started:.1f} s")
+    return World(pool.pk, tokens[0], tenant_ids[0], list_rows, tokens, tenants)
+
+
+# --- the server --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    port: int
+    command: str
+    log: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Server:
+    port = free_port()
+    if kind == "gunicorn":
+        cmd = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", str(workers)]
+        cmd += ["--worker-class", "sync", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+    else:
+        cmd = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--workers", str(workers)]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True)
+    server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log)
+
+    def stop() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    _cleanups.append(stop)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{kind} exited with {proc.returncode}:\n{server.log_tail()}")
+        with contextlib.suppress(OSError):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/api/v1/me/")
+            if conn.getresponse().status in (401, 403):  # up, and answering from Django
+                conn.close()
+                return server
+        time.sleep(0.2)
+    raise SystemExit(f"{kind} did not answer within 60 s")
+
+
+# --- the load generator ------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadSpec:
+    port: int
+    method: str
+    path: str
+    tokens: list[str]
+    threads: int
+    start_at: float
+    warmup_s: float
+    duration_s: float
+    max_requests: int
+    body: dict[str, Any] | None = None
+
+
+@dataclass
+class LoadResult:
+    latencies: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+    first_error: str = ""
+
+
+def load_process(spec: LoadSpec) -> LoadResult:
+    """One process of the load generator: `threads` connections, each a closed loop."""
+    import threading
+
+    result = LoadResult()
+    lock = threading.Lock()
+    measure_from = spec.start_at + spec.warmup_s
+    stop_at = measure_from + spec.duration_s
+    per_thread = max(1, spec.max_requests // spec.threads)
+
+    def loop(thread_no: int) -> None:
+        token = spec.tokens[thread_no % len(spec.tokens)]
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        conn = http.client.HTTPConnection("127.0.0.1", spec.port, timeout=30)
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        errors = 0
+        first_error = ""
+        done = 0
+        while time.time() < spec.start_at:
+            time.sleep(0.005)
+        while done < per_thread:
+            now = time.time()
+            if now >= stop_at:
+                break
+            body = None
+            if spec.body is not None:
+                body = json.dumps(spec.body).encode()
+                headers["Content-Type"] = "application/json"
+                headers["Idempotency-Key"] = str(uuid.uuid4())
+            started = time.perf_counter()
+            try:
+                conn.request(spec.method, spec.path, body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException) as exc:
+                errors += 1
+                first_error = first_error or repr(exc)
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", spec.port, timeout=30)
+                continue
+            elapsed = time.perf_counter() - started
+            if now >= measure_from:
+                latencies.append(elapsed)
+                statuses[status] = statuses.get(status, 0) + 1
+                done += 1
+        conn.close()
+        with lock:
+            result.latencies.extend(latencies)
+            for status, n in statuses.items():
+                result.statuses[status] = result.statuses.get(status, 0) + n
+            result.errors += errors
+            result.first_error = result.first_error or first_error
+
+    threads = [threading.Thread(target=loop, args=(n,)) for n in range(spec.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return result
+
+
+@dataclass
+class Measurement:
+    name: str
+    connections: int
+    target_rps: float | None  # None: for information (the single-connection runs)
+    requests: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    statuses: dict[int, int]
+    errors: int
+    first_error: str
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return math.nan
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def measure(name: str, spec: LoadSpec, processes: int, target_rps: float | None) -> Measurement:
+    ctx = multiprocessing.get_context("spawn")  # no forked Django state or database sockets
+    specs = []
+    for p in range(processes):
+        part = LoadSpec(**{**spec.__dict__, "max_requests": max(1, spec.max_requests // processes)})
+        part.tokens = spec.tokens[p::processes] or spec.tokens
+        specs.append(part)
+    with ctx.Pool(processes) as pool:
+        async_results = pool.map_async(load_process, specs)
+        results = async_results.get(timeout=spec.warmup_s + spec.duration_s + 120)
+    latencies = sorted(x for r in results for x in r.latencies)
+    statuses: dict[int, int] = {}
+    for r in results:
+        for status, n in r.statuses.items():
+            statuses[status] = statuses.get(status, 0) + n
+    # The measured window ends at the deadline or, if the count bound hit first, at the last answer.
+    seconds = min(spec.duration_s, max(time.time() - spec.start_at - spec.warmup_s, 1e-9))
+    return Measurement(
+        name=name,
+        connections=processes * spec.threads,
+        target_rps=target_rps,
+        requests=len(latencies),
+        seconds=seconds,
+        rps=len(latencies) / seconds,
+        p50_ms=percentile(latencies, 0.50) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
+        max_ms=(latencies[-1] if latencies else math.nan) * 1000,
+        statuses=statuses,
+        errors=sum(r.errors for r in results),
+        first_error=next((r.first_error for r in results if r.first_error), ""),
+    )
+
+
+# --- in-process checks -------------------------------------------------------------------------------
+
+
+def list_query_counts(world: World, sizes: tuple[int, ...]) -> dict[int, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.list_token}")
+    client.get(LIST_PATH)  # the token's last_used_at write happens at most once a minute: get it out of the way
+    counts = {}
+    for size in sizes:
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(LIST_PATH, {"page_size": size})
+        if response.status_code != 200 or len(response.json()["results"]) != min(size, world.list_rows):
+            raise SystemExit(f"list page_size={size} answered {response.status_code}: {response.content[:300]!r}")
+        counts[size] = len(ctx.captured_queries)
+    return counts
+
+
+def profile_in_process(world: World, requests: int) -> str:
+    """cProfile over list and create requests through the whole Django/DRF stack, in this process."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.list_token}")
+    body = {"pool": world.pool_id, "profile": "1g.10gb", "count": 1, "lease_hours": 1, "purpose": "profile"}
+    client.get(LIST_PATH)
+    report = io.StringIO()
+    for name, call in (
+        ("GET list (page of 50)", lambda: client.get(LIST_PATH)),
+        ("POST create", lambda: client.post(LIST_PATH, body, format="json")),
+    ):
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        for _ in range(requests):
+            call()
+        profiler.disable()
+        per_request = (time.perf_counter() - started) / requests * 1000
+        report.write(f"\n### {name}: {per_request:.1f} ms per request in-process (under cProfile)\n\n```\n")
+        stats = pstats.Stats(profiler, stream=report)
+        stats.sort_stats("tottime").print_stats(15)
+        stats.sort_stats("cumulative").print_stats(r"/(allocations|tenants|portal)/", 15)
+        report.write("```\n")
+    return report.getvalue()
+
+
+# --- the report --------------------------------------------------------------------------------------
+
+
+def machine_facts() -> dict[str, str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg_version = str(cursor.fetchone()[0])
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    import django
+    import gunicorn
+
+    load1, load5, _ = os.getloadavg()
+    return {
+        "nproc": str(len(os.sched_getaffinity(0))),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "postgresql": pg_version,
+        "django": django.get_version(),
+        "gunicorn": gunicorn.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+        "load": f"{load1:.2f} (1 min), {load5:.2f} (5 min) at start",
+        "cpu pressure": f"{cpu_pressure()} at start",
+    }
+
+
+def cpu_pressure() -> str:
+    """Linux PSI: the share of the last 60 s in which some runnable task waited for a CPU."""
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+    fields = dict(part.split("=") for part in some.split()[1:])
+    return f"{fields.get('avg60', '?')}% of the last 60 s had a task waiting for a CPU"
+
+
+def verdict(m: Measurement) -> str:
+    if m.target_rps is None:
+        return "-"
+    ok = m.rps >= m.target_rps and m.p99_ms < TARGETS["p99_ms"] and m.errors == 0 and set(m.statuses) <= {200, 201}
+    return "meets" if ok else "MISSES"
+
+
+def target_text(m: Measurement) -> str:
+    if m.target_rps is None:
+        return "(per-request cost, no load)"
+    return f">= {m.target_rps:.0f} req/s, p99 < {TARGETS['p99_ms']:.0f} ms"
+
+
+def results_table(ms: list[Measurement]) -> str:
+    rows = [
+        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors | target | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
+    ]
+    for m in ms:
+        statuses = ", ".join(f"{k}: {v}" for k, v in sorted(m.statuses.items()))
+        rows.append(
+            f"| {m.name} | {m.connections} | {m.requests} | {m.rps:.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
+            f"{m.max_ms:.1f} | {statuses} | {m.errors} | {target_text(m)} | {verdict(m)} |"
+        )
+    return "\n".join(rows)
+
+
+def render(
+    *,
+    command: str,
+    facts: dict[str, str],
+    server_cmd: str,
+    args: argparse.Namespace,
+    world: World,
+    measurements: list[Measurement],
+    queries: dict[int, int],
+    profile: str,
+) -> str:
+    constant = len(set(queries.values())) == 1
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        BEGIN,
+        f"## Last run: {when}",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "| machine | |",
+        "| --- | --- |",
+        *[f"| {k} | {v} |" for k, v in facts.items()],
+        "",
+        f"Server: `{server_cmd}` (DEBUG=False, CELERY_BROKER_URL=memory://: the tasks the services queue on "
+        "commit go to an in-memory broker and nowhere else). Load: "
+        f"{args.processes} processes x {args.threads} threads of http.client on loopback, "
+        f"{args.warmup:g} s warm-up then {args.duration:g} s (at most {args.max_requests} requests) per endpoint; "
+        "the load generator runs on the same cores as the server and PostgreSQL.",
+        "",
+        f"Data: {world.tenants} tenants, one member and one write token each; the listed tenant holds "
+        f"{world.list_rows} requests (the list is measured before any create). "
+        "Creates rotate over every tenant's token, 1x 1g.10gb, auto-approved inside a large quota. "
+        "Each endpoint runs twice: under load (the targets apply) and over one connection, which shows what one "
+        "request costs with nothing queued ahead of it.",
+        "",
+        results_table(measurements),
+        "",
+        "SQL queries for one list page (in-process, DRF APIClient, token auth, CaptureQueriesContext): "
+        + ", ".join(f"page_size={k}: {v}" for k, v in queries.items())
+        + (" - constant." if constant else " - NOT constant: an N+1 query."),
+    ]
+    if profile:
+        lines += [
+            "",
+            "<details><summary>cProfile: top 15 by own time, then the project's functions by cumulative time</summary>",
+            profile,
+            "</details>",
+        ]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(block: str) -> None:
+    head = (
+        "# API benchmark\n\n"
+        "Written by `bench/api.py`; everything between the bench markers is replaced on each run.\n\n"
+    )
+    tail = ""
+    if DOC.exists():
+        text = DOC.read_text()
+        if BEGIN in text and END in text:
+            head = text[: text.index(BEGIN)]
+            tail = text[text.index(END) + len(END) :].lstrip("\n")
+            tail = "\n" + tail if tail else ""
+        else:
+            head = text.rstrip("\n") + "\n\n"
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(head + block + tail)
+
+
+# --- main --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--tenants", type=int, default=20)
+    parser.add_argument("--list-rows", type=int, default=1000, help="requests in the listed tenant")
+    parser.add_argument("--server", choices=["gunicorn", "uvicorn"], default="gunicorn")
+    parser.add_argument("--workers", type=int, default=3, help="server worker processes")
+    parser.add_argument("--processes", type=int, default=2, help="load generator processes")
+    parser.add_argument("--threads", type=int, default=4, help="connections per load generator process")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per endpoint")
+    parser.add_argument("--max-requests", type=int, default=20_000, help="per endpoint, all connections together")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="also cProfile N requests in-process")
+    parser.add_argument("--no-write", action="store_true", help=f"do not rewrite {DOC.relative_to(ROOT)}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    atexit.register(run_cleanups)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    command = " ".join(
+        shlex.quote(a) for a in ["python", "bench/api.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+
+    given = os.environ.get("DATABASE_URL")
+    database_url = fresh_database_on(given) if given else start_private_postgres()
+    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
+    _cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    (data_dir / "staticfiles").mkdir()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DEBUG": "False",
+        "SECRET_KEY": f"bench-{uuid.uuid4().hex}",
+        "CELERY_BROKER_URL": "memory://",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "FATIA_DATA_DIR": str(data_dir),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+    }
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    import logging
+
+    import django
+
+    django.setup()
+    # kombu warns once that memory:// has no host name; it has none on purpose.
+    logging.getLogger("kombu.connection").setLevel(logging.ERROR)
+    world = seed(tenants=args.tenants, list_rows=args.list_rows)
+    facts = machine_facts()
+    queries = list_query_counts(world, (10, 50, 200))
+    from django.db import connections
+
+    connections.close_all()  # the server's workers get the database to themselves
+
+    server = start_server(args.server, args.workers, env, data_dir / "server.log")
+    server_cmd = server.command
+    log(f"{server_cmd} on 127.0.0.1:{server.port}")
+    common = {
+        "port": server.port,
+        "threads": args.threads,
+        "warmup_s": args.warmup,
+        "duration_s": args.duration,
+        "max_requests": args.max_requests,
+    }
+    body = {"pool": world.pool_id, "profile": "1g.10gb", "count": 1, "lease_hours": 1, "purpose": "benchmark"}
+    runs = [
+        ("GET /api/v1/allocations/", "GET", [world.list_token], None, TARGETS["list_rps"]),
+        ("POST /api/v1/allocations/", "POST", world.create_tokens, body, TARGETS["create_rps"]),
+    ]
+    measurements = []
+    for name, method, tokens, payload, target in runs:
+        for processes, threads, goal in ((args.processes, args.threads, target), (1, 1, None)):
+            log(f"measuring {name} with {processes * threads} connection(s) ...")
+            spec = LoadSpec(
+                **{**common, "threads": threads},
+                method=method,
+                path=LIST_PATH,
+                tokens=tokens,
+                start_at=time.time() + 1.0,
+                body=payload,
+            )
+            measurements.append(measure(name, spec, processes, goal))
+    facts["after"] = f"load {os.getloadavg()[0]:.2f} (1 min), cpu pressure {cpu_pressure()}"
+    profile = profile_in_process(world, args.profile) if args.profile else ""
+
+    print()
+    for k, v in facts.items():
+        print(f"{k:>10}: {v}")
+    print(f"{'server':>10}: {server_cmd}")
+    print("Celery: CELERY_BROKER_URL=memory:// - tasks queued on commit go nowhere in this benchmark.\n")
+    print(
+        f"{'endpoint':<28} {'conns':>5} {'requests':>8} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+        f"{'errors':>6}  verdict"
+    )
+    for m in measurements:
+        print(
+            f"{m.name:<28} {m.connections:>5} {m.requests:>8} {m.rps:>7.0f} {m.p50_ms:>7.1f} {m.p99_ms:>7.1f} "
+            f"{m.max_ms:>7.1f} {m.errors:>6}  {verdict(m)}  statuses {dict(sorted(m.statuses.items()))}"
+        )
+        if m.first_error:
+            print(f"{'':<28} first error: {m.first_error}")
+    if any(status >= 500 for m in measurements for status in m.statuses):
+        print(f"\nThe server answered 5xx; the end of its log:\n{server.log_tail()}")
+    print(
+        "\nSQL queries per list page: "
+        + ", ".join(f"page_size={k}: {v}" for k, v in queries.items())
+        + (" (constant)" if len(set(queries.values())) == 1 else " (NOT constant)")
+    )
+    print(f"Targets on 2 cores: list >= {TARGETS['list_rps']:.0f} req/s, create >= {TARGETS['create_rps']:.0f} req/s, "
+          f"p99 < {TARGETS['p99_ms']:.0f} ms")  # fmt: skip
+    if profile:
+        print(profile)
+    if not args.no_write:
+        write_doc(
+            render(
+                command=command,
+                facts=facts,
+                server_cmd=server_cmd,
+                args=args,
+                world=world,
+                measurements=measurements,
+                queries=queries,
+                profile=profile,
+            )
+        )
+        log(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

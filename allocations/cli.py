@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +329,7 @@ def when(value: object) -> str:
         moment = datetime.fromisoformat(str(value))
     except ValueError:
         return str(value)
-    return moment.strftime("%Y-%m-%d %H:%MZ") if moment.utcoffset() is not None else str(value)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ") if moment.utcoffset() is not None else str(value)
 
 
 def fields(pairs: Sequence[tuple[str, object]]) -> str:
@@ -832,6 +832,16 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"fatia: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except (KeyError, TypeError, AttributeError) as exc:  # a JSON answer of another shape than this CLI knows
+        print(
+            f"fatia: error: The server's answer has an unexpected shape ({type(exc).__name__}: {exc}); "
+            "is the URL the portal's, and is this CLI up to date?",
+            file=sys.stderr,
+        )
+        return EXIT_API_ERROR
+    except BrokenPipeError:  # `fatia list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         print("fatia: interrupted", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from tenants.models import Membership, Tenant, slug_validator
+from tenants.models import Tenant, managed_tenant_ids_subquery, member_tenant_ids, slug_validator
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -85,7 +85,7 @@ class QuotaQuerySet(models.QuerySet["Quota"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user)
+        return self.filter(tenant_id__in=member_tenant_ids(user))
 
 
 class Quota(models.Model):
@@ -133,7 +133,7 @@ class QuotaChangeRequestQuerySet(models.QuerySet["QuotaChangeRequest"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user)
+        return self.filter(tenant_id__in=member_tenant_ids(user))
 
 
 class QuotaChangeRequest(models.Model):
@@ -184,7 +184,7 @@ class AllocationQuerySet(models.QuerySet["Allocation"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user)
+        return self.filter(tenant_id__in=member_tenant_ids(user))
 
     def holding_quota(self) -> AllocationQuerySet:
         return self.filter(status__in=Allocation.QUOTA_HOLDING)
@@ -195,7 +195,7 @@ class AllocationQuerySet(models.QuerySet["Allocation"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user, tenant__memberships__role=Membership.Role.MANAGER)
+        return self.filter(tenant_id__in=managed_tenant_ids_subquery(user))
 
 
 class Allocation(models.Model):
@@ -255,6 +255,10 @@ class Allocation(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [
+            # A tenant's newest requests first: the list endpoint's page query.
+            models.Index(fields=["tenant", "-created_at", "-id"], name="allocation_tenant_recent_idx"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "requested_by", "idempotency_key"],

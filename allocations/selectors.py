@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 def get_allocation_for_user(user: User, pk: int) -> Allocation:
     """The allocation if the user may see it; DoesNotExist (a 404) otherwise, also for other tenants'."""
-    return Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by").distinct().get(pk=pk)
+    return Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by").get(pk=pk)
 
 
 def allocations_for_user(user: User) -> list[Allocation]:
-    return list(Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by").distinct()[:200])
+    return list(Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by")[:200])
 
 
 def pending_approvals_for_user(user: User) -> list[Allocation]:
@@ -35,7 +35,6 @@ def pending_approvals_for_user(user: User) -> list[Allocation]:
         Allocation.objects.managed_by(user)
         .filter(status=Allocation.Status.PENDING)
         .select_related("tenant", "pool", "requested_by")
-        .distinct()
         .order_by("created_at")
     )
 
@@ -100,7 +99,7 @@ def balance_of(quota: Quota) -> Balance:
 
 
 def balances_for_user(user: User, tenant_id: int | None = None) -> list[Balance]:
-    quotas = Quota.objects.for_user(user).select_related("tenant", "pool").distinct()
+    quotas = Quota.objects.for_user(user).select_related("tenant", "pool")
     if tenant_id is not None:
         quotas = quotas.filter(tenant_id=tenant_id)
     return [balance_of(q) for q in quotas]
@@ -144,14 +143,14 @@ def pools_for_user(user: User) -> list[NodePool]:
 
 
 def quota_changes_for_user(user: User, *, pending_only: bool = False) -> list[QuotaChangeRequest]:
-    qs = QuotaChangeRequest.objects.for_user(user).select_related("tenant", "pool", "requested_by").distinct()
+    qs = QuotaChangeRequest.objects.for_user(user).select_related("tenant", "pool", "requested_by")
     if pending_only:
         qs = qs.filter(status=QuotaChangeRequest.Status.PENDING)
     return list(qs)
 
 
 def search_allocations(user: User, text: str) -> list[Allocation]:
-    qs = Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by").distinct()
+    qs = Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by")
     if text:
         qs = qs.filter(Q(purpose__icontains=text) | Q(claim_name__icontains=text) | Q(profile__icontains=text))
     return list(qs[:200])
@@ -172,7 +171,7 @@ class StatusFilter:
 
 def requests_for_user(user: User, *, status: str | None = None) -> list[Allocation]:
     """The user's tenants' requests, newest first, optionally of one status (at most 200)."""
-    qs = Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by").distinct()
+    qs = Allocation.objects.for_user(user).select_related("tenant", "pool", "requested_by")
     if status:
         qs = qs.filter(status=status)
     return list(qs[:200])
@@ -236,7 +235,6 @@ def pending_approvals_with_balances(user: User) -> list[PendingApproval]:
         Allocation.objects.managed_by(user)
         .filter(status=Status.PENDING)
         .select_related("tenant", "pool", "requested_by")
-        .distinct()
         .order_by("created_at", "id")
     )
     quotas = {
@@ -258,7 +256,7 @@ def pending_approvals_with_balances(user: User) -> list[PendingApproval]:
 
 
 def request_form_tenants(user: User) -> QuerySet[Tenant]:
-    return Tenant.objects.for_user(user).order_by("name").distinct()
+    return Tenant.objects.for_user(user).order_by("name")
 
 
 def request_form_pools(user: User) -> QuerySet[NodePool]:

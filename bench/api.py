@@ -1,6 +1,6 @@
 """REST API benchmark: throughput and latency of listing and creating allocations over real HTTP.
 
-    /root/.cache/fatia/venv/bin/python bench/api.py            # or any venv with `pip install -e .`
+    python bench/api.py                                        # python: a venv with `pip install -e ".[dev]"`
     python bench/api.py --duration 5 --tenants 5 --no-write    # a quick look, docs left alone
 
 What it does, in order:
@@ -42,6 +42,7 @@ import multiprocessing
 import os
 import platform
 import pstats
+import re
 import shlex
 import shutil
 import signal
@@ -457,7 +458,9 @@ def profile_in_process(world: World, requests: int) -> str:
         stats.sort_stats("tottime").print_stats(15)
         stats.sort_stats("cumulative").print_stats(r"/(allocations|tenants|portal)/", 15)
         report.write("```\n")
-    return report.getvalue()
+    # No machine paths in the report: the project's files relative to the checkout, libraries by package.
+    text = report.getvalue().replace(f"{ROOT}/", "")
+    return re.sub(r"\S*/(site-packages|lib/python3\.\d+)/", "", text)
 
 
 # --- the report --------------------------------------------------------------------------------------
@@ -517,7 +520,8 @@ def target_text(m: Measurement) -> str:
 
 def results_table(ms: list[Measurement]) -> str:
     rows = [
-        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors | target | verdict |",
+        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors | target "
+        "| verdict |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
     ]
     for m in ms:
@@ -625,11 +629,13 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(run_cleanups)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    command = " ".join(
-        shlex.quote(a) for a in ["python", "bench/api.py", *(argv if argv is not None else sys.argv[1:])]
-    )
-
     given = os.environ.get("DATABASE_URL")
+    sys.path.insert(0, str(ROOT))
+    from bench.report import command_line  # the command without this machine's paths
+
+    command = command_line(["bench/api.py", *(argv if argv is not None else sys.argv[1:])])
+    command += "   # DATABASE_URL set: a fresh database on that server" if given else "   # DATABASE_URL unset"
+
     database_url = fresh_database_on(given) if given else start_private_postgres()
     data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
     _cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
@@ -647,7 +653,6 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONPATH": str(ROOT),
     }
     os.environ.update(env)
-    sys.path.insert(0, str(ROOT))
     import logging
 
     import django

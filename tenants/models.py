@@ -15,6 +15,17 @@ from django.db.models import Q
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
+
+def member_tenant_ids(user: User) -> models.QuerySet[Any, Any]:
+    """Subquery of the ids of the tenants the user belongs to. Filtering with `tenant_id__in=` on it
+    (a semi-join) never duplicates rows, unlike a join through memberships, so no DISTINCT is needed."""
+    return Membership.objects.filter(user_id=user.pk).values("tenant_id")
+
+
+def managed_tenant_ids_subquery(user: User) -> models.QuerySet[Any, Any]:
+    return Membership.objects.filter(user_id=user.pk, role=Membership.Role.MANAGER).values("tenant_id")
+
+
 slug_validator = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
     "Use 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or digit "
@@ -29,7 +40,7 @@ class TenantQuerySet(models.QuerySet["Tenant"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(memberships__user=user)
+        return self.filter(pk__in=member_tenant_ids(user))
 
 
 class Tenant(models.Model):
@@ -80,7 +91,7 @@ class MembershipQuerySet(models.QuerySet["Membership"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user)
+        return self.filter(tenant_id__in=member_tenant_ids(user))
 
 
 class Membership(models.Model):
@@ -146,7 +157,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
             return self.none()
         if user.is_staff:
             return self.all()
-        return self.filter(tenant__memberships__user=user, tenant__memberships__role=Membership.Role.MANAGER)
+        return self.filter(tenant_id__in=managed_tenant_ids_subquery(user))
 
 
 class AuditEvent(models.Model):

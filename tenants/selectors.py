@@ -17,7 +17,13 @@ def role_in_tenant(user: User | AnonymousUser, tenant_id: int) -> str | None:
     """The user's role in the tenant, or None when they are not a member."""
     if not user.is_authenticated:
         return None
-    return Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id).values_list("role", flat=True).first()
+    # order_by(): Membership.Meta.ordering would join two tables to sort a single row.
+    return (
+        Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id)
+        .order_by()
+        .values_list("role", flat=True)
+        .first()
+    )
 
 
 def can_manage_tenant(user: User | AnonymousUser, tenant_id: int) -> bool:
@@ -35,7 +41,7 @@ def can_use_tenant(user: User | AnonymousUser, tenant_id: int) -> bool:
 
 
 def tenants_for_user(user: User | AnonymousUser) -> list[Tenant]:
-    return list(Tenant.objects.for_user(user).order_by("name").distinct())
+    return list(Tenant.objects.for_user(user).order_by("name"))
 
 
 def managed_tenant_ids(user: User | AnonymousUser) -> list[int]:
@@ -76,7 +82,7 @@ def audit_events_for_user(
     until: datetime | None = None,
 ) -> QuerySet[AuditEvent]:
     """The audit log the user may read (staff: all), filtered, newest first."""
-    qs = AuditEvent.objects.for_user(user).select_related("tenant").distinct()
+    qs = AuditEvent.objects.for_user(user).select_related("tenant")
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
     if verb:
@@ -95,8 +101,8 @@ def audit_events_for_user(
 def audit_filter_choices(user: User) -> tuple[list[str], list[str]]:
     """The verbs and object types present in the user's audit log, for the filter drop-downs."""
     qs = AuditEvent.objects.for_user(user)
-    verbs = sorted(set(qs.values_list("verb", flat=True).distinct()))
-    object_types = sorted(set(qs.values_list("object_type", flat=True).distinct()))
+    verbs = sorted(set(qs.values_list("verb", flat=True).order_by().distinct()))
+    object_types = sorted(set(qs.values_list("object_type", flat=True).order_by().distinct()))
     return verbs, object_types
 
 

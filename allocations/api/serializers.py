@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from rest_framework import serializers
 
+from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import Allocation, NodePool, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
 from tenants.models import AuditEvent
@@ -157,6 +158,10 @@ class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
 
 
 class AllocationSerializer(serializers.ModelSerializer[Allocation]):
+    """One request as lists show it. The fields below are the contract (and the OpenAPI schema);
+    `to_representation` builds the same dict directly (allocation_row), because DRF's per-field
+    machinery and model instances are most of the list endpoint's CPU time (docs/benchmarks.md, API)."""
+
     tenant_name = serializers.CharField(source="tenant.name", read_only=True)
     pool_name = serializers.CharField(source="pool.name", read_only=True)
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
@@ -193,11 +198,96 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         ]
         read_only_fields = fields
 
-    def get_gpu_equivalents(self, allocation: Allocation) -> float:
-        from allocations.costs import gpu_equivalents, gpu_model_for
+    def get_gpu_equivalents(self, instance: Allocation) -> float:
+        model = gpu_model_for(instance.pool.gpu_model)
+        return round(gpu_equivalents(model, instance.compute_slices, instance.memory_slices), 3)
 
-        model = gpu_model_for(allocation.pool.gpu_model)
-        return round(gpu_equivalents(model, allocation.compute_slices, allocation.memory_slices), 3)
+    def to_representation(self, instance: Allocation) -> dict[str, Any]:
+        return allocation_row(
+            {
+                **{f: getattr(instance, f) for f in ROW_FIELDS},
+                "tenant_id": instance.tenant_id,
+                "pool_id": instance.pool_id,
+                "tenant__name": instance.tenant.name,
+                "pool__name": instance.pool.name,
+                "pool__gpu_model": instance.pool.gpu_model,
+                "requested_by__username": instance.requested_by.username,
+            }
+        )
+
+
+# Plain columns a list row copies as they are; dates are formatted by allocation_row.
+ROW_FIELDS = (
+    "id",
+    "uuid",
+    "profile",
+    "count",
+    "lease_hours",
+    "purpose",
+    "compute_slices",
+    "memory_slices",
+    "status",
+    "status_message",
+    "auto_approved",
+    "decided_at",
+    "decision_reason",
+    "claim_name",
+    "activated_at",
+    "lease_expires_at",
+    "ended_at",
+    "created_at",
+    "updated_at",
+)
+# What the list endpoint reads with queryset.values(): no model instances are built for a page.
+ROW_COLUMNS = (
+    *ROW_FIELDS,
+    "tenant_id",
+    "pool_id",
+    "tenant__name",
+    "pool__name",
+    "pool__gpu_model",
+    "requested_by__username",
+)
+
+
+def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
+    """AllocationSerializer's output from a `.values(*ROW_COLUMNS)` dict, in the declared field order."""
+    model = gpu_model_for(v["pool__gpu_model"])
+    return {
+        "id": v["id"],
+        "uuid": str(v["uuid"]),
+        "tenant": v["tenant_id"],
+        "tenant_name": v["tenant__name"],
+        "pool": v["pool_id"],
+        "pool_name": v["pool__name"],
+        "requested_by": v["requested_by__username"],
+        "profile": v["profile"],
+        "count": v["count"],
+        "lease_hours": v["lease_hours"],
+        "purpose": v["purpose"],
+        "compute_slices": v["compute_slices"],
+        "memory_slices": v["memory_slices"],
+        "gpu_equivalents": round(gpu_equivalents(model, v["compute_slices"], v["memory_slices"]), 3),
+        "status": v["status"],
+        "status_message": v["status_message"],
+        "auto_approved": v["auto_approved"],
+        "decided_at": _iso(v["decided_at"]),
+        "decision_reason": v["decision_reason"],
+        "claim_name": v["claim_name"],
+        "activated_at": _iso(v["activated_at"]),
+        "lease_expires_at": _iso(v["lease_expires_at"]),
+        "ended_at": _iso(v["ended_at"]),
+        "created_at": _iso(v["created_at"]),
+        "updated_at": _iso(v["updated_at"]),
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    """The same ISO 8601 form DRF's DateTimeField writes (UTC as 'Z')."""
+    if value is None:
+        return None
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class AllocationDetailSerializer(AllocationSerializer):
@@ -207,6 +297,12 @@ class AllocationDetailSerializer(AllocationSerializer):
     class Meta(AllocationSerializer.Meta):
         fields = [*AllocationSerializer.Meta.fields, "placements", "timeline"]
         read_only_fields = fields
+
+    def to_representation(self, instance: Allocation) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["placements"] = PlacementSerializer(instance.placements.all(), many=True).data
+        data["timeline"] = self.get_timeline(instance)
+        return data
 
     def get_timeline(self, allocation: Allocation) -> list[dict[str, Any]]:
         from allocations.selectors import allocation_timeline
@@ -218,6 +314,7 @@ class AllocationCreateSerializer(serializers.Serializer[Any]):
     tenant = serializers.IntegerField(min_value=1, required=False)
     pool = serializers.IntegerField(min_value=1)
     profile = serializers.CharField(max_length=32)
-    count = serializers.IntegerField(min_value=1, max_value=settings.FATIA_MAX_SLICES_PER_REQUEST)
-    lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365)
+    # Ranges are checked by the service, whose messages say what the tenant's policy allows.
+    count = serializers.IntegerField(help_text="Between 1 and FATIA_MAX_SLICES_PER_REQUEST (56 by default).")
+    lease_hours = serializers.IntegerField(help_text="Between 1 and the tenant's max_lease_hours.")
     purpose = serializers.CharField(max_length=500)

@@ -52,7 +52,7 @@ def created_or_replayed(data: Any, created: bool) -> Response:
 
 def visible_tenant(request: Request, tenant_id: int | None) -> Tenant:
     """The tenant named in a create, resolved within what the user can see (400 otherwise)."""
-    tenants = Tenant.objects.for_user(request.user).distinct()
+    tenants = Tenant.objects.for_user(request.user)
     if tenant_id is None:
         mine = list(tenants[:2])
         if len(mine) != 1:
@@ -116,7 +116,7 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
     filterset_fields = ["tenant", "pool"]
 
     def get_queryset(self) -> QuerySet[Quota]:
-        return Quota.objects.for_user(self.request.user).select_related("tenant", "pool").distinct()
+        return Quota.objects.for_user(self.request.user).select_related("tenant", "pool")
 
     def list(self, request: Request) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
@@ -153,11 +153,7 @@ class QuotaChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     filterset_class = QuotaChangeFilter
 
     def get_queryset(self) -> QuerySet[QuotaChangeRequest]:
-        return (
-            QuotaChangeRequest.objects.for_user(self.request.user)
-            .select_related("requested_by", "decided_by")
-            .distinct()
-        )
+        return QuotaChangeRequest.objects.for_user(self.request.user).select_related("requested_by", "decided_by")
 
     @extend_schema(
         request=s.QuotaChangeCreateSerializer, responses={201: s.QuotaChangeSerializer}, parameters=[IDEMPOTENCY_HEADER]
@@ -208,14 +204,20 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     def get_queryset(self) -> QuerySet[Allocation]:
         queryset = Allocation.objects.for_user(self.request.user).select_related("tenant", "pool", "requested_by")
-        if self.action != "list":
-            queryset = queryset.prefetch_related(
-                Prefetch("placements", queryset=SlicePlacement.objects.select_related("gpu__node"))
-            )
-        return queryset.distinct()
+        if self.action == "list":
+            return queryset
+        return queryset.prefetch_related(
+            Prefetch("placements", queryset=SlicePlacement.objects.select_related("gpu__node"))
+        )
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
         return s.AllocationSerializer if self.action == "list" else s.AllocationDetailSerializer
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # A page of plain dicts (values()), not model instances: see AllocationSerializer.
+        rows = self.filter_queryset(self.get_queryset()).values(*s.ROW_COLUMNS)
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response([s.allocation_row(row) for row in page or []])
 
     def _detail(self, allocation: Allocation) -> Response:
         return Response(s.AllocationDetailSerializer(self.get_queryset().get(pk=allocation.pk)).data)
@@ -291,4 +293,4 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
     filterset_class = AuditEventFilter
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
-        return AuditEvent.objects.for_user(self.request.user).distinct()
+        return AuditEvent.objects.for_user(self.request.user)

@@ -25,7 +25,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     filterset_fields = ["slug"]
 
     def get_queryset(self) -> QuerySet[Tenant]:
-        return Tenant.objects.for_user(self.request.user).distinct()
+        return Tenant.objects.for_user(self.request.user)
 
     @extend_schema(request=s.TenantCreateSerializer, responses={201: s.TenantSerializer})
     def create(self, request: Request) -> Response:
@@ -50,7 +50,7 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     filterset_fields = ["tenant", "role"]
 
     def get_queryset(self) -> QuerySet[Membership]:
-        return Membership.objects.for_user(self.request.user).select_related("user").distinct()
+        return Membership.objects.for_user(self.request.user).select_related("user")
 
     @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.MembershipSerializer})
     def create(self, request: Request) -> Response:

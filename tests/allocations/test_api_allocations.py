@@ -68,8 +68,8 @@ def test_the_tenant_can_be_left_out_when_the_user_has_one(world: World):
     [
         ({"profile": "1g.18gb"}, "profile", "'1g.18gb' is not offered in pool h100"),
         ({"profile": "9g.1tb"}, "profile", "'9g.1tb' is not offered in pool h100"),
-        ({"count": 0}, "count", "Ensure this value is greater than or equal to 1."),
-        ({"count": 10**9}, "count", "Ensure this value is less than or equal to 56."),
+        ({"count": 0}, "count", "Ask for between 1 and 56 slices."),
+        ({"count": 10**9}, "count", "Ask for between 1 and 56 slices."),
         ({"lease_hours": 169}, "lease_hours", "The lease must be between 1 and 168 hours for Team A."),
         ({"purpose": ""}, "purpose", "This field may not be blank."),
         ({"pool": 999999}, "pool", "Unknown pool 999999."),
@@ -283,3 +283,23 @@ def test_pool_capacity_says_how_many_more_of_each_profile_fit(world: World):
     # then: 7 x 1g.10gb per GPU, 1 x 7g per GPU, 1 x 1g.10gb+me per GPU
     assert (empty["1g.10gb"], empty["7g.80gb"], empty["3g.40gb"], empty["1g.10gb+me"]) == (112, 16, 32, 16)
     assert (after["1g.10gb"], after["7g.80gb"], after["3g.40gb"], after["1g.10gb+me"]) == (105, 15, 30, 15)
+
+
+def test_the_fast_list_representation_equals_drfs_own_field_by_field_output(world: World):
+    # given: an active request (dates set, placements made)
+    from rest_framework import serializers as drf
+
+    from allocations.api.serializers import AllocationSerializer
+
+    created = world.client(world.alice).post(URL, body(world, profile="1g.20gb", count=2), format="json").json()
+    services.provision_allocation(allocation_id=created["id"])
+    allocation = Allocation.objects.select_related("tenant", "pool", "requested_by").get(pk=created["id"])
+    serializer = AllocationSerializer()
+    # when
+    fast = serializer.to_representation(allocation)
+    generic = drf.ModelSerializer.to_representation(serializer, allocation)
+    listed = world.client(world.alice).get(URL).json()["results"]
+    # then: the same keys, in the same order, with the same values, also on the list endpoint's values() path
+    assert list(fast.items()) == list(generic.items())
+    assert listed == [fast]
+    assert fast["gpu_equivalents"] == 0.5

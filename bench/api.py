@@ -12,7 +12,7 @@ What it does, in order:
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
 3. A real server on 127.0.0.1 and a free port: gunicorn portal.wsgi with sync workers (default 3; see
-   docs/benchmarks-api.md for why not uvicorn), DEBUG=False, CELERY_BROKER_URL=memory://. Tasks the
+   docs/api-performance.md for why not uvicorn), DEBUG=False, CELERY_BROKER_URL=memory://. Tasks the
    services queue on commit go to that in-memory broker and nowhere else: no worker provisions anything.
 4. Load from separate processes (Python threads, one http.client connection each, loopback only),
    bounded by time and by request count: GET /api/v1/allocations/ (a page of 50, token auth, the tenant
@@ -20,8 +20,8 @@ What it does, in order:
    Idempotency-Key on each). Requests per second, p50 and p99 latency, errors.
 5. SQL queries per list page at page_size 10, 50 and 200, in-process with DRF's APIClient and
    CaptureQueriesContext (must not grow with the page).
-6. A table on stdout, and docs/benchmarks-api.md rewritten between its `bench:begin` / `bench:end`
-   markers (text outside them is kept) unless --no-write.
+6. A table on stdout, and the "api" section of docs/benchmarks.md rewritten (bench/report.py) unless
+   --no-write. docs/api-performance.md explains the numbers and the choices behind them.
 
 The load generator shares the machine's cores with the server and PostgreSQL, so the numbers are a
 floor for what the server does on its own; the report says how many cores there were and how busy.
@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks-api.md"
+DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 TARGETS = {"list_rps": 300.0, "create_rps": 100.0, "p99_ms": 150.0}
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
@@ -588,21 +588,10 @@ def render(
 
 
 def write_doc(block: str) -> None:
-    head = (
-        "# API benchmark\n\n"
-        "Written by `bench/api.py`; everything between the bench markers is replaced on each run.\n\n"
-    )
-    tail = ""
-    if DOC.exists():
-        text = DOC.read_text()
-        if BEGIN in text and END in text:
-            head = text[: text.index(BEGIN)]
-            tail = text[text.index(END) + len(END) :].lstrip("\n")
-            tail = "\n" + tail if tail else ""
-        else:
-            head = text.rstrip("\n") + "\n\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(head + block + tail)
+    from bench.report import write_section
+
+    body = block.replace(BEGIN, "").replace(END, "").replace("## Last run:", "Last run:", 1)
+    print(f"wrote {write_section('api', body, title='REST API')}")
 
 
 # --- main --------------------------------------------------------------------------------------------

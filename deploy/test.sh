@@ -56,6 +56,12 @@ else
 fi
 export PATH="$VENV/bin:$PATH"
 
+# --- Kubernetes control plane for tests/kube ----------------------------------------------------------
+# Built from the Go module proxy into $CACHE/k8s the first time (7-18 min on 2 cores), skipped in well
+# under a second afterwards (docs/control-plane.md).
+log "kubernetes control plane"
+bash deploy/build-control-plane.sh
+
 # --- services --------------------------------------------------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/fatia-test.XXXXXX)
 chmod 755 "$RUN_DIR"

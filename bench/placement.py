@@ -18,7 +18,7 @@ Experiments:
    with what the defrag planner would recover at each rejection.
 3. decision latency on a 1,000-node x 8-GPU fleet, and the what-if for a pool.
 
-Results go to ``docs/benchmarks-placement.md`` (``--out``) and to stdout.
+Results go to the "placement" section of ``docs/benchmarks.md`` (or ``--out FILE``) and to stdout.
 """
 
 from __future__ import annotations

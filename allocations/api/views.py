@@ -22,6 +22,7 @@ from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaCha
 from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from tenants.api.auth import acting_user
+from tenants.api.pagination import WindowCountPagination
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent, Tenant
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
@@ -200,6 +201,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     serializer_class = s.AllocationSerializer
     filterset_class = AllocationFilter
+    pagination_class = WindowCountPagination
     ordering_fields = ["created_at", "status", "lease_expires_at"]
 
     def get_queryset(self) -> QuerySet[Allocation]:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.utils import timezone
 
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import load_catalog
-from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
-from tenants.models import AuditEvent, Tenant
+from allocations.mig.layout import geometry
+from allocations.mig.policies import stranded
+from allocations.models import Allocation, Gpu, Node, NodePool, Quota, QuotaChangeRequest, SlicePlacement
+from tenants.models import AuditEvent, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
 if TYPE_CHECKING:
@@ -344,3 +348,474 @@ def pools_overview() -> QuerySet[NodePool]:
     return NodePool.objects.annotate(
         node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__gpus", distinct=True)
     ).order_by("name")
+
+
+# --- Fleet dashboard (allocations/dashboard.py) ---------------------------------------------------------
+#
+# Every read below runs a fixed number of SQL queries whatever the fleet size: rows come back as values()
+# and are grouped in Python, never one query per node or GPU. Tenancy is applied here, not in templates:
+# a slice of a tenant the viewer does not belong to comes out as an anonymous "occupied" slice (no
+# tenant, claim, purpose, requester or lease), so no template can leak it.
+
+DASHBOARD_PAGE_SIZE = 20
+# Requests of the last this-many days make a pool's "requested mix" for the fragmentation measure.
+DASHBOARD_MIX_DAYS = 30
+# Profiles with less than this share of the mix do not count (as in the placement policy).
+DASHBOARD_MIX_THRESHOLD = 0.02
+# Slot colours: eight fills that all keep >= 9.8:1 contrast with the #111 label text, ordered so that
+# neighbours differ in lightness as well as hue (Okabe-Ito inspired); the slot label carries the name too.
+TENANT_COLOURS = ("#9ecae1", "#f4b183", "#a1d99b", "#d4b9da", "#fdd86a", "#c7c1a8", "#80cdc1", "#f1a7b5")
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardFilters:
+    pool_id: int | None = None
+    tenant_id: int | None = None
+    state: str = ""
+    search: str = ""
+    page: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    label: str
+    colour: str
+    slices: int
+    compute_slices: int
+    mine: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSummary:
+    pool_id: int
+    name: str
+    slug: str
+    gpu_model: str
+    node_count: int
+    gpu_count: int
+    states: dict[str, int]
+    usage: list[TenantUsage]
+    slices_in_use: int
+    compute_used: int
+    compute_total: int
+    fits_now: dict[str, int]
+    fragmentation_stranded: int
+    fragmentation_free: int
+    pending: int
+    version: str
+
+    @property
+    def fragmentation_percent(self) -> int:
+        if not self.fragmentation_free:
+            return 0
+        return round(100 * self.fragmentation_stranded / self.fragmentation_free)
+
+    @property
+    def used_percent(self) -> int:
+        return round(100 * self.compute_used / self.compute_total) if self.compute_total else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SliceView:
+    """One instance on a GPU as the viewer may see it. `visible` False: only "occupied" is known."""
+
+    placement_id: int
+    profile: str
+    start: int
+    size: int
+    visible: bool
+    colour: str
+    tenant_name: str = ""
+    allocation_id: int | None = None
+    claim_name: str = ""
+    status: str = ""
+    requested_by: str = ""
+    lease_expires_at: datetime | None = None
+    device_name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.tenant_name if self.visible else "occupied"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    gpu_id: int
+    index: int
+    slots: int
+    slices: list[SliceView]
+    free_slots: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node_id: int
+    name: str
+    state: str
+    state_label: str
+    gpus: list[GpuView]
+
+
+@dataclass(frozen=True, slots=True)
+class NodePage:
+    pool: NodePool
+    nodes: list[NodeView]
+    total: int
+    page: int
+    pages: int
+    legend: list[TenantUsage]
+
+
+def _visible_tenant_ids(user: User) -> set[int] | None:
+    """The tenants whose slices the user sees in full; None means all of them (staff)."""
+    if user.is_staff:
+        return None
+    if not user.is_authenticated:
+        return set()
+    return set(member_tenant_ids(user).values_list("tenant_id", flat=True))
+
+
+def _tenant_colours() -> dict[int, str]:
+    """A stable colour per tenant (by id), the same on every page and for every viewer."""
+    ids = Tenant.objects.order_by("pk").values_list("pk", flat=True)
+    return {pk: TENANT_COLOURS[n % len(TENANT_COLOURS)] for n, pk in enumerate(ids)}
+
+
+def dashboard_tenant_choices(user: User) -> list[Tenant]:
+    """Tenants the user may filter by: all for staff, their own for members (no probing where others sit)."""
+    return list(Tenant.objects.for_user(user).order_by("name"))
+
+
+def _pool_versions() -> dict[int, str]:
+    """A cheap fingerprint per pool that changes whenever its allocations, placements or nodes change:
+    three aggregate queries over the whole fleet."""
+    parts: dict[int, list[str]] = {}
+    for row in Allocation.objects.values("pool_id").annotate(m=Max("updated_at"), n=Count("pk")).order_by():
+        parts.setdefault(row["pool_id"], []).append(f"a{row['n']}:{row['m'].timestamp() if row['m'] else 0}")
+    for row in Node.objects.values("pool_id").annotate(m=Max("updated_at"), n=Count("pk")).order_by():
+        parts.setdefault(row["pool_id"], []).append(f"n{row['n']}:{row['m'].timestamp() if row['m'] else 0}")
+    for row in SlicePlacement.objects.values("gpu__node__pool_id").annotate(n=Count("pk"), m=Max("pk")).order_by():
+        parts.setdefault(row["gpu__node__pool_id"], []).append(f"p{row['n']}:{row['m']}")
+    return {pool_id: "|".join(sorted(p)) for pool_id, p in parts.items()}
+
+
+def dashboard_versions() -> dict[int, str]:
+    """Per-pool version strings for the live stream, for every pool (an empty pool has "")."""
+    versions = _pool_versions()
+    return {pk: versions.get(pk, "") for pk in NodePool.objects.values_list("pk", flat=True)}
+
+
+def _requested_mix(pools: list[NodePool]) -> dict[int, dict[str, float]]:
+    since = timezone.now() - timedelta(days=DASHBOARD_MIX_DAYS)
+    mix: dict[int, dict[str, float]] = {}
+    for row in (
+        Allocation.objects.filter(Q(created_at__gte=since) | Q(status=Allocation.Status.PENDING))
+        .values("pool_id", "profile")
+        .annotate(n=Sum("count"))
+        .order_by()
+    ):
+        mix.setdefault(row["pool_id"], {})[row["profile"]] = float(row["n"])
+    for pool in pools:
+        if not mix.get(pool.pk):
+            mix[pool.pk] = {name: 1.0 for name in pool.profiles}
+    return mix
+
+
+def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> list[PoolSummary]:
+    """Per pool: nodes by state, GPUs, slices in use by tenant, how many more of each offered profile
+    fit now (ready nodes, exactly, by the placement engine), fragmentation (free compute slices on
+    ready GPUs that no mix of the pool's requested profiles can use), pending requests.
+
+    Seven queries whatever the fleet size (pools, tenants, memberships, GPUs, placements, pending,
+    mix) plus three for the versions."""
+    filters = filters or DashboardFilters()
+    if not user.is_authenticated:
+        return []
+    pools = list(NodePool.objects.order_by("name"))
+    colours = _tenant_colours()
+    tenant_names = dict(Tenant.objects.values_list("pk", "name"))
+    visible = _visible_tenant_ids(user)
+    models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
+    compute_of: dict[tuple[int, str], int] = {}
+    # No ORDER BY on these two: the layouts are grouped in Python, sorting thousands of rows would be waste.
+    gpus = Gpu.objects.order_by().values_list("pk", "node_id", "node__state", "node__pool_id")
+    held: dict[int, list[tuple[str, int, bool]]] = {}
+    usage: dict[int, dict[int | None, list[int]]] = {}
+    for gpu_id, profile, start, tenant_id, pool_id in (
+        SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
+        .order_by()
+        .values_list("gpu_id", "profile", "start", "allocation__tenant_id", "allocation__pool_id")
+    ):
+        held.setdefault(gpu_id, []).append((profile, start, False))
+        compute = compute_of.get((pool_id, profile))
+        if compute is None:
+            model = models.get(pool_id)
+            names = {p.name: p.compute_slices for p in model.profiles} if model else {}
+            compute = compute_of[(pool_id, profile)] = names.get(profile, 0)
+        shown = tenant_id if visible is None or tenant_id in visible else None
+        counts = usage.setdefault(pool_id, {}).setdefault(shown, [0, 0])
+        counts[0] += 1
+        counts[1] += compute
+    pending = {
+        row["pool_id"]: row["n"]
+        for row in Allocation.objects.filter(status=Allocation.Status.PENDING)
+        .values("pool_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+    }
+    mix = _requested_mix(pools)
+    versions = _pool_versions()
+    by_pool: dict[int, list[tuple[int, int, str, int]]] = {}
+    for gpu_row in gpus:
+        by_pool.setdefault(gpu_row[3], []).append(gpu_row)
+    out = []
+    for pool in pools:
+        if filters.pool_id is not None and pool.pk != filters.pool_id:
+            continue
+        model = models[pool.pk]
+        geom = geometry(model)
+        rows = by_pool.get(pool.pk, [])
+        states: dict[str, int] = {}
+        seen_nodes: set[int] = set()
+        # Ready GPUs grouped by layout: fits-now and fragmentation are computed once per distinct layout,
+        # exactly as the placement engine's fits_now does.
+        layouts: dict[tuple[tuple[str, int, bool], ...], int] = {}
+        for gpu_id, node_id, state, _ in rows:
+            if node_id not in seen_nodes:
+                seen_nodes.add(node_id)
+                states[state] = states.get(state, 0) + 1
+            if state == Node.State.READY:
+                layout = tuple(sorted(held.get(gpu_id, ())))
+                layouts[layout] = layouts.get(layout, 0) + 1
+        total_mix = sum(mix[pool.pk].values()) or 1.0
+        allowed = frozenset(
+            geom.index[name]
+            for name, n in mix[pool.pk].items()
+            if name in geom.index and n / total_mix >= DASHBOARD_MIX_THRESHOLD
+        )
+        fits: dict[str, int] = {}
+        lost = free = 0
+        for layout, n in layouts.items():
+            layout_key = geom.named_key(layout)
+            for prof, f in zip(geom.profiles, geom.fit(layout_key), strict=True):
+                fits[prof.name] = fits.get(prof.name, 0) + n * f
+            free += n * (model.compute_slices - geom.info(layout_key).allocated_compute)
+            lost += n * stranded(geom, layout_key, allowed)
+        pool_usage = usage.get(pool.pk, {})
+        tenants = [
+            TenantUsage(tenant_names.get(t, "?"), colours.get(t, TENANT_COLOURS[0]), v[0], v[1], True)
+            for t, v in sorted(pool_usage.items(), key=lambda kv: tenant_names.get(kv[0] or 0, ""))
+            if t is not None
+        ]
+        if None in pool_usage:
+            tenants.append(TenantUsage("Other tenants", "", pool_usage[None][0], pool_usage[None][1], False))
+        gpu_total = len(rows)
+        out.append(
+            PoolSummary(
+                pool_id=pool.pk,
+                name=pool.name,
+                slug=pool.slug,
+                gpu_model=model.name,
+                node_count=len(seen_nodes),
+                gpu_count=gpu_total,
+                states=states,
+                usage=tenants,
+                slices_in_use=sum(v[0] for v in pool_usage.values()),
+                compute_used=sum(v[1] for v in pool_usage.values()),
+                compute_total=gpu_total * model.compute_slices,
+                fits_now={name: fits.get(name, 0) for name in pool.profiles},
+                fragmentation_stranded=lost,
+                fragmentation_free=free,
+                pending=pending.get(pool.pk, 0),
+                version=versions.get(pool.pk, ""),
+            )
+        )
+    return out
+
+
+def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters) -> NodePage:
+    """One page of a pool's nodes, each GPU with its instances at their recorded slots.
+
+    Filters: node state; tenant (only among the tenants the user may see); search by node name or by
+    claim name (claims of visible tenants only). Five queries whatever the pool size (pool, visible
+    tenants, count, node page, GPUs, placements). Raises NodePool.DoesNotExist."""
+    pool = NodePool.objects.get(pk=pool_id)
+    visible = _visible_tenant_ids(user)
+    nodes = Node.objects.filter(pool_id=pool.pk)
+    if filters.state:
+        nodes = nodes.filter(state=filters.state)
+    placements = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
+    if visible is not None:
+        placements = placements.filter(allocation__tenant_id__in=visible)
+    if filters.tenant_id is not None:
+        nodes = nodes.filter(pk__in=placements.filter(allocation__tenant_id=filters.tenant_id).values("gpu__node_id"))
+    if filters.search:
+        nodes = nodes.filter(
+            Q(name__icontains=filters.search)
+            | Q(pk__in=placements.filter(allocation__claim_name__icontains=filters.search).values("gpu__node_id"))
+        )
+    total = nodes.count()
+    pages = max((total + DASHBOARD_PAGE_SIZE - 1) // DASHBOARD_PAGE_SIZE, 1)
+    page = min(max(filters.page, 1), pages)
+    node_rows = list(
+        nodes.order_by("name").values_list("pk", "name", "state")[
+            (page - 1) * DASHBOARD_PAGE_SIZE : page * DASHBOARD_PAGE_SIZE
+        ]
+    )
+    node_ids = [row[0] for row in node_rows]
+    width = gpu_model_for(pool.gpu_model).memory_slices
+    gpus: dict[int, list[tuple[int, int]]] = {}
+    for gpu_id, node_id, index in (
+        Gpu.objects.filter(node_id__in=node_ids).order_by("index").values_list("pk", "node_id", "index")
+    ):
+        gpus.setdefault(node_id, []).append((gpu_id, index))
+    colours = _tenant_colours()
+    slices: dict[int, list[SliceView]] = {}
+    legend: dict[str, TenantUsage] = {}
+    for row in (
+        SlicePlacement.objects.filter(gpu__node_id__in=node_ids, allocation__status__in=Allocation.QUOTA_HOLDING)
+        .order_by("gpu_id", "start")
+        .values(
+            "pk",
+            "gpu_id",
+            "profile",
+            "start",
+            "size",
+            "device_name",
+            "allocation_id",
+            "allocation__tenant_id",
+            "allocation__tenant__name",
+            "allocation__claim_name",
+            "allocation__status",
+            "allocation__requested_by__username",
+            "allocation__lease_expires_at",
+        )
+    ):
+        tenant_id = row["allocation__tenant_id"]
+        if visible is None or tenant_id in visible:
+            colour = colours.get(tenant_id, TENANT_COLOURS[0])
+            view = SliceView(
+                placement_id=row["pk"],
+                profile=row["profile"],
+                start=row["start"],
+                size=row["size"],
+                visible=True,
+                colour=colour,
+                tenant_name=row["allocation__tenant__name"],
+                allocation_id=row["allocation_id"],
+                claim_name=row["allocation__claim_name"],
+                status=row["allocation__status"],
+                requested_by=row["allocation__requested_by__username"],
+                lease_expires_at=row["allocation__lease_expires_at"],
+                device_name=row["device_name"],
+            )
+            legend.setdefault(view.tenant_name, TenantUsage(view.tenant_name, colour, 0, 0, True))
+        else:
+            view = SliceView(
+                placement_id=row["pk"],
+                profile=row["profile"],
+                start=row["start"],
+                size=row["size"],
+                visible=False,
+                colour="",
+            )
+            legend.setdefault("", TenantUsage("Occupied (another tenant)", "", 0, 0, False))
+        slices.setdefault(row["gpu_id"], []).append(view)
+    states = dict(Node.State.choices)
+    views = []
+    for node_id, name, state in node_rows:
+        gpu_views = []
+        for gpu_id, index in gpus.get(node_id, []):
+            on_gpu = slices.get(gpu_id, [])
+            taken = {s for v in on_gpu for s in range(v.start, v.start + v.size)}
+            gpu_views.append(GpuView(gpu_id, index, width, on_gpu, [s for s in range(width) if s not in taken]))
+        views.append(NodeView(node_id, name, state, str(states.get(state, state)), gpu_views))
+    return NodePage(
+        pool=pool,
+        nodes=views,
+        total=total,
+        page=page,
+        pages=pages,
+        legend=sorted(legend.values(), key=lambda u: (not u.mine, u.label)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantShowback:
+    tenant_id: int
+    tenant_name: str
+    colour: str
+    slice_hours: float
+    gpu_equivalent_hours: float
+    # GPU-equivalent-hours and slice-hours per day of the window, oldest first.
+    daily: list[float]
+    daily_slice_hours: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Showback:
+    days: list[date]
+    tenants: list[TenantShowback]
+
+    @property
+    def daily_max(self) -> float:
+        totals = [sum(t.daily[i] for t in self.tenants) for i in range(len(self.days))]
+        return max(totals, default=0.0)
+
+
+def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> Showback:
+    """Per tenant the user may see (all for staff): slice-hours and GPU-equivalent-hours held over the
+    last `days` whole UTC days up to now, from each allocation's activated_at to its ended_at (or now
+    while it still holds slices). GPU-equivalents: max(compute / GPU's compute, memory / GPU's memory)
+    of the request. Two queries whatever the number of allocations."""
+    now = now or timezone.now()
+    first = (now - timedelta(days=days - 1)).astimezone(UTC).date()
+    since = datetime.combine(first, time.min, tzinfo=UTC)
+    day_starts = [since + timedelta(days=n) for n in range(days)]
+    colours = _tenant_colours()
+    rows = (
+        Allocation.objects.for_user(user)
+        .filter(activated_at__isnull=False, activated_at__lt=now)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
+        .values_list(
+            "tenant_id",
+            "tenant__name",
+            "pool__gpu_model",
+            "count",
+            "compute_slices",
+            "memory_slices",
+            "status",
+            "activated_at",
+            "ended_at",
+            "updated_at",
+        )
+    )
+    totals: dict[int, tuple[str, list[float], list[float]]] = {}
+    for tenant_id, name, gpu_model, count, compute, memory, status, start, ended, updated in rows:
+        if start is None:
+            continue
+        end = ended or (now if status in Allocation.QUOTA_HOLDING else updated)
+        try:
+            share = gpu_equivalents(gpu_model_for(gpu_model), compute, memory)
+        except KeyError:
+            share = 0.0
+        slice_daily, gpu_daily = totals.setdefault(tenant_id, (name, [0.0] * days, [0.0] * days))[1:]
+        for n, day_start in enumerate(day_starts):
+            day_end = min(day_start + timedelta(days=1), now)
+            hours = (min(end, day_end) - max(start, day_start)).total_seconds() / 3600
+            if hours > 0:
+                slice_daily[n] += count * hours
+                gpu_daily[n] += share * hours
+    tenants = [
+        TenantShowback(
+            tenant_id=tenant_id,
+            tenant_name=name,
+            colour=colours.get(tenant_id, TENANT_COLOURS[0]),
+            slice_hours=round(sum(slice_daily), 2),
+            gpu_equivalent_hours=round(sum(gpu_daily), 2),
+            daily=[round(h, 2) for h in gpu_daily],
+            daily_slice_hours=[round(h, 2) for h in slice_daily],
+        )
+        for tenant_id, (name, slice_daily, gpu_daily) in sorted(totals.items(), key=lambda kv: kv[1][0])
+    ]
+    return Showback(days=[d.date() for d in day_starts], tenants=tenants)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import views
+from allocations import dashboard, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -14,6 +14,12 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("requests/<int:allocation_id>/reject/", views.request_reject, name="request-reject"),
     path("approvals/", views.approvals, name="approvals"),
     path("quotas/", views.quotas, name="quotas"),
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("dashboard/usage/", dashboard.usage, name="dashboard-usage"),
+    path("dashboard/usage.csv", dashboard.usage_csv, name="dashboard-usage-csv"),
+    path("dashboard/events/", dashboard.events, name="dashboard-events"),
+    path("dashboard/pools/<int:pool_id>/summary/", dashboard.pool_summary, name="dashboard-pool-summary"),
+    path("dashboard/pools/<int:pool_id>/nodes/", dashboard.pool_nodes, name="dashboard-pool-nodes"),
     path("manage/pools/", views.manage_pools, name="manage-pools"),
     path("manage/quotas/", views.manage_quotas, name="manage-quotas"),
     path("manage/quota-changes/", views.manage_quota_changes, name="manage-quota-changes"),

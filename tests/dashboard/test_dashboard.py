@@ -1,0 +1,365 @@
+"""The fleet dashboard through Django's test client: what each user sees, filters, query counts, and
+the live event stream.
+
+alice is a member of Team A, mallory its manager, charlie a member of Team B, root a platform admin;
+the pool has 2 nodes x 8 H100 (7 compute slices, 8 memory slots each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from allocations import services
+from allocations.dashboard import decode_event_id, encode_event_id, event_stream
+from allocations.models import Allocation, Node, SlicePlacement
+from allocations.selectors import DashboardFilters, dashboard_nodes, dashboard_overview, dashboard_versions
+from tests.conftest import World
+
+Status = Allocation.Status
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def active_slices(world: World, actor, tenant, *, profile: str, count: int = 1, purpose: str = "secret plan"):
+    """A request that is approved (by root when the policy does not approve it) and provisioned."""
+    allocation, _ = services.request_allocation(
+        tenant_id=tenant.pk,
+        pool_id=world.pool.pk,
+        profile=profile,
+        count=count,
+        lease_hours=8,
+        purpose=purpose,
+        actor=actor,
+    )
+    if allocation.status == Status.PENDING:
+        services.approve_allocation(allocation_id=allocation.pk, actor=world.root)
+    services.provision_allocation(allocation_id=allocation.pk)
+    allocation.refresh_from_db()
+    assert allocation.status == Status.ACTIVE
+    return allocation
+
+
+def slot_buttons(html: str) -> list[dict[str, str]]:
+    """The data attributes of every drawn instance, in page order."""
+    return [
+        dict(re.findall(r'data-([a-z-]+)="([^"]*)"', match))
+        for match in re.findall(r'<button type="button" class="slot[^"]*"([^>]*)>', html)
+    ]
+
+
+def test_the_overview_counts_gpus_usage_capacity_fragmentation_and_pending(world: World):
+    # given: Team A holds one whole GPU, Team B one 1g.10gb, and Team A waits for a 3g.40gb
+    full = active_slices(world, world.alice, world.tenant_a, profile="7g.80gb")
+    active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="3g.40gb",
+        count=1,
+        lease_hours=8,
+        purpose="later",
+        actor=world.alice,
+    )
+    # when
+    [pool] = dashboard_overview(world.root)
+    # then
+    assert (pool.name, pool.node_count, pool.gpu_count, pool.states) == ("H100 pool", 2, 16, {"ready": 2})
+    assert [(u.label, u.slices, u.compute_slices, u.mine) for u in pool.usage] == [
+        ("Team A", 1, 7, True),
+        ("Team B", 1, 1, True),
+    ]
+    assert (pool.slices_in_use, pool.compute_used, pool.compute_total, pool.pending) == (2, 8, 112, 1)
+    # 14 GPUs are empty, one is whole-used, one has a 1g.10gb: 7g fits 14 times, 1g.10gb 14 x 7 + 6.
+    assert pool.fits_now["7g.80gb"] == 14
+    assert pool.fits_now["1g.10gb"] == 104
+    assert pool.fits_now["3g.40gb"] == 14 * 2 + 1
+    # The mix (7g, 1g.10gb, 3g) can still use every free compute slice: nothing stranded.
+    assert (pool.fragmentation_stranded, pool.fragmentation_free) == (0, 14 * 7 + 6)
+    assert SlicePlacement.objects.get(allocation=full).size == 8
+
+
+def test_a_member_sees_other_tenants_usage_as_one_anonymous_line(world: World):
+    # given
+    active_slices(world, world.alice, world.tenant_a, profile="2g.20gb")
+    active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    # when
+    [pool] = dashboard_overview(world.charlie)
+    # then
+    assert [(u.label, u.slices, u.mine) for u in pool.usage] == [("Team B", 1, True), ("Other tenants", 1, False)]
+
+
+def test_alice_sees_her_slices_drawn_at_their_recorded_slots(world: World):
+    # given
+    allocation = active_slices(world, world.alice, world.tenant_a, profile="1g.20gb", count=2)
+    placements = list(SlicePlacement.objects.filter(allocation=allocation).order_by("gpu__node__name", "gpu__index"))
+    # when
+    response = client_for(world.alice).get("/dashboard/")
+    # then
+    assert response.status_code == 200
+    html = response.content.decode()
+    drawn = slot_buttons(html)
+    assert [(d["placement-id"], d["start"], d["size"], d["profile"], d["owner"]) for d in drawn] == [
+        (str(p.pk), str(p.start), str(p.size), "1g.20gb", "Team A") for p in placements
+    ]
+    for p in placements:
+        assert f"grid-column: {p.start + 1} / span {p.size};" in html
+    assert allocation.claim_name in html
+    assert html.count('class="dash-gpu"') == 16
+    assert html.count("data-free-slot=") == 16 * 8 - 2 * 2
+
+
+def test_charlie_sees_alices_slices_as_occupied_and_nothing_about_them(world: World):
+    # given
+    allocation = active_slices(world, world.alice, world.tenant_a, profile="3g.40gb", purpose="Project Nightingale")
+    placement = SlicePlacement.objects.get(allocation=allocation)
+    # when
+    html = client_for(world.charlie).get("/dashboard/").content.decode()
+    # then
+    assert [(d["placement-id"], d["start"], d["size"], d["owner"]) for d in slot_buttons(html)] == [
+        (str(placement.pk), str(placement.start), str(placement.size), "occupied")
+    ]
+    assert "Occupied by another tenant" in html
+    for secret in (allocation.claim_name, "Team A", "Project Nightingale", "alice", f"/requests/{allocation.pk}/"):
+        assert secret not in html
+
+
+def test_root_sees_every_tenants_slices_in_full(world: World):
+    # given
+    a = active_slices(world, world.alice, world.tenant_a, profile="1g.10gb")
+    b = active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    # when
+    html = client_for(world.root).get("/dashboard/").content.decode()
+    # then
+    assert sorted(d["owner"] for d in slot_buttons(html)) == ["Team A", "Team B"]
+    assert a.claim_name in html
+    assert b.claim_name in html
+
+
+def test_the_node_list_filters_by_state_tenant_and_search(world: World):
+    # given
+    allocation = active_slices(world, world.alice, world.tenant_a, profile="1g.10gb")
+    node = SlicePlacement.objects.get(allocation=allocation).gpu.node
+    other = Node.objects.exclude(pk=node.pk).get()
+    Node.objects.filter(pk=other.pk).update(state=Node.State.CORDONED)
+
+    def names(user, **filters) -> list[str]:
+        page = dashboard_nodes(user, world.pool.pk, DashboardFilters(**filters))
+        return [n.name for n in page.nodes]
+
+    # then
+    assert names(world.root) == ["h100-node-0", "h100-node-1"]
+    assert names(world.root, state="cordoned") == [other.name]
+    assert names(world.root, tenant_id=world.tenant_a.pk) == [node.name]
+    assert names(world.root, tenant_id=world.tenant_b.pk) == []
+    assert names(world.root, search=allocation.claim_name[-12:]) == [node.name]
+    assert names(world.root, search="node-1") == ["h100-node-1"]
+    # charlie can neither filter by Team A nor find its claim
+    assert names(world.charlie, tenant_id=world.tenant_a.pk) == []
+    assert names(world.charlie, search=allocation.claim_name) == []
+
+
+def test_filters_come_from_the_query_string_and_bad_values_are_ignored(world: World):
+    # when
+    query = {"state": "bogus", "tenant": "x", "page": "-3", "q": "node-1"}
+    response = client_for(world.alice).get("/dashboard/", query)
+    # then
+    assert response.status_code == 200
+    assert response.context["filters"] == DashboardFilters(state="", search="node-1", page=1)
+    assert [n.name for n in response.context["node_page"].nodes] == ["h100-node-1"]
+
+
+def test_node_states_show_as_labelled_badges(world: World):
+    # given
+    Node.objects.filter(name="h100-node-0").update(state=Node.State.AGENT_SILENT)
+    Node.objects.filter(name="h100-node-1").update(state=Node.State.RECONFIGURING)
+    # when
+    html = client_for(world.alice).get("/dashboard/").content.decode()
+    # then
+    assert '<span class="state state--agent-silent">Agent silent</span>' in html
+    assert '<span class="state state--reconfiguring">Reconfiguring</span>' in html
+
+
+def _dashboard_queries(user) -> int:
+    client = client_for(user)
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/dashboard/").status_code == 200
+    return len(queries)
+
+
+@pytest.mark.parametrize("who", ["alice", "root"])
+def test_the_page_runs_the_same_number_of_queries_for_2_and_20_nodes(world: World, who: str):
+    # given: slices of both tenants on the small fleet
+    user = getattr(world, who)
+    active_slices(world, world.alice, world.tenant_a, profile="1g.10gb", count=2)
+    active_slices(world, world.charlie, world.tenant_b, profile="2g.20gb")
+    small = _dashboard_queries(user)
+    # when: ten times the nodes, with more slices on them
+    for n in range(2, 20):
+        services.register_node(pool_id=world.pool.pk, name=f"h100-node-{n}", gpu_count=8, actor=world.root)
+    for _ in range(3):
+        active_slices(world, world.charlie, world.tenant_b, profile="3g.40gb")
+    large = _dashboard_queries(user)
+    # then: session, user; overview 11 (pools, tenants x2, GPUs, placements, pending, mix, 3 versions,
+    # + memberships for a member); node page 6 (pool, count, nodes, GPUs, colours, placements, + memberships);
+    # tenant choices; the navigation's managed tenants (+ nothing for staff, who skip memberships)
+    expected = {"alice": 22, "root": 20}[who]
+    assert (small, large) == (expected, expected)
+
+
+def test_the_fragments_answer_404_for_a_missing_pool_and_redirect_anonymous_users(world: World):
+    # when / then
+    assert client_for(world.alice).get("/dashboard/pools/999999/nodes/").status_code == 404
+    assert client_for(world.alice).get("/dashboard/pools/999999/summary/").status_code == 404
+    for url in ("/dashboard/", "/dashboard/events/", f"/dashboard/pools/{world.pool.pk}/nodes/"):
+        response = Client().get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+
+
+def test_the_pool_card_fragment_shows_pending_requests(world: World):
+    # given
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=8,
+        purpose="big",
+        actor=world.alice,
+    )
+    # when
+    html = client_for(world.charlie).get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
+    # then
+    assert '<dd data-stat="pending">1</dd>' in html
+    assert f'id="pool-{world.pool.pk}"' in html
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fresh_versions() -> Iterator[None]:
+    from django.core.cache import cache
+
+    cache.clear()  # the one-second versions cache must not carry state between steps
+    yield
+    cache.clear()
+
+
+def test_the_stream_announces_a_pool_that_changed_and_then_ends(world: World, fresh_versions):
+    # given
+    from django.core.cache import cache
+
+    clock = FakeClock()
+    stream = event_stream(duration=2, interval=1, clock=clock)
+    assert next(stream) == "retry: 2000\n\n"
+    first = next(stream)
+    assert first.startswith(f"id: {world.pool.pk}:")
+    assert "event: versions\n" in first
+    # when: a request arrives in the pool
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=8,
+        purpose="big",
+        actor=world.alice,
+    )
+    cache.clear()
+    # then
+    changed = next(stream)
+    assert f'event: changed\ndata: {{"pool":{world.pool.pk},"version":' in changed
+    cache.clear()
+    assert next(stream) == ": idle\n\n"
+    assert next(stream) == "event: bye\ndata: {}\n\n"
+    assert list(stream) == []
+    assert clock.sleeps == [1, 1]
+
+
+def test_a_reconnecting_client_hears_at_once_what_changed_while_it_was_away(world: World, fresh_versions):
+    # given: the id the client last saw
+    from django.core.cache import cache
+
+    seen = decode_event_id(encode_event_id(dashboard_versions()))
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=8,
+        purpose="big",
+        actor=world.alice,
+    )
+    cache.clear()
+    # when
+    stream = event_stream(duration=0, interval=1, seen=seen, clock=FakeClock())
+    chunks = list(stream)
+    # then
+    assert chunks[0] == "retry: 2000\n\n"
+    assert chunks[1].startswith(f'event: changed\ndata: {{"pool":{world.pool.pk},')
+    assert "event: versions" in chunks[2]
+    assert chunks[-1] == "event: bye\ndata: {}\n\n"
+
+
+def test_the_events_endpoint_streams_server_sent_events(world: World, settings, fresh_versions):
+    # given
+    settings.FATIA_DASHBOARD_STREAM_SECONDS = 0
+    # when
+    response = client_for(world.charlie).get("/dashboard/events/")
+    # then
+    assert response["Content-Type"] == "text/event-stream"
+    assert response["Cache-Control"] == "no-cache"
+    body = b"".join(response.streaming_content).decode()
+    assert body.startswith("retry: 2000\n\n")
+    assert "event: versions\n" in body
+    assert body.endswith("event: bye\ndata: {}\n\n")
+    assert "Team" not in body
+
+
+def test_under_asgi_the_stream_is_asynchronous_and_says_the_same(world: World, fresh_versions):
+    # given: versions already read this second (so the stream needs no database from another thread)
+    from django.core.cache import cache
+    from django.test import AsyncRequestFactory
+
+    from allocations.dashboard import VERSIONS_CACHE_KEY, async_event_stream, events
+
+    cache.set(VERSIONS_CACHE_KEY, {world.pool.pk: "v1"}, timeout=60)
+    request = AsyncRequestFactory().get("/dashboard/events/")
+    request.user = world.charlie
+    # when
+    response = events(request)
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in async_event_stream(duration=0, interval=0)]
+
+    chunks = asyncio.run(collect())
+    # then
+    assert response.is_async is True
+    assert response["Content-Type"] == "text/event-stream"
+    assert chunks == [
+        "retry: 2000\n\n",
+        f"id: {encode_event_id({world.pool.pk: 'v1'})}\n" + f'event: versions\ndata: {{"{world.pool.pk}":"v1"}}\n\n',
+        "event: bye\ndata: {}\n\n",
+    ]

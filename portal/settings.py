@@ -127,7 +127,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         _database_url or f"sqlite:///{DATA_DIR / 'demo.sqlite3'}",
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+        # Health checks cost a `SELECT 1` round trip on the first query of every request; without them
+        # a connection broken by a database restart fails one request and is then replaced.
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -166,7 +168,7 @@ REST_FRAMEWORK = {
         "tenants.permissions.TokenScopeAllows",
     ],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "tenants.api.filters.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "tenants.api.pagination.StandardPagination",
@@ -223,6 +225,17 @@ FATIA_MAX_SLICES_PER_REQUEST = env_int("FATIA_MAX_SLICES_PER_REQUEST", 56)
 FATIA_LEASE_WARNING_HOURS = env_int("FATIA_LEASE_WARNING_HOURS", 24)
 # Which cluster the workers drive: "simulated" (demo and unit tests) or "kubernetes".
 FATIA_CLUSTER_BACKEND = os.environ.get("FATIA_CLUSTER_BACKEND", "simulated")
+# The Kubernetes backend (allocations/kube.py): the portal's kubeconfig, call timeouts, where tenants live.
+FATIA_KUBECONFIG = os.environ.get("FATIA_KUBECONFIG", "")
+FATIA_KUBE_CONNECT_TIMEOUT_S = env_int("FATIA_KUBE_CONNECT_TIMEOUT_S", 3)
+FATIA_KUBE_READ_TIMEOUT_S = env_int("FATIA_KUBE_READ_TIMEOUT_S", 10)
+FATIA_KUBE_NAMESPACE_PREFIX = os.environ.get("FATIA_KUBE_NAMESPACE_PREFIX", "fatia-")
+# How long a claim may stay unallocated before the request fails and its quota is given back.
+FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300)
+if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
+    raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
+if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:
+    raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND is 'kubernetes': set FATIA_KUBECONFIG.")
 
 LOGGING = {
     "version": 1,

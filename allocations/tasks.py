@@ -1,21 +1,58 @@
-"""Celery tasks: ids in, one service call, done. Every service they call is idempotent."""
+"""Celery tasks: ids in, one service call, done. Every service they call is idempotent.
+
+Only KubeUnavailable (5xx, timeouts, an unreachable API) is retried, with exponential backoff; terminal
+cluster errors are handled inside the services (the request ends FAILED with the API server's message).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from celery import shared_task
 
 from allocations import notifications
-from allocations.services import leases, provisioning
+from allocations.kube import KubeUnavailable
+from allocations.models import Allocation
+from allocations.services import kube_sync, leases, provisioning
+
+# Retry KubeUnavailable after 1, 2, 4, ... 30 s; an API server back within minutes is picked up again.
+KUBE_RETRY: dict[str, Any] = {
+    "autoretry_for": (KubeUnavailable,),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": False,
+    "max_retries": 40,
+}
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **KUBE_RETRY)
 def provision_allocation_task(allocation_id: int) -> None:
-    provisioning.provision_allocation(allocation_id=allocation_id)
+    allocation = provisioning.provision_allocation(allocation_id=allocation_id)
+    if allocation.status == Allocation.Status.PROVISIONING:
+        # Kubernetes backend: the claim and its holder pod are applied; watch for the scheduler's result.
+        await_claim_allocation_task.apply_async((allocation_id,), countdown=kube_sync.poll_delay(0))
 
 
-@shared_task(acks_late=True)
+@shared_task(bind=True, acks_late=True, **{**KUBE_RETRY, "max_retries": 1000})
+def await_claim_allocation_task(self: Any, allocation_id: int) -> None:
+    """Polls the claim until the scheduler has allocated it; the service bounds the wait in time."""
+    if not kube_sync.sync_claim_allocation(allocation_id=allocation_id):
+        raise self.retry(countdown=kube_sync.poll_delay(self.request.retries))
+
+
+@shared_task(acks_late=True, **KUBE_RETRY)
 def teardown_allocation_task(allocation_id: int) -> None:
-    provisioning.finish_release(allocation_id=allocation_id)
+    provisioning.teardown_allocation(allocation_id=allocation_id)
+
+
+@shared_task(acks_late=True, **KUBE_RETRY)
+def delete_cluster_objects_task(allocation_id: int) -> None:
+    kube_sync.delete_cluster_objects(allocation_id=allocation_id)
+
+
+@shared_task(acks_late=True, **KUBE_RETRY)
+def onboard_tenant_task(tenant_id: int) -> None:
+    kube_sync.onboard_tenant(tenant_id=tenant_id)
 
 
 @shared_task(acks_late=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,8 +23,32 @@ from tenants.services import record_audit_event
 Status = Allocation.Status
 
 
-@transaction.atomic
 def provision_allocation(*, allocation_id: int) -> Allocation:
+    """APPROVED -> ACTIVE (simulated backend) or APPROVED -> PROVISIONING with the claim and holder pod
+    applied (Kubernetes backend, services/kube_sync.py), or -> FAILED (quota freed) when the pool has no room.
+
+    Idempotent: a redelivered task finds the allocation past APPROVED and does nothing more than the
+    cluster backend's idempotent re-apply. Raises KubeUnavailable (retry) from the Kubernetes backend.
+    """
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        from allocations.services import kube_sync
+
+        return kube_sync.provision_on_cluster(allocation_id=allocation_id)
+    return _provision_simulated(allocation_id=allocation_id)
+
+
+def teardown_allocation(*, allocation_id: int) -> Allocation:
+    """RELEASING -> RELEASED / EXPIRED: on the Kubernetes backend the holder pod and the claim are deleted
+    first (404 counts as done), then finish_release. Idempotent. Raises KubeUnavailable (retry)."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        from allocations.services import kube_sync
+
+        return kube_sync.release_on_cluster(allocation_id=allocation_id)
+    return finish_release(allocation_id=allocation_id)
+
+
+@transaction.atomic
+def _provision_simulated(*, allocation_id: int) -> Allocation:
     """APPROVED -> ACTIVE with placements, or -> FAILED (quota freed) when the pool has no room.
 
     Idempotent: anything but APPROVED is left alone, so a redelivered task does nothing.

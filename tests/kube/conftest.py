@@ -22,12 +22,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
+from allocations import services
+from allocations.models import NodePool
+from allocations.services import kube_sync
+from tests.conftest import H100, World
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "deploy" / "build-control-plane.sh"
@@ -317,3 +323,49 @@ def namespace(portal: client.ApiClient, admin: client.ApiClient) -> Callable[[st
         return name
 
     return make
+
+
+# --- the portal on the control plane -----------------------------------------------------------------------
+
+
+@dataclass
+class KubeWorld:
+    world: World
+    pool: NodePool
+    nodes: list[GpuNode]
+    prefix: str
+
+    def namespace(self, slug: str) -> str:
+        return f"{self.prefix}{slug}"
+
+
+@pytest.fixture
+def kube_world(
+    world: World, control_plane: ControlPlane, admin: client.ApiClient, gpu_node: Callable[..., GpuNode], settings: Any
+) -> KubeWorld:
+    """The Kubernetes backend on the test control plane, and a pool of one fake node with two H100s."""
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    settings.FATIA_KUBECONFIG = str(control_plane.portal_kubeconfig)
+    settings.FATIA_KUBE_NAMESPACE_PREFIX = f"t{uuid.uuid4().hex[:6]}-"
+    pool = services.create_node_pool(name="H100 on Kubernetes", slug="h100-kube", gpu_model=H100, actor=world.root)
+    node = gpu_node()
+    kube_sync.register_cluster_node(pool_id=pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))
+    for tenant in (world.tenant_a, world.tenant_b):
+        services.set_tenant_quota(
+            tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=14, memory_slices_limit=16, actor=world.root
+        )
+    kw = KubeWorld(world, pool, [node], settings.FATIA_KUBE_NAMESPACE_PREFIX)
+    # What onboard_tenant_task does when a tenant is created: namespace, RBAC, quota. The pods of a new
+    # namespace wait for its default ServiceAccount and the quota controller's first count (retryable).
+    for tenant in (world.tenant_a, world.tenant_b):
+        kube_sync.onboard_tenant(tenant_id=tenant.pk)
+        ns = kw.namespace(tenant.slug)
+        wait_for(f"namespace {ns} to be ready", partial(ready, admin, ns))
+    return kw
+
+
+def ready(admin: client.ApiClient, ns: str) -> bool:
+    core = client.CoreV1Api(admin)
+    accounts = core.list_namespaced_service_account(ns, field_selector="metadata.name=default").items
+    quota = core.read_namespaced_resource_quota("fatia-devices", ns)
+    return len(accounts) == 1 and quota.status is not None and quota.status.hard is not None

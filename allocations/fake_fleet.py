@@ -1,0 +1,268 @@
+"""A fake GPU fleet on a real API server: what the kubelet, GPU feature discovery and NVIDIA's DRA kubelet
+plugin would publish for a node, for any GPU model of the MIG catalog. Tests and bench/provision.py use it.
+
+`resource_slices` writes the driver's DynamicMIG layout (kubernetes-sigs/dra-driver-nvidia-gpu, see
+shared/reference/dra-mig.md §3 and tests/kube/data): slice 0 holds one counter set per GPU (multiprocessors,
+engines, memory and one counter per memory slice), then one slice per GPU holds the full GPU and every MIG
+profile x placement, each consuming its counters. Figures come from the catalog (allocations/mig); where the
+catalog has none (unconfirmed models) they are derived from the grid and marked as such by nothing but this
+comment: such a fleet exercises the counters, not NVML's exact numbers.
+
+`publish_node` writes a Ready Node with GFD labels and its slices; `register_node_in_pool` records the same
+node and GPU UUIDs in the portal's database. No kubelet runs, so the admin client plays the node's parts.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from allocations.mig.catalog import EngineCounts, GpuModel, MigProfile
+from allocations.placement import dra_device_name
+
+DRIVER = "gpu.nvidia.com"
+DRIVER_VERSION = "580.95.5"
+CUDA_DRIVER_VERSION = "13.0.0"
+# (bus, root port) of GPUs 0-7 on a typical 8-GPU board; GPUs 0 and 1 are those of NVIDIA's example.
+PCI = [(0x18, 0x15), (0x2A, 0x27), (0x3A, 0x37), (0x5D, 0x5A), (0x9A, 0x97), (0xAB, 0xA8), (0xBA, 0xB7), (0xDB, 0xD8)]
+COUNTERS = ("multiprocessors", "copy-engines", "decoders", "encoders", "jpeg-engines", "ofa-engines", "memory")
+
+
+def _nvidia_device_class(name: str, device_type: str, **spec: Any) -> dict[str, Any]:
+    expression = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}], **spec},
+    }
+
+
+# The DeviceClasses the driver's Helm chart installs (deployments/helm/dra-driver-nvidia-gpu/templates/).
+NVIDIA_DEVICE_CLASSES: list[dict[str, Any]] = [
+    _nvidia_device_class("gpu.nvidia.com", "gpu", extendedResourceName="nvidia.com/gpu"),
+    _nvidia_device_class("mig.nvidia.com", "mig"),
+    _nvidia_device_class("vfio.gpu.nvidia.com", "vfio"),
+]
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable UUID per node and GPU, so a selector on a GPU's UUID means one GPU of the fleet."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'gpu{index}.{node}.fatia.test')}"
+
+
+def _architecture(model: GpuModel) -> tuple[str, str]:
+    name = model.name
+    if "Blackwell" in name or "RTX PRO" in name:
+        return "Blackwell", "12.0.0"
+    if "B200" in name:
+        return "Blackwell", "10.0.0"
+    if "H100" in name or "H200" in name or "GH200" in name:
+        return "Hopper", "9.0.0"
+    return "Ampere", "8.0.0"
+
+
+def _full_profile(model: GpuModel) -> MigProfile:
+    return max(model.profiles, key=lambda p: (p.memory_slices, p.compute_slices))
+
+
+def _figures(model: GpuModel, profile: MigProfile) -> dict[str, str]:
+    """A profile's counters: multiprocessors, engines and memory (MiB), from the catalog or the grid."""
+    full = _full_profile(model)
+    full_sm = full.sm_count or 16 * model.compute_slices
+    sm = profile.sm_count or full_sm * profile.compute_slices // model.compute_slices
+    engines = profile.engines or EngineCounts(
+        dec=profile.compute_slices,
+        ce=profile.compute_slices,
+        jpeg=profile.compute_slices,
+        ofa=1 if profile is full or profile.has_media_extensions else 0,
+    )
+    memory = profile.memory_mib or model.memory_mib * profile.memory_slices // model.memory_slices
+    values = (sm, engines.ce, engines.dec, engines.enc, engines.jpeg, engines.ofa)
+    counters = {name: str(v) for name, v in zip(COUNTERS, values, strict=False)}
+    # The API server keeps quantities in canonical form: 40960Mi is stored as 40Gi.
+    counters["memory"] = f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi"
+    return counters
+
+
+def _quantities(figures: dict[str, str]) -> dict[str, dict[str, str]]:
+    return {name: {"value": value} for name, value in figures.items()}
+
+
+def _capacity(figures: dict[str, str]) -> dict[str, dict[str, str]]:
+    names = {
+        "multiprocessors": "multiprocessors",
+        "copy-engines": "copyEngines",
+        "decoders": "decoders",
+        "encoders": "encoders",
+        "jpeg-engines": "jpegEngines",
+        "ofa-engines": "ofaEngines",
+        "memory": "memory",
+    }
+    return {names[k]: {"value": v} for k, v in figures.items()}
+
+
+def _attributes(model: GpuModel, index: int, gpu_count: int) -> dict[str, Any]:
+    arch, capability = _architecture(model)
+    bus, root = PCI[index % len(PCI)]
+    return {
+        "productName": {"string": model.name},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": arch},
+        "cudaComputeCapability": {"version": capability},
+        "driverVersion": {"version": DRIVER_VERSION},
+        "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
+        "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus:02x}:00.0"},
+        "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{root:02x}"},
+        "resource.kubernetes.io/numaNode": {"int": 0 if index < max(gpu_count // 2, 2) else 1},
+        "addressingMode": {"string": "HMM"},
+    }
+
+
+def _gpu_devices(model: GpuModel, node: str, index: int, gpu_count: int) -> list[dict[str, Any]]:
+    common: dict[str, Any] = _attributes(model, index, gpu_count)
+    parent = gpu_uuid(node, index)
+    counter_set = f"gpu-{index}-counter-set"
+    full = _figures(model, _full_profile(model))
+    all_slices = {f"memory-slice-{s}": "1" for s in range(model.memory_slices)}
+    devices: list[dict[str, Any]] = [
+        {
+            "name": f"gpu-{index}",
+            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": parent}, **common},
+            "capacity": _capacity(full),
+            "consumesCounters": [{"counterSet": counter_set, "counters": _quantities({**full, **all_slices})}],
+        }
+    ]
+    for profile in model.profiles:
+        figures = _figures(model, profile)
+        for placement in sorted(profile.placements):
+            slots = {f"memory-slice-{s}": "1" for s in range(placement.start, placement.end)}
+            devices.append(
+                {
+                    "name": dra_device_name(
+                        gpu_index=index, profile=profile.name, profile_id=profile.profile_id, start=placement.start
+                    ),
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "parentUUID": {"string": parent},
+                        "profile": {"string": profile.name},
+                    }
+                    | common,
+                    "capacity": _capacity(figures),
+                    "consumesCounters": [{"counterSet": counter_set, "counters": _quantities({**figures, **slots})}],
+                }
+            )
+    return devices
+
+
+def resource_slices(model: GpuModel, node: str, node_uid: str, gpu_count: int) -> list[dict[str, Any]]:
+    """The driver's ResourceSlices for `node` with `gpu_count` GPUs of `model` (bodies to create)."""
+    full = _figures(model, _full_profile(model))
+    all_slices = {f"memory-slice-{s}": "1" for s in range(model.memory_slices)}
+    owner = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
+    pool = {"name": node, "generation": 1, "resourceSliceCount": gpu_count + 1}
+
+    def body(i: int, spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"generateName": f"{i:05d}-{DRIVER}-{node}-", "ownerReferences": copy.deepcopy(owner)},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": dict(pool), **spec},
+        }
+
+    counters = [
+        {"name": f"gpu-{i}-counter-set", "counters": _quantities({**full, **all_slices})} for i in range(gpu_count)
+    ]
+    slices = [body(0, {"sharedCounters": counters})]
+    slices += [body(i + 1, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
+    return slices
+
+
+def gfd_labels(model: GpuModel, gpu_count: int) -> dict[str, str]:
+    """What GPU feature discovery labels a node with (shared/reference/dra-mig.md §4)."""
+    arch, capability = _architecture(model)
+    major, minor, _ = capability.split(".")
+    return {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-" + model.name.removeprefix("NVIDIA ").replace(" ", "-"),
+        "nvidia.com/gpu.family": arch.lower(),
+        "nvidia.com/gpu.count": str(gpu_count),
+        "nvidia.com/gpu.memory": str(model.memory_mib),
+        "nvidia.com/gpu.compute.major": major,
+        "nvidia.com/gpu.compute.minor": minor,
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mps.capable": "true",
+        "nvidia.com/cuda.driver-version.full": "580.95.05",
+    }
+
+
+def create_ready_node(api: client.ApiClient, name: str, labels: dict[str, str]) -> str:
+    """A Node that looks Ready with no taints (no kubelet runs); returns its uid."""
+    core = client.CoreV1Api(api)
+    # Any: the client accepts API JSON for any body, its annotations name only the model classes.
+    body: Any = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels}},
+    }
+    node = core.create_node(body=body)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    core.patch_node_status(
+        name,
+        body={
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "fake: no kubelet runs in the test control plane",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+        },
+    )
+    # TaintNodesByCondition taints every new Node not-ready; with no kubelet and no node lifecycle controller
+    # (deploy/control-plane.sh) nothing would lift it.
+    core.patch_node(name, body={"spec": {"taints": None}})
+    return str(getattr(node.metadata, "uid", ""))
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    name: str
+    uid: str
+    gpu_uuids: tuple[str, ...]
+    slice_names: tuple[str, ...]
+
+
+def publish_node(api: client.ApiClient, model: GpuModel, name: str, gpu_count: int) -> FakeNode:
+    """A Ready node with `gpu_count` GPUs of `model` and the driver's slices for it (admin client)."""
+    uid = create_ready_node(api, name, gfd_labels(model, gpu_count))
+    resource = client.ResourceV1Api(api)
+    bodies: list[Any] = resource_slices(model, name, uid, gpu_count)
+    names = tuple(str(getattr(resource.create_resource_slice(body=body).metadata, "name", "")) for body in bodies)
+    return FakeNode(name, uid, tuple(gpu_uuid(name, i) for i in range(gpu_count)), names)
+
+
+def ensure_device_classes(api: client.ApiClient) -> None:
+    """Install the driver's DeviceClasses (server-side apply: harmless when they exist)."""
+    resource = client.ResourceV1Api(api)
+    for body in NVIDIA_DEVICE_CLASSES:
+        resource.patch_device_class(
+            body["metadata"]["name"],
+            body=copy.deepcopy(body),
+            field_manager="fatia-fake-fleet",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )

@@ -1,0 +1,426 @@
+"""The Kubernetes adapter: plain functions, dataclasses in and out, no ORM.
+
+Everything the workers do on the cluster goes through here. Writes are Server-Side Apply under the field
+manager "fatia" with names derived from our ids, so repeating a call is harmless; deletes treat 404 as done.
+Every call has an explicit timeout. Kubernetes errors become `KubeUnavailable` (retry later: 5xx, 429,
+timeouts, an unreachable API, and the two admission refusals that only mean "not ready yet") or
+`KubeRejected` (4xx: the request itself is wrong) here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import urllib3
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "fatia"
+DRIVER = "gpu.nvidia.com"
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+HOLDER_IMAGE = "pause:3.10"
+LABEL_ALLOCATION = "fatia.io/allocation"
+LABEL_TENANT = "fatia.io/tenant"
+APPLY = "application/apply-patch+yaml"
+
+# The quota admission plugin refuses objects in a namespace whose new ResourceQuota the controller has not
+# counted yet, and the ServiceAccount plugin refuses pods until the namespace's default account exists. Both
+# answer 403 but clear up by themselves within seconds of onboarding, so they are retryable.
+_NOT_READY_YET = (re.compile(r"status unknown for quota"), re.compile(r"serviceaccount .* not found", re.IGNORECASE))
+
+T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """Base of the adapter's errors; `status` is the HTTP status (0 when the API was not reached)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class KubeUnavailable(KubeError):
+    """Retryable: the API server failed, timed out, could not be reached, or is not ready for this yet."""
+
+
+class KubeRejected(KubeError):
+    """Terminal: the API server refused the request (4xx); repeating it will not help."""
+
+
+# --- what goes in -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSpec:
+    """A tenant's namespace: members (a group) may use claims there but not create them; `max_devices`
+    bounds the MIG devices claimed in it (a ResourceQuota, the fence behind the portal's own quota)."""
+
+    namespace: str
+    tenant_slug: str
+    member_group: str
+    max_devices: int
+    device_class: str = MIG_DEVICE_CLASS
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequestSpec:
+    """One MIG device of `profile` on the GPU whose UUID is `gpu_uuid` (the MIG devices' parentUUID);
+    an empty `gpu_uuid` leaves the GPU to the scheduler (bench/provision.py compares the two)."""
+
+    name: str
+    profile: str
+    gpu_uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    namespace: str
+    name: str
+    allocation_uuid: str
+    tenant_slug: str
+    requests: tuple[DeviceRequestSpec, ...]
+    device_class: str = MIG_DEVICE_CLASS
+
+
+@dataclass(frozen=True, slots=True)
+class HolderPodSpec:
+    """A pause pod on `node_name` (any node when empty) that references the claim, so that kube-scheduler
+    allocates the claim now."""
+
+    namespace: str
+    name: str
+    claim_name: str
+    node_name: str
+    allocation_uuid: str
+    tenant_slug: str
+
+
+# --- what comes out ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """A claim's status.allocation as kube-scheduler wrote it: the node and the devices."""
+
+    node_name: str
+    devices: tuple[AllocatedDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimState:
+    """A claim as listed for reconciling; `allocation` is None while it is unallocated."""
+
+    namespace: str
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    allocation: ClaimAllocation | None = None
+    deleting: bool = False
+
+
+# --- the client -------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_clients: dict[str, client.ApiClient] = {}
+
+
+def api_client() -> client.ApiClient:
+    """One client per kubeconfig path and process (it holds a connection pool)."""
+    path = settings.FATIA_KUBECONFIG
+    if not path:
+        raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND is 'kubernetes' but FATIA_KUBECONFIG is not set.")
+    with _lock:
+        if path not in _clients:
+            _clients[path] = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=path, persist_config=False
+            )
+        return _clients[path]
+
+
+def _timeout() -> tuple[float, float]:
+    return (float(settings.FATIA_KUBE_CONNECT_TIMEOUT_S), float(settings.FATIA_KUBE_READ_TIMEOUT_S))
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return f"{exc.status} {exc.reason}"
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as exc:
+        status = int(exc.status or 0)
+        message = f"{what}: {_message(exc)}"
+        if status == 0 or status == 429 or status >= 500:
+            raise KubeUnavailable(message, status=status) from exc
+        if status == 403 and any(p.search(message) for p in _NOT_READY_YET):
+            raise KubeUnavailable(message, status=status) from exc
+        raise KubeRejected(message, status=status) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise KubeUnavailable(f"{what}: the Kubernetes API is unreachable ({exc.__class__.__name__})") from exc
+
+
+def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    with _mapped(what):
+        return fn(*args, _request_timeout=_timeout(), **kwargs)
+
+
+def _delete(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    try:
+        _call(what, fn, *args, **kwargs)
+    except KubeRejected as exc:
+        if exc.status != 404:
+            raise
+
+
+def _apply(what: str, fn: Callable[..., Any], *args: Any, body: dict[str, Any]) -> None:
+    _call(what, fn, *args, body=body, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+
+
+def _labels(allocation_uuid: str | None, tenant_slug: str) -> dict[str, str]:
+    labels = {LABEL_TENANT: tenant_slug}
+    if allocation_uuid:
+        labels[LABEL_ALLOCATION] = allocation_uuid
+    return labels
+
+
+# --- tenants ----------------------------------------------------------------------------------------------
+
+
+def ensure_tenant_namespace(spec: TenantSpec) -> None:
+    """Namespace, a Role and RoleBinding for the tenant's members, and the DRA ResourceQuota. Idempotent."""
+    api = api_client()
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    labels = _labels(None, spec.tenant_slug)
+    _apply(
+        f"namespace {spec.namespace}",
+        core.patch_namespace,
+        spec.namespace,
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.namespace, "labels": labels}},
+    )
+    meta = {"name": "fatia-member", "namespace": spec.namespace, "labels": labels}
+    _apply(
+        f"role {spec.namespace}/fatia-member",
+        rbac.patch_namespaced_role,
+        "fatia-member",
+        spec.namespace,
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                # Use the portal's claims in pod specs; creating or changing claims is the portal's job.
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceclaims"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+            ],
+        },
+    )
+    _apply(
+        f"rolebinding {spec.namespace}/fatia-member",
+        rbac.patch_namespaced_role_binding,
+        "fatia-member",
+        spec.namespace,
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fatia-member"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": spec.member_group}],
+        },
+    )
+    _apply(
+        f"resourcequota {spec.namespace}/fatia-devices",
+        core.patch_namespaced_resource_quota,
+        "fatia-devices",
+        spec.namespace,
+        body={
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "fatia-devices", "namespace": spec.namespace, "labels": labels},
+            "spec": {"hard": {quota_resource_name(spec.device_class): str(spec.max_devices)}},
+        },
+    )
+
+
+def quota_resource_name(device_class: str) -> str:
+    """The ResourceQuota key counting the devices of a class (dra-mig.md §2)."""
+    return f"{device_class}.deviceclass.resource.k8s.io/devices"
+
+
+# --- claims and holder pods -------------------------------------------------------------------------------
+
+
+def claim_body(spec: ClaimSpec) -> dict[str, Any]:
+    attrs = f"device.attributes['{DRIVER}']"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": _labels(spec.allocation_uuid, spec.tenant_slug),
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r.name,
+                        "exactly": {
+                            "deviceClassName": spec.device_class,
+                            "selectors": [
+                                {"cel": {"expression": f"{attrs}.profile == '{r.profile}'"}},
+                                *(
+                                    [{"cel": {"expression": f"{attrs}.parentUUID == '{r.gpu_uuid}'"}}]
+                                    if r.gpu_uuid
+                                    else []
+                                ),
+                            ],
+                        },
+                    }
+                    for r in spec.requests
+                ]
+            }
+        },
+    }
+
+
+def apply_resource_claim(spec: ClaimSpec) -> None:
+    """Create or confirm the claim. Its spec is immutable: an existing claim with another spec is a 422."""
+    api = client.ResourceV1Api(api_client())
+    _apply(
+        f"resourceclaim {spec.namespace}/{spec.name}",
+        api.patch_namespaced_resource_claim,
+        spec.name,
+        spec.namespace,
+        body=claim_body(spec),
+    )
+
+
+def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": _labels(spec.allocation_uuid, spec.tenant_slug),
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            **({"nodeSelector": {"kubernetes.io/hostname": spec.node_name}} if spec.node_name else {}),
+            "containers": [{"name": "hold", "image": HOLDER_IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": spec.claim_name}],
+        },
+    }
+
+
+def apply_holder_pod(spec: HolderPodSpec) -> None:
+    api = client.CoreV1Api(api_client())
+    _apply(
+        f"pod {spec.namespace}/{spec.name}",
+        api.patch_namespaced_pod,
+        spec.name,
+        spec.namespace,
+        body=holder_pod_body(spec),
+    )
+
+
+def _allocation_of(status: Any) -> ClaimAllocation | None:
+    allocation = getattr(status, "allocation", None) if status is not None else None
+    if allocation is None or allocation.devices is None:
+        return None
+    node = ""
+    selector = allocation.node_selector
+    for term in (selector.node_selector_terms if selector else None) or []:
+        for match in term.match_fields or []:
+            if match.key == "metadata.name" and match.values:
+                node = match.values[0]
+    devices = tuple(
+        AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
+        for r in allocation.devices.results or []
+    )
+    return ClaimAllocation(node_name=node, devices=devices)
+
+
+def read_claim_allocation(namespace: str, name: str) -> ClaimAllocation | None:
+    """The claim's allocation, or None while unallocated. A missing claim raises KubeRejected (404)."""
+    api = client.ResourceV1Api(api_client())
+    claim = _call(f"resourceclaim {namespace}/{name}", api.read_namespaced_resource_claim, name, namespace)
+    return _allocation_of(claim.status)
+
+
+def delete_holder_pod(namespace: str, name: str) -> None:
+    api = client.CoreV1Api(api_client())
+    _delete(f"pod {namespace}/{name}", api.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+
+
+def delete_resource_claim(namespace: str, name: str) -> None:
+    api = client.ResourceV1Api(api_client())
+    _delete(
+        f"resourceclaim {namespace}/{name}",
+        api.delete_namespaced_resource_claim,
+        name,
+        namespace,
+        grace_period_seconds=0,
+    )
+
+
+def list_claims(label_selector: str) -> list[ClaimState]:
+    """Every claim in every namespace matching the selector, e.g. "fatia.io/allocation" (ours)."""
+    api = client.ResourceV1Api(api_client())
+    listed = _call("resourceclaims", api.list_resource_claim_for_all_namespaces, label_selector=label_selector)
+    states = []
+    for c in listed.items:
+        meta = c.metadata
+        if meta is None or not meta.name or not meta.namespace:
+            continue
+        states.append(
+            ClaimState(
+                namespace=meta.namespace,
+                name=meta.name,
+                labels=dict(meta.labels or {}),
+                allocation=_allocation_of(c.status),
+                deleting=meta.deletion_timestamp is not None,
+            )
+        )
+    return states
+
+
+def holder_pod_exists(namespace: str, name: str) -> bool:
+    api = client.CoreV1Api(api_client())
+    try:
+        _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

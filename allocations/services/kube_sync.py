@@ -1,0 +1,402 @@
+"""The Kubernetes backend: an approved request becomes a ResourceClaim that kube-scheduler allocates.
+
+The placement engine picks the node and GPUs (services/provisioning.py records that plan); the claim pins
+the profile and each GPU (NVIDIA's dynamic-MIG devices carry no placement attribute, so the slot cannot be
+pinned), and a holder pod on that node makes the scheduler allocate the claim now. What the scheduler chose
+is read back and recorded; where it differs from the plan the difference goes to the audit log.
+
+Cluster calls run outside database transactions, and every one is idempotent (names from our ids, apply,
+404 on delete counts as done), so a worker killed at any point converges when the task runs again.
+KubeUnavailable propagates to the task, which retries; KubeRejected ends the request as FAILED, quota freed.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from allocations import kube
+from allocations.costs import gpu_model_for
+from allocations.mig.catalog import Placement
+from allocations.models import Allocation, Gpu, Node, Quota, SlicePlacement
+from allocations.placement import dra_device_name, plan_slices
+from allocations.services.locks import lock_allocation, lock_pool
+from allocations.services.pools import register_node
+from allocations.services.provisioning import finish_release, mark_allocation_failed
+from tenants.models import Tenant
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+
+# gpu-<index>-mig-<profile label>-<profile id>-<start>: the driver's name for a MIG profile x placement.
+_MIG_DEVICE = re.compile(r"^gpu-(?P<gpu>\d+)-mig-.+-(?P<profile_id>\d+)-(?P<start>\d+)$")
+
+
+def tenant_namespace(tenant: Tenant) -> str:
+    return f"{settings.FATIA_KUBE_NAMESPACE_PREFIX}{tenant.slug}"
+
+
+def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
+    """The tenant's namespace; its device quota is the sum of its memory-slot limits (a MIG device takes at
+    least one memory slot), so the cluster fence never binds before the portal's own quota does."""
+    memory = Quota.objects.filter(tenant=tenant).aggregate(total=Sum("memory_slices_limit"))["total"] or 0
+    return kube.TenantSpec(
+        namespace=tenant_namespace(tenant),
+        tenant_slug=tenant.slug,
+        member_group=f"fatia:tenant:{tenant.slug}",
+        max_devices=int(memory),
+    )
+
+
+def onboard_tenant(*, tenant_id: int) -> None:
+    """Namespace, member RBAC and device quota for the tenant. Idempotent; raises KubeUnavailable."""
+    kube.ensure_tenant_namespace(tenant_spec(Tenant.objects.get(pk=tenant_id)))
+
+
+@transaction.atomic
+def register_cluster_node(*, pool_id: int, name: str, gpu_uuids: list[str]) -> Node:
+    """A node the cluster publishes, with its GPUs' UUIDs (the parentUUID of their MIG devices)."""
+    node = register_node(pool_id=pool_id, name=name, gpu_count=len(gpu_uuids), actor=None)
+    for index, gpu_uuid in enumerate(gpu_uuids):
+        Gpu.objects.filter(node=node, index=index).update(uuid=gpu_uuid)
+    return node
+
+
+# --- provisioning -----------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def start_provisioning(*, allocation_id: int) -> Allocation:
+    """APPROVED -> PROVISIONING with the planned placements recorded, or -> FAILED (quota freed) when the
+    pool has no room. Anything but APPROVED is returned as it is (a redelivered task goes on from there).
+    Locks the allocation, then the pool (placement decisions in a pool are serialised)."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status != Status.APPROVED:
+        return allocation
+    pool = lock_pool(pool_id=allocation.pool_id)
+    slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
+    if slices is None:
+        return mark_allocation_failed(
+            allocation_id=allocation_id,
+            reason=(
+                f"No room in pool {pool.slug} for {allocation.count} x {allocation.profile} right now; "
+                "the quota was given back. Try fewer slices or a smaller profile."
+            ),
+        )
+    SlicePlacement.objects.bulk_create(
+        [
+            SlicePlacement(
+                allocation=allocation,
+                gpu_id=s.gpu_id,
+                profile=allocation.profile,
+                start=s.start,
+                size=s.size,
+                device_name=s.device_name,
+            )
+            for s in slices
+        ]
+    )
+    allocation.status = Status.PROVISIONING
+    allocation.claim_name = allocation.kube_name
+    allocation.status_message = "Waiting for the cluster to allocate the slices."
+    allocation.save(update_fields=["status", "claim_name", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="provision",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.APPROVED},
+        after={
+            "status": Status.PROVISIONING,
+            "claim": allocation.claim_name,
+            "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
+        },
+    )
+    return allocation
+
+
+def claim_spec(allocation: Allocation) -> tuple[kube.ClaimSpec, kube.HolderPodSpec]:
+    """The claim (one request per planned slice, pinned to its profile and GPU) and its holder pod."""
+    placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
+    namespace = tenant_namespace(allocation.tenant)
+    claim = kube.ClaimSpec(
+        namespace=namespace,
+        name=allocation.kube_name,
+        allocation_uuid=str(allocation.uuid),
+        tenant_slug=allocation.tenant.slug,
+        requests=tuple(
+            kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid)
+            for i, p in enumerate(placements)
+        ),
+    )
+    pod = kube.HolderPodSpec(
+        namespace=namespace,
+        name=allocation.kube_name,
+        claim_name=allocation.kube_name,
+        node_name=placements[0].gpu.node.name,
+        allocation_uuid=str(allocation.uuid),
+        tenant_slug=allocation.tenant.slug,
+    )
+    return claim, pod
+
+
+def apply_claim(*, allocation_id: int) -> None:
+    """Apply the claim of a PROVISIONING allocation (the first half of realising it)."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
+        return  # no plan: displaced (see _move_planned_out_of_the_way); sync_claim_allocation fails it
+    claim, _ = claim_spec(allocation)
+    kube.ensure_tenant_namespace(tenant_spec(allocation.tenant))
+    kube.apply_resource_claim(claim)
+
+
+def apply_holder_pod(*, allocation_id: int) -> None:
+    """Apply the holder pod of a PROVISIONING allocation (the second half)."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
+        return
+    _, pod = claim_spec(allocation)
+    kube.apply_holder_pod(pod)
+
+
+def provision_on_cluster(*, allocation_id: int) -> Allocation:
+    """Plan (APPROVED -> PROVISIONING), then apply claim and holder pod. The caller (provision task) then
+    polls the claim with sync_claim_allocation until the scheduler has allocated it.
+
+    Every step is idempotent, so a worker killed between any two of them converges on the rerun.
+    Raises KubeUnavailable (the task retries; the request says it is waiting for the cluster). A KubeRejected
+    ends the request as FAILED with the API server's message, its objects deleted and its quota freed.
+    """
+    allocation = start_provisioning(allocation_id=allocation_id)
+    if allocation.status != Status.PROVISIONING:
+        return allocation
+    try:
+        apply_claim(allocation_id=allocation_id)
+        apply_holder_pod(allocation_id=allocation_id)
+    except kube.KubeUnavailable as exc:
+        note_cluster_wait(allocation_id=allocation_id, message=exc.message)
+        raise
+    except kube.KubeRejected as exc:
+        return fail_on_cluster(allocation_id=allocation_id, reason=f"The cluster refused the request: {exc.message}")
+    return allocation
+
+
+def poll_delay(attempt: int) -> float:
+    """Seconds before the next look at an unallocated claim: 0.2, 0.4, ... up to 5."""
+    return float(min(0.2 * 2**attempt, 5.0))
+
+
+@transaction.atomic
+def note_cluster_wait(*, allocation_id: int, message: str) -> None:
+    """Say on a PROVISIONING or RELEASING request that it waits for the cluster (shown to the requester)."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status not in (Status.PROVISIONING, Status.RELEASING):
+        return
+    allocation.status_message = f"Waiting for the Kubernetes API ({message}); retrying."
+    allocation.save(update_fields=["status_message", "updated_at"])
+
+
+def fail_on_cluster(*, allocation_id: int, reason: str) -> Allocation:
+    """Delete the holder pod and claim, then FAILED with quota freed. Raises KubeUnavailable (retry)."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    namespace = tenant_namespace(allocation.tenant)
+    kube.delete_holder_pod(namespace, allocation.kube_name)
+    kube.delete_resource_claim(namespace, allocation.kube_name)
+    return mark_allocation_failed(allocation_id=allocation_id, reason=reason)
+
+
+def sync_claim_allocation(*, allocation_id: int) -> bool:
+    """Look at a PROVISIONING allocation's claim once. True when there is nothing more to wait for:
+    the claim is allocated (-> ACTIVE, placements as the scheduler made them), the allocation is no longer
+    PROVISIONING, or it waited FATIA_KUBE_ALLOCATION_TIMEOUT_S (-> FAILED, objects deleted, quota freed).
+    A claim deleted behind our back is applied again with its pod. Raises KubeUnavailable (retry)."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    if allocation.status != Status.PROVISIONING:
+        return True
+    namespace = tenant_namespace(allocation.tenant)
+    try:
+        result = kube.read_claim_allocation(namespace, allocation.kube_name)
+        if result is None and not allocation.placements.exists():
+            fail_on_cluster(
+                allocation_id=allocation_id,
+                reason=(
+                    "The cluster gave the slots planned for this request to another one and its GPU has no "
+                    "other room; the quota was given back. Please request again."
+                ),
+            )
+            return True
+    except kube.KubeRejected as exc:
+        if exc.status != 404:
+            raise
+        apply_claim(allocation_id=allocation_id)
+        apply_holder_pod(allocation_id=allocation_id)
+        return False
+    if result is None:
+        if not kube.holder_pod_exists(namespace, allocation.kube_name):
+            apply_holder_pod(allocation_id=allocation_id)
+        started = allocation.decided_at or allocation.created_at
+        if timezone.now() - started > timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S):
+            fail_on_cluster(
+                allocation_id=allocation_id,
+                reason=(
+                    f"The cluster did not allocate the claim within {settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S} s; "
+                    "the quota was given back."
+                ),
+            )
+            return True
+        return False
+    activate_from_cluster(allocation_id=allocation_id, result=result)
+    return True
+
+
+def placement_of(device: str) -> tuple[int, int] | None:
+    """(GPU index, start) of a MIG device name such as gpu-1-mig-1g10gb-19-3."""
+    match = _MIG_DEVICE.match(device)
+    return (int(match["gpu"]), int(match["start"])) if match else None
+
+
+@transaction.atomic
+def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -> Allocation:
+    """PROVISIONING -> ACTIVE, each placement set to the device the scheduler allocated for its request.
+
+    The claim pins profile and GPU but not the slot, so the scheduler's slot may differ from the plan: the
+    recorded placement follows the cluster, and a "placement_differs" audit event says what changed.
+    Locks the allocation, then the pool (placements of a pool change under its lock)."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status != Status.PROVISIONING:
+        return allocation
+    pool = lock_pool(pool_id=allocation.pool_id)
+    placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
+    if not placements:
+        # Its plan was dropped as displaced, yet the scheduler found room: record what it allocated.
+        spec = gpu_model_for(pool.gpu_model).profile(allocation.profile)
+        for allocated_device in result.devices:
+            where = placement_of(allocated_device.device)
+            if where is not None:
+                placements.append(
+                    SlicePlacement.objects.create(
+                        allocation=allocation,
+                        gpu=Gpu.objects.get(node__name=result.node_name, index=where[0]),
+                        profile=allocation.profile,
+                        start=where[1],
+                        size=spec.memory_slices,
+                        device_name=allocated_device.device,
+                    )
+                )
+    by_request = {d.request: d for d in result.devices}
+    differences = []
+    for i, placement in enumerate(placements):
+        device = by_request.get(f"mig-{i}")
+        where = placement_of(device.device) if device else None
+        if device is None or where is None:
+            continue
+        gpu_index, start = where
+        planned = f"{placement.gpu.node.name}/{placement.device_name}"
+        actual = f"{result.node_name}/{device.device}"
+        if planned == actual:
+            continue
+        differences.append({"planned": planned, "allocated": actual})
+        gpu = Gpu.objects.get(node__name=result.node_name, index=gpu_index)
+        placement.gpu = gpu
+        placement.start = start
+        placement.device_name = device.device
+        placement.save(update_fields=["gpu", "start", "device_name"])
+        differences += _move_planned_out_of_the_way(pool_gpu_model=pool.gpu_model, placement=placement)
+    now = timezone.now()
+    allocation.status = Status.ACTIVE
+    allocation.activated_at = now
+    allocation.lease_expires_at = now + timedelta(hours=allocation.lease_hours)
+    allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."
+    allocation.save(update_fields=["status", "activated_at", "lease_expires_at", "status_message", "updated_at"])
+    if differences:
+        record_audit_event(
+            actor=None,
+            verb="placement_differs",
+            obj=allocation,
+            tenant_id=allocation.tenant_id,
+            after={"differences": differences},
+        )
+    record_audit_event(
+        actor=None,
+        verb="activate",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.PROVISIONING},
+        after={
+            "status": Status.ACTIVE,
+            "claim": allocation.claim_name,
+            "devices": [f"{result.node_name}/{d.device}" for d in result.devices],
+        },
+    )
+    return allocation
+
+
+def _move_planned_out_of_the_way(*, pool_gpu_model: str, placement: SlicePlacement) -> list[dict[str, str]]:
+    """The scheduler put `placement` on slots that another request still PROVISIONING has in its plan (the two
+    were planned before either was allocated). Re-plan those at the first free legal start on the GPU, which is
+    also where the scheduler (first device by name whose counters fit) will put them. Caller holds the pool lock.
+    """
+    model = gpu_model_for(pool_gpu_model)
+    mask = Placement(placement.start, placement.size).mask
+    others = list(
+        SlicePlacement.objects.filter(gpu_id=placement.gpu_id, allocation__status__in=Allocation.QUOTA_HOLDING)
+        .exclude(pk=placement.pk)
+        .select_related("allocation", "gpu__node")
+        .order_by("pk")
+    )
+    moved = []
+    for other in others:
+        if other.allocation.status != Status.PROVISIONING or not Placement(other.start, other.size).mask & mask:
+            continue
+        taken = 0
+        for held in others:
+            if held.pk != other.pk:
+                taken |= Placement(held.start, held.size).mask
+        taken |= mask
+        spec = model.profile(other.profile)
+        free = [p for p in sorted(spec.placements) if not p.mask & taken]
+        if not free:
+            # Its claim cannot be allocated on this GPU any more. Drop its plan so the recorded layout stays
+            # valid; sync_claim_allocation then fails it (claim deleted, quota freed) outside the pool lock.
+            SlicePlacement.objects.filter(allocation_id=other.allocation_id).delete()
+            moved.append({"displaced": f"{other.gpu.node.name}/{other.device_name}"})
+            continue
+        before = f"{other.gpu.node.name}/{other.device_name}"
+        other.start = free[0].start
+        other.device_name = dra_device_name(
+            gpu_index=other.gpu.index, profile=other.profile, profile_id=spec.profile_id, start=other.start
+        )
+        other.save(update_fields=["start", "device_name"])
+        moved.append({"replanned": before, "to": f"{other.gpu.node.name}/{other.device_name}"})
+    return moved
+
+
+def delete_cluster_objects(*, allocation_id: int) -> None:
+    """Delete the holder pod and claim of a FAILED allocation (404 counts as done). Raises KubeUnavailable."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    if allocation.status != Status.FAILED:
+        return
+    namespace = tenant_namespace(allocation.tenant)
+    kube.delete_holder_pod(namespace, allocation.kube_name)
+    kube.delete_resource_claim(namespace, allocation.kube_name)
+
+
+def release_on_cluster(*, allocation_id: int) -> Allocation:
+    """Delete the holder pod and claim of a RELEASING allocation, then finish_release (quota freed).
+    Idempotent; raises KubeUnavailable (retry; the request says it waits for the cluster)."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    if allocation.status != Status.RELEASING:
+        return allocation
+    namespace = tenant_namespace(allocation.tenant)
+    try:
+        kube.delete_holder_pod(namespace, allocation.kube_name)
+        kube.delete_resource_claim(namespace, allocation.kube_name)
+    except kube.KubeUnavailable as exc:
+        note_cluster_wait(allocation_id=allocation_id, message=exc.message)
+        raise
+    return finish_release(allocation_id=allocation_id)

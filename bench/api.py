@@ -235,9 +235,15 @@ class Server:
 
 def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Server:
     port = free_port()
-    if kind == "gunicorn":
-        cmd = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", str(workers)]
-        cmd += ["--worker-class", "sync", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+    if kind.startswith("gunicorn"):
+        # gthread keeps connections alive (sync workers close each one after a response).
+        worker = (
+            ["--worker-class", "gthread", "--threads", "2"]
+            if kind == "gunicorn-gthread"
+            else ["--worker-class", "sync"]
+        )
+        cmd = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--workers", str(workers), *worker]
+        cmd += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
     else:
         cmd = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--workers", str(workers)]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
@@ -670,7 +676,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--list-rows", type=int, default=1000, help="requests in the listed tenant")
-    parser.add_argument("--server", choices=["gunicorn", "uvicorn"], default="gunicorn")
+    parser.add_argument("--server", choices=["gunicorn", "gunicorn-gthread", "uvicorn"], default="gunicorn")
     parser.add_argument("--workers", type=int, default=3, help="server worker processes")
     parser.add_argument(
         "--load",

@@ -8,7 +8,13 @@ root    platform admin (staff)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +30,7 @@ from django.contrib.auth.models import User  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
 from allocations import services  # noqa: E402
-from allocations.models import NodePool  # noqa: E402
+from allocations.models import Allocation, NodePool  # noqa: E402
 from tenants.models import Membership, Tenant  # noqa: E402
 from tests.factories import MembershipFactory, TenantFactory, UserFactory  # noqa: E402
 
@@ -73,3 +79,39 @@ def world(db: Any) -> World:
             tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=14, memory_slices_limit=16, actor=root
         )
     return World(tenant_a, tenant_b, alice, mallory, charlie, root, pool)
+
+
+@contextlib.contextmanager
+def celery_worker_process(**extra_env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real Celery worker on the test database, consuming from the Redis broker the test runner started.
+    The test must use a transactional database so the worker sees committed rows."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        **extra_env,
+    }
+    assert settings.CELERY_BROKER_URL.startswith("redis://")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=WARNING"], env=env
+    )
+    try:
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+
+
+def wait_for_status(allocation_id: int, status: str, timeout: float = 120.0) -> Allocation:
+    """Re-read the allocation until it reaches `status` or the timeout passes; returns the last read."""
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout
+    while True:
+        allocation = Allocation.objects.get(pk=allocation_id)
+        if allocation.status == status or time.monotonic() > deadline:
+            return allocation
+        connection.close()
+        time.sleep(0.2)

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from allocations import services
 from allocations.models import Allocation
-from tests.conftest import World
+from tests.conftest import World, celery_worker_process, wait_for_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
@@ -23,30 +17,8 @@ Status = Allocation.Status
 
 @pytest.fixture
 def celery_worker() -> Iterator[subprocess.Popen[bytes]]:
-    """A worker on the test database, consuming from the Redis broker the test runner started."""
-    db = settings.DATABASES["default"]
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-    }
-    assert settings.CELERY_BROKER_URL.startswith("redis://")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=WARNING"],
-        env=env,
-    )
-    yield worker
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=30)
-
-
-def wait_for_status(allocation_id: int, status: str, timeout: float = 60.0) -> Allocation:
-    deadline = time.monotonic() + timeout
-    while True:
-        allocation = Allocation.objects.get(pk=allocation_id)
-        if allocation.status == status or time.monotonic() > deadline:
-            return allocation
-        connection.close()
-        time.sleep(0.2)
+    with celery_worker_process() as worker:
+        yield worker
 
 
 def test_an_approved_request_is_provisioned_and_released_by_a_worker(world: World, celery_worker):

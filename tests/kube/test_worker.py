@@ -3,21 +3,17 @@ plane: request -> approve -> claim allocated by kube-scheduler -> active; releas
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from kubernetes import client
 
 from allocations import services
 from allocations.models import Allocation
+from tests.conftest import celery_worker_process, wait_for_status
 from tests.kube.conftest import wait_for
 from tests.kube.test_provisioning import KubeWorld, objects_of, placements, request
 
@@ -28,31 +24,12 @@ Status = Allocation.Status
 @pytest.fixture
 def kube_worker(kube_world: KubeWorld) -> Iterator[subprocess.Popen[bytes]]:
     """A worker on the test database with the Kubernetes backend on the test control plane."""
-    db = settings.DATABASES["default"]
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "FATIA_CLUSTER_BACKEND": "kubernetes",
-        "FATIA_KUBECONFIG": settings.FATIA_KUBECONFIG,
-        "FATIA_KUBE_NAMESPACE_PREFIX": kube_world.prefix,
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=WARNING"],
-        env=env,
-    )
-    yield worker
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=30)
-
-
-def wait_for_status(allocation_id: int, status: str, timeout: float = 120.0) -> Allocation:
-    deadline = time.monotonic() + timeout
-    while True:
-        allocation = Allocation.objects.get(pk=allocation_id)
-        if allocation.status == status or time.monotonic() > deadline:
-            return allocation
-        connection.close()
-        time.sleep(0.2)
+    with celery_worker_process(
+        FATIA_CLUSTER_BACKEND="kubernetes",
+        FATIA_KUBECONFIG=settings.FATIA_KUBECONFIG,
+        FATIA_KUBE_NAMESPACE_PREFIX=kube_world.prefix,
+    ) as worker:
+        yield worker
 
 
 def test_a_worker_provisions_a_claim_the_scheduler_allocates_and_releases_it(

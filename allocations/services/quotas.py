@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -68,7 +70,10 @@ def set_tenant_quota(
     actor: User,
     profile_caps: dict[str, Any] | None = None,
 ) -> Quota:
-    """Set a tenant's limits in a pool (platform admins). Usage counters are left as they are."""
+    """Set a tenant's limits in a pool (platform admins). Usage counters are left as they are.
+
+    With the Kubernetes backend, queues onboard_tenant_task after commit (namespace, RBAC, device quota).
+    """
     if not getattr(actor, "is_staff", False):
         raise NotAllowed("Only platform admins can set quotas.")
     pool = NodePool.objects.get(pk=pool_id)
@@ -85,6 +90,12 @@ def set_tenant_quota(
     record_audit_event(
         actor=actor, verb="set_quota", obj=quota, tenant=tenant, before=before, after=_quota_fields(quota)
     )
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        # The tenant's namespace, RBAC and device ResourceQuota follow its quotas (the cluster-side fence is
+        # sized from them), so every quota change re-applies them; a tenant without quota needs no namespace.
+        from allocations import tasks
+
+        transaction.on_commit(partial(tasks.onboard_tenant_task.delay, tenant.pk))
     return quota
 
 

@@ -237,3 +237,35 @@ def test_everything_rolls_back_when_the_audit_write_fails(world: World):
         raise RuntimeError("boom")
     assert Allocation.objects.count() == 0
     assert quota_of(world, world.tenant_a.pk).compute_slices_used == 0
+
+
+def test_with_the_kubernetes_backend_a_quota_change_reapplies_the_tenant_namespace(
+    world: World, settings, django_capture_on_commit_callbacks
+):
+    # given
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    # when
+    with django_capture_on_commit_callbacks() as callbacks:
+        services.set_tenant_quota(
+            tenant_id=world.tenant_b.pk,
+            pool_id=world.pool.pk,
+            compute_slices_limit=7,
+            memory_slices_limit=8,
+            actor=world.root,
+        )
+    # then
+    assert [(c.func.__self__.name, c.args) for c in callbacks] == [
+        ("allocations.tasks.onboard_tenant_task", (world.tenant_b.pk,))
+    ]
+
+
+def test_with_the_simulated_backend_a_quota_change_queues_nothing(world: World, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        services.set_tenant_quota(
+            tenant_id=world.tenant_b.pk,
+            pool_id=world.pool.pk,
+            compute_slices_limit=7,
+            memory_slices_limit=8,
+            actor=world.root,
+        )
+    assert callbacks == []

@@ -31,6 +31,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from allocations import services
+from allocations.fake_fleet import create_ready_node
 from allocations.models import NodePool
 from allocations.services import kube_sync
 from tests.conftest import H100, World
@@ -239,43 +240,7 @@ class GpuNode:
 
 
 def _create_ready_node(api: client.ApiClient, name: str) -> str:
-    core = client.CoreV1Api(api)
-    node = core.create_node(
-        body={
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **GFD_LABELS},
-            },
-        }
-    )
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    core.patch_node_status(
-        name,
-        body={
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "fake: no kubelet runs in the test control plane",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            }
-        },
-    )
-    # The TaintNodesByCondition admission plugin taints every new Node not-ready; the node lifecycle
-    # controller would lift it once the kubelet reports Ready, but no kubelet runs and that controller is
-    # off (deploy/control-plane.sh), so lift it here.
-    core.patch_node(name, body={"spec": {"taints": None}})
-    return str(node.metadata.uid)
+    return create_ready_node(api, name, GFD_LABELS)
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from typing import Any
 
 from kubernetes import client
 
-from allocations.mig.catalog import EngineCounts, GpuModel, MigProfile
+from allocations.mig import counters
+from allocations.mig.catalog import GpuModel, MigProfile
 from allocations.placement import dra_device_name
 
 DRIVER = "gpu.nvidia.com"
@@ -30,7 +31,6 @@ DRIVER_VERSION = "580.95.5"
 CUDA_DRIVER_VERSION = "13.0.0"
 # (bus, root port) of GPUs 0-7 on a typical 8-GPU board; GPUs 0 and 1 are those of NVIDIA's example.
 PCI = [(0x18, 0x15), (0x2A, 0x27), (0x3A, 0x37), (0x5D, 0x5A), (0x9A, 0x97), (0xAB, 0xA8), (0xBA, 0xB7), (0xDB, 0xD8)]
-COUNTERS = ("multiprocessors", "copy-engines", "decoders", "encoders", "jpeg-engines", "ofa-engines", "memory")
 
 
 def _nvidia_device_class(name: str, device_type: str, **spec: Any) -> dict[str, Any]:
@@ -68,26 +68,16 @@ def _architecture(model: GpuModel) -> tuple[str, str]:
 
 
 def _full_profile(model: GpuModel) -> MigProfile:
-    return max(model.profiles, key=lambda p: (p.memory_slices, p.compute_slices))
+    return counters.full_profile(model)
 
 
 def _figures(model: GpuModel, profile: MigProfile) -> dict[str, str]:
-    """A profile's counters: multiprocessors, engines and memory (MiB), from the catalog or the grid."""
-    full = _full_profile(model)
-    full_sm = full.sm_count or 16 * model.compute_slices
-    sm = profile.sm_count or full_sm * profile.compute_slices // model.compute_slices
-    engines = profile.engines or EngineCounts(
-        dec=profile.compute_slices,
-        ce=profile.compute_slices,
-        jpeg=profile.compute_slices,
-        ofa=1 if profile is full or profile.has_media_extensions else 0,
-    )
-    memory = profile.memory_mib or model.memory_mib * profile.memory_slices // model.memory_slices
-    values = (sm, engines.ce, engines.dec, engines.enc, engines.jpeg, engines.ofa)
-    counters = {name: str(v) for name, v in zip(COUNTERS, values, strict=False)}
+    """A profile's counters as the driver writes them (allocations/mig/counters.py), quantities as strings."""
+    figures = {name: str(v) for name, v in counters.profile_counters(model, profile).items()}
+    memory = counters.profile_counters(model, profile)["memory"]
     # The API server keeps quantities in canonical form: 40960Mi is stored as 40Gi.
-    counters["memory"] = f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi"
-    return counters
+    figures["memory"] = f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi"
+    return figures
 
 
 def _quantities(figures: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -175,10 +165,10 @@ def resource_slices(model: GpuModel, node: str, node_uid: str, gpu_count: int) -
             "spec": {"driver": DRIVER, "nodeName": node, "pool": dict(pool), **spec},
         }
 
-    counters = [
+    counter_sets = [
         {"name": f"gpu-{i}-counter-set", "counters": _quantities({**full, **all_slices})} for i in range(gpu_count)
     ]
-    slices = [body(0, {"sharedCounters": counters})]
+    slices = [body(0, {"sharedCounters": counter_sets})]
     slices += [body(i + 1, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
     return slices
 

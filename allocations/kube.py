@@ -371,11 +371,27 @@ def _allocation_of(status: Any) -> ClaimAllocation | None:
     return ClaimAllocation(node_name=node, devices=devices)
 
 
-def read_claim_allocation(namespace: str, name: str) -> ClaimAllocation | None:
-    """The claim's allocation, or None while unallocated. A missing claim raises KubeRejected (404)."""
+def read_claim(namespace: str, name: str) -> ClaimState | None:
+    """The claim with its allocation (None while unallocated), or None when there is no such claim."""
     api = client.ResourceV1Api(api_client())
-    claim = _call(f"resourceclaim {namespace}/{name}", api.read_namespaced_resource_claim, name, namespace)
-    return _allocation_of(claim.status)
+    try:
+        claim = _call(f"resourceclaim {namespace}/{name}", api.read_namespaced_resource_claim, name, namespace)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _claim_state(claim)
+
+
+def _claim_state(claim: Any) -> ClaimState:
+    meta = claim.metadata
+    return ClaimState(
+        namespace=meta.namespace,
+        name=meta.name,
+        labels=dict(meta.labels or {}),
+        allocation=_allocation_of(claim.status),
+        deleting=meta.deletion_timestamp is not None,
+    )
 
 
 def delete_holder_pod(namespace: str, name: str) -> None:
@@ -398,21 +414,7 @@ def list_claims(label_selector: str) -> list[ClaimState]:
     """Every claim in every namespace matching the selector, e.g. "fatia.io/allocation" (ours)."""
     api = client.ResourceV1Api(api_client())
     listed = _call("resourceclaims", api.list_resource_claim_for_all_namespaces, label_selector=label_selector)
-    states = []
-    for c in listed.items:
-        meta = c.metadata
-        if meta is None or not meta.name or not meta.namespace:
-            continue
-        states.append(
-            ClaimState(
-                namespace=meta.namespace,
-                name=meta.name,
-                labels=dict(meta.labels or {}),
-                allocation=_allocation_of(c.status),
-                deleting=meta.deletion_timestamp is not None,
-            )
-        )
-    return states
+    return [_claim_state(c) for c in listed.items if c.metadata is not None and c.metadata.name]
 
 
 def holder_pod_exists(namespace: str, name: str) -> bool:

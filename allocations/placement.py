@@ -7,15 +7,19 @@ change before the chosen placements are saved.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from django.db.models import Sum
 
 from allocations.costs import gpu_model_for
+from allocations.mig import scheduler
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import choose_placement, fits_now
-from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest
+from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest
+from allocations.mig.layout import geometry
 from allocations.models import Allocation, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
 from allocations.models import Node as NodeRow
@@ -25,6 +29,10 @@ DEMAND_WINDOW = 500
 # Pseudo-requests of the default mix blended in, so a young pool still keeps whole GPUs free.
 DEMAND_PRIOR_WEIGHT = 20.0
 POLICY = "ours"
+# On Kubernetes the scheduler picks the slot on the GPU we pin (allocations/mig/scheduler.py).
+SCHEDULER_POLICY = "ours-first-slot"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,28 +52,75 @@ def dra_device_name(*, gpu_index: int, profile: str, profile_id: int, start: int
     return f"gpu-{gpu_index}-mig-{label}-{profile_id}-{start}"
 
 
-def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], GpuRow]]:
+class PoolBusy(Exception):
+    """Kubernetes: the request fits only on GPUs whose unallocated claims it could displace; try again once
+    the scheduler has allocated them (a fraction of a second)."""
+
+
+@dataclass(slots=True)
+class PoolLayout:
+    """A pool's ready GPUs as the database records them.
+
+    ``waiting`` holds, per GPU, the slices of requests still PROVISIONING (on Kubernetes: claims the
+    scheduler has not allocated yet), as ``(allocation id, [(profile, start), ...])`` in allocation order;
+    ``settled`` the other instances. ``unreadable`` names GPUs whose recorded layout breaks the MIG rules:
+    they are left out of ``fleet`` (no placement goes there) and logged, instead of stopping the pool.
+    """
+
+    fleet: Fleet
+    by_position: dict[tuple[str, int], GpuRow]
+    settled: dict[tuple[str, int], list[Instance]]
+    waiting: dict[tuple[str, int], list[tuple[int, list[tuple[str, int]]]]]
+    unreadable: list[str]
+
+
+def read_pool(pool: NodePool) -> PoolLayout:
     """The pool's ready nodes in device order with the instances held by live allocations."""
     model = gpu_model_for(pool.gpu_model)
+    geom = geometry(model)
     gpus = list(
         GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY)
         .select_related("node")
         .order_by("node__name", "index")
     )
     held: dict[int, list[Instance]] = {}
-    for placement in SlicePlacement.objects.filter(
-        gpu__node__pool=pool, allocation__status__in=Allocation.QUOTA_HOLDING
-    ).only("gpu_id", "profile", "start", "allocation_id"):
-        held.setdefault(placement.gpu_id, []).append(
-            Instance(profile=placement.profile, start=placement.start, owner=str(placement.allocation_id))
-        )
+    waiting_by_gpu: dict[int, dict[int, list[tuple[str, int]]]] = {}
+    rows = (
+        SlicePlacement.objects.filter(gpu__node__pool=pool, allocation__status__in=Allocation.QUOTA_HOLDING)
+        .order_by("allocation_id", "pk")
+        .values_list("gpu_id", "profile", "start", "allocation_id", "allocation__status")
+    )
+    for gpu_id, profile, start, allocation_id, status in rows:
+        held.setdefault(gpu_id, []).append(Instance(profile=profile, start=start, owner=str(allocation_id)))
+        if status == Allocation.Status.PROVISIONING:
+            waiting_by_gpu.setdefault(gpu_id, {}).setdefault(allocation_id, []).append((profile, start))
+    layout = PoolLayout(Fleet([]), {}, {}, {}, [])
     nodes: dict[str, Node] = {}
-    by_position: dict[tuple[str, int], GpuRow] = {}
     for row in gpus:
+        instances = held.get(row.pk, [])
+        position = (row.node.name, row.index)
+        try:
+            geom.named_key(tuple([(i.profile, i.start, False) for i in instances]))
+        except ValueError as exc:
+            logger.error("Left out of placement: %s GPU %d holds an invalid layout (%s)", *position, exc)
+            layout.unreadable.append(f"{row.node.name}/gpu-{row.index}")
+            continue
         node = nodes.setdefault(row.node.name, Node(name=row.node.name, gpus=[], pool=pool.slug))
-        node.gpus.append(Gpu(row.node.name, row.index, model, held.get(row.pk, [])))
-        by_position[(row.node.name, row.index)] = row
-    return Fleet(list(nodes.values())), by_position
+        node.gpus.append(Gpu(row.node.name, row.index, model, instances))
+        layout.by_position[position] = row
+        waiting = waiting_by_gpu.get(row.pk, {})
+        waiting_ids = {str(a) for a in waiting}
+        layout.settled[position] = [i for i in instances if i.owner not in waiting_ids]
+        if waiting:
+            layout.waiting[position] = list(waiting.items())
+    layout.fleet = Fleet(list(nodes.values()))
+    return layout
+
+
+def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], GpuRow]]:
+    """The pool's ready nodes in device order with the instances held by live allocations."""
+    layout = read_pool(pool)
+    return layout.fleet, layout.by_position
 
 
 def recent_demand(pool: NodePool) -> DemandMix:
@@ -77,14 +132,55 @@ def recent_demand(pool: NodePool) -> DemandMix:
 
 def plan_slices(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlice] | None:
     """Choose GPUs and slots for `count` slices of `profile` on one node of the pool, or None."""
-    model = gpu_model_for(pool.gpu_model)
-    spec = model.profile(profile)
     fleet, by_position = pool_fleet(pool)
     decision = choose_placement(
         fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
     )
-    if decision is None:
-        return None
+    return None if decision is None else _planned(pool, profile, decision, by_position)
+
+
+def plan_slices_for_scheduler(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlice] | None:
+    """Kubernetes: choose GPUs for `count` slices of `profile` on one node, each slot where kube-scheduler
+    will put it (the first free legal start, allocations/mig/scheduler.py), or None when nothing fits.
+
+    A GPU whose unallocated claims could be displaced by this one, whatever order the scheduler takes them
+    in, is not a candidate; when only such GPUs could take the request, PoolBusy (try again shortly)."""
+    layout = read_pool(pool)
+    geom = geometry(gpu_model_for(pool.gpu_model))
+    i = geom.profile_index(profile)
+    request = PlacementRequest(profile=profile, count=count, pool=pool.slug)
+    demand = recent_demand(pool)
+
+    def admits(position: tuple[str, int], slices: int) -> bool:
+        waiting = layout.waiting.get(position)
+        if not waiting:
+            return True
+        base = geom.named_key(tuple([(x.profile, x.start, False) for x in layout.settled[position]]))
+        claims = [[geom.index[p] for p, _ in claim] for _, claim in waiting]
+        return scheduler.admits(geom, base, claims, [i] * slices)
+
+    busy = {position for position in layout.waiting if not admits(position, 1)}
+    for _ in range(len(layout.by_position) + 1):
+        fleet = Fleet(
+            [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in busy], n.pool) for n in layout.fleet.nodes]
+        )
+        decision = choose_placement(fleet, request, SCHEDULER_POLICY, demand)
+        if decision is None:
+            if busy and choose_placement(layout.fleet, request, "first-fit") is not None:
+                raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")
+            return None
+        per_gpu = Counter((s.node, s.gpu_index) for s in decision.slots)
+        displacing = {position for position, n in per_gpu.items() if n > 1 and not admits(position, n)}
+        if not displacing:
+            return _planned(pool, profile, decision, layout.by_position)
+        busy |= displacing
+    raise AssertionError("unreachable: every pass leaves out at least one more GPU")
+
+
+def _planned(
+    pool: NodePool, profile: str, decision: PlacementDecision, by_position: dict[tuple[str, int], GpuRow]
+) -> list[PlannedSlice]:
+    spec = gpu_model_for(pool.gpu_model).profile(profile)
     planned = []
     for slot in decision.slots:
         row = by_position[(slot.node, slot.gpu_index)]

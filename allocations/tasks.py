@@ -13,6 +13,7 @@ from celery import shared_task
 from allocations import notifications
 from allocations.kube import KubeUnavailable
 from allocations.models import Allocation
+from allocations.placement import PoolBusy
 from allocations.services import kube_sync, leases, provisioning
 
 # Retry KubeUnavailable after 1, 2, 4, ... 30 s; an API server back within minutes is picked up again.
@@ -25,9 +26,17 @@ KUBE_RETRY: dict[str, Any] = {
 }
 
 
-@shared_task(acks_late=True, **KUBE_RETRY)
-def provision_allocation_task(allocation_id: int) -> None:
-    allocation = provisioning.provision_allocation(allocation_id=allocation_id)
+# PoolBusy: the request fits only next to claims the scheduler is about to allocate; look again soon.
+POOL_BUSY_RETRY_S = 0.25
+POOL_BUSY_MAX_RETRIES = 1200
+
+
+@shared_task(bind=True, acks_late=True, **KUBE_RETRY)
+def provision_allocation_task(self: Any, allocation_id: int) -> None:
+    try:
+        allocation = provisioning.provision_allocation(allocation_id=allocation_id)
+    except PoolBusy as exc:
+        raise self.retry(exc=exc, countdown=POOL_BUSY_RETRY_S, max_retries=POOL_BUSY_MAX_RETRIES) from exc
     if allocation.status == Allocation.Status.PROVISIONING:
         # Kubernetes backend: the claim and its holder pod are applied; watch for the scheduler's result.
         await_claim_allocation_task.apply_async((allocation_id,), countdown=kube_sync.poll_delay(0))
@@ -36,8 +45,11 @@ def provision_allocation_task(allocation_id: int) -> None:
 @shared_task(bind=True, acks_late=True, **{**KUBE_RETRY, "max_retries": 1000})
 def await_claim_allocation_task(self: Any, allocation_id: int) -> None:
     """Polls the claim until the scheduler has allocated it; the service bounds the wait in time."""
-    if not kube_sync.sync_claim_allocation(allocation_id=allocation_id):
+    progress = kube_sync.sync_claim_allocation(allocation_id=allocation_id)
+    if progress == kube_sync.ClaimProgress.WAITING:
         raise self.retry(countdown=kube_sync.poll_delay(self.request.retries))
+    if progress == kube_sync.ClaimProgress.REPLAN:
+        provision_allocation_task.delay(allocation_id)
 
 
 @shared_task(acks_late=True, **KUBE_RETRY)

@@ -195,7 +195,7 @@ class FragmentationAware:
         self.persistence = persistence
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
-        options = geom.options(key, i)
+        options = self.options(geom, key, i)
         if not options:
             return None
         allowed = frozenset(q for q, w in enumerate(weights) if w >= self.threshold)
@@ -215,12 +215,31 @@ class FragmentationAware:
         in_use = 0.0 if geom.info(key).allocated_instances else 1.0
         return (best[0], best[1], in_use), chosen
 
+    def options(self, geom: Geometry, key: LayoutKey, i: int) -> tuple[Option, ...]:
+        """The ways to host the instance this policy chooses among: all of them."""
+        return geom.options(key, i)
+
     def _expected_stranded(self, geom: Geometry, key: LayoutKey, weights: tuple[float, ...]) -> float:
         free = geom.model.compute_slices - geom.info(key).allocated_compute
         return free - expected_fill(geom, key, weights, self.persistence)
 
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (FirstFit(), BestFit(), FragmentationAware())}
+class FragmentationAwareFirstSlot(FragmentationAware):
+    """``ours-first-slot``: ``ours`` choosing the GPU only; on it, the slot is the first free legal start.
+
+    For Kubernetes, where a claim pins profile and GPU but the scheduler picks the slot (the first device
+    whose counters fit, see :mod:`.scheduler`): the GPU is ranked by what that slot does to it."""
+
+    name = "ours-first-slot"
+
+    def options(self, geom: Geometry, key: LayoutKey, i: int) -> tuple[Option, ...]:
+        first = next((o for o in geom.options(key, i) if not o.reuse), None)
+        return () if first is None else (first,)
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (FirstFit(), BestFit(), FragmentationAware(), FragmentationAwareFirstSlot())
+}
 
 
 def get_policy(policy: str | Policy) -> Policy:

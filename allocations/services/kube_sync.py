@@ -12,6 +12,8 @@ KubeUnavailable propagates to the task, which retries; KubeRejected ends the req
 
 from __future__ import annotations
 
+import enum
+import logging
 import re
 from datetime import timedelta
 
@@ -22,9 +24,10 @@ from django.utils import timezone
 
 from allocations import kube
 from allocations.costs import gpu_model_for
-from allocations.mig.catalog import Placement
+from allocations.mig import scheduler
+from allocations.mig.layout import geometry
 from allocations.models import Allocation, Gpu, Node, Quota, SlicePlacement
-from allocations.placement import dra_device_name, plan_slices
+from allocations.placement import dra_device_name, plan_slices_for_scheduler
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
 from allocations.services.provisioning import finish_release, mark_allocation_failed
@@ -32,6 +35,7 @@ from tenants.models import Tenant
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
+logger = logging.getLogger(__name__)
 
 # gpu-<index>-mig-<profile label>-<profile id>-<start>: the driver's name for a MIG profile x placement.
 _MIG_DEVICE = re.compile(r"^gpu-(?P<gpu>\d+)-mig-.+-(?P<profile_id>\d+)-(?P<start>\d+)$")
@@ -74,12 +78,13 @@ def register_cluster_node(*, pool_id: int, name: str, gpu_uuids: list[str]) -> N
 def start_provisioning(*, allocation_id: int) -> Allocation:
     """APPROVED -> PROVISIONING with the planned placements recorded, or -> FAILED (quota freed) when the
     pool has no room. Anything but APPROVED is returned as it is (a redelivered task goes on from there).
+    Raises PoolBusy when the request only fits next to claims the scheduler has not allocated yet (retry).
     Locks the allocation, then the pool (placement decisions in a pool are serialised)."""
     allocation = lock_allocation(allocation_id=allocation_id)
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
-    slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
+    slices = plan_slices_for_scheduler(pool=pool, profile=allocation.profile, count=allocation.count)
     if slices is None:
         return mark_allocation_failed(
             allocation_id=allocation_id,
@@ -149,7 +154,7 @@ def apply_claim(*, allocation_id: int) -> None:
     """Apply the claim of a PROVISIONING allocation (the first half of realising it)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
-        return  # no plan: displaced (see _move_planned_out_of_the_way); sync_claim_allocation fails it
+        return  # no plan: displaced (see _repredict_waiting); sync_claim_allocation plans it anew
     claim, _ = claim_spec(allocation)
     kube.ensure_tenant_namespace(tenant_spec(allocation.tenant))
     kube.apply_resource_claim(claim)
@@ -210,33 +215,33 @@ def fail_on_cluster(*, allocation_id: int, reason: str) -> Allocation:
     return mark_allocation_failed(allocation_id=allocation_id, reason=reason)
 
 
-def sync_claim_allocation(*, allocation_id: int) -> bool:
-    """Look at a PROVISIONING allocation's claim once. True when there is nothing more to wait for:
-    the claim is allocated (-> ACTIVE, placements as the scheduler made them), the allocation is no longer
-    PROVISIONING, or it waited FATIA_KUBE_ALLOCATION_TIMEOUT_S (-> FAILED, objects deleted, quota freed).
-    A claim deleted behind our back is applied again with its pod. Raises KubeUnavailable (retry)."""
+class ClaimProgress(enum.Enum):
+    """What a look at a PROVISIONING allocation's claim found."""
+
+    WAITING = "waiting"  # not allocated yet: look again later
+    SETTLED = "settled"  # nothing more to wait for: ACTIVE, FAILED, or no longer PROVISIONING
+    REPLAN = "replan"  # APPROVED again: its slots went to another claim, provisioning plans it anew
+
+
+def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
+    """Look at a PROVISIONING allocation's claim once. SETTLED when the claim is allocated (-> ACTIVE, the
+    placements as the scheduler made them), when the allocation is no longer PROVISIONING, or when it waited
+    FATIA_KUBE_ALLOCATION_TIMEOUT_S (-> FAILED, objects deleted, quota freed). A claim deleted behind our
+    back is applied again with its pod once it is gone. Raises KubeUnavailable (retry)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     if allocation.status != Status.PROVISIONING:
-        return True
+        return ClaimProgress.SETTLED
+    if not allocation.placements.exists():
+        return _replan_displaced(allocation)
     namespace = tenant_namespace(allocation.tenant)
-    try:
-        result = kube.read_claim_allocation(namespace, allocation.kube_name)
-        if result is None and not allocation.placements.exists():
-            fail_on_cluster(
-                allocation_id=allocation_id,
-                reason=(
-                    "The cluster gave the slots planned for this request to another one and its GPU has no "
-                    "other room; the quota was given back. Please request again."
-                ),
-            )
-            return True
-    except kube.KubeRejected as exc:
-        if exc.status != 404:
-            raise
+    claim = kube.read_claim(namespace, allocation.kube_name)
+    if claim is None:
         apply_claim(allocation_id=allocation_id)
         apply_holder_pod(allocation_id=allocation_id)
-        return False
-    if result is None:
+        return ClaimProgress.WAITING
+    if claim.deleting:
+        return ClaimProgress.WAITING  # deleted behind our back: applied again once it is gone
+    if claim.allocation is None:
         if not kube.holder_pod_exists(namespace, allocation.kube_name):
             apply_holder_pod(allocation_id=allocation_id)
         started = allocation.decided_at or allocation.created_at
@@ -248,10 +253,46 @@ def sync_claim_allocation(*, allocation_id: int) -> bool:
                     "the quota was given back."
                 ),
             )
-            return True
-        return False
-    activate_from_cluster(allocation_id=allocation_id, result=result)
-    return True
+            return ClaimProgress.SETTLED
+        return ClaimProgress.WAITING
+    activate_from_cluster(allocation_id=allocation_id, result=claim.allocation)
+    return ClaimProgress.SETTLED
+
+
+def _replan_displaced(allocation: Allocation) -> ClaimProgress:
+    """A PROVISIONING allocation without a plan: the scheduler gave the slots planned for it to another claim
+    and its GPU had no other room (see _repredict_waiting). If the scheduler allocated it after all, record
+    that; otherwise delete its pod and claim and, once the claim is gone, make it APPROVED again so that
+    provisioning plans it anew under the same claim name. The quota stays held throughout."""
+    namespace = tenant_namespace(allocation.tenant)
+    claim = kube.read_claim(namespace, allocation.kube_name)
+    if claim is None:
+        return _back_to_approved(allocation_id=allocation.pk)
+    if claim.allocation is not None and not claim.deleting:
+        activate_from_cluster(allocation_id=allocation.pk, result=claim.allocation)
+        return ClaimProgress.SETTLED
+    kube.delete_holder_pod(namespace, allocation.kube_name)
+    kube.delete_resource_claim(namespace, allocation.kube_name)
+    return ClaimProgress.WAITING  # the next look finds the claim gone
+
+
+@transaction.atomic
+def _back_to_approved(*, allocation_id: int) -> ClaimProgress:
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status != Status.PROVISIONING or allocation.placements.exists():
+        return ClaimProgress.SETTLED if allocation.status != Status.PROVISIONING else ClaimProgress.WAITING
+    allocation.status = Status.APPROVED
+    allocation.status_message = "Planning again: the cluster gave the slots planned for this request to another one."
+    allocation.save(update_fields=["status", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="replan",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.PROVISIONING},
+        after={"status": Status.APPROVED},
+    )
+    return ClaimProgress.REPLAN
 
 
 def placement_of(device: str) -> tuple[int, int] | None:
@@ -264,9 +305,10 @@ def placement_of(device: str) -> tuple[int, int] | None:
 def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -> Allocation:
     """PROVISIONING -> ACTIVE, each placement set to the device the scheduler allocated for its request.
 
-    The claim pins profile and GPU but not the slot, so the scheduler's slot may differ from the plan: the
-    recorded placement follows the cluster, and a "placement_differs" audit event says what changed.
-    Locks the allocation, then the pool (placements of a pool change under its lock)."""
+    The plan predicts the scheduler's slot (allocations/mig/scheduler.py); where the scheduler took the
+    claims of a GPU in another order than predicted, the recorded placement follows the cluster, the plans of
+    the claims still waiting there are predicted again, and a "placement_differs" audit event says what
+    changed. Locks the allocation, then the pool (placements of a pool change under its lock)."""
     allocation = lock_allocation(allocation_id=allocation_id)
     if allocation.status != Status.PROVISIONING:
         return allocation
@@ -289,7 +331,7 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
                     )
                 )
     by_request = {d.request: d for d in result.devices}
-    differences = []
+    differences: list[dict[str, str]] = []
     for i, placement in enumerate(placements):
         device = by_request.get(f"mig-{i}")
         where = placement_of(device.device) if device else None
@@ -301,12 +343,10 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
         if planned == actual:
             continue
         differences.append({"planned": planned, "allocated": actual})
-        gpu = Gpu.objects.get(node__name=result.node_name, index=gpu_index)
-        placement.gpu = gpu
+        placement.gpu = Gpu.objects.select_related("node").get(node__name=result.node_name, index=gpu_index)
         placement.start = start
         placement.device_name = device.device
         placement.save(update_fields=["gpu", "start", "device_name"])
-        differences += _move_planned_out_of_the_way(pool_gpu_model=pool.gpu_model, placement=placement)
     now = timezone.now()
     allocation.status = Status.ACTIVE
     allocation.activated_at = now
@@ -314,6 +354,7 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."
     allocation.save(update_fields=["status", "activated_at", "lease_expires_at", "status_message", "updated_at"])
     if differences:
+        differences += _repredict_waiting(pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements})
         record_audit_event(
             actor=None,
             verb="placement_differs",
@@ -336,44 +377,50 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     return allocation
 
 
-def _move_planned_out_of_the_way(*, pool_gpu_model: str, placement: SlicePlacement) -> list[dict[str, str]]:
-    """The scheduler put `placement` on slots that another request still PROVISIONING has in its plan (the two
-    were planned before either was allocated). Re-plan those at the first free legal start on the GPU, which is
-    also where the scheduler (first device by name whose counters fit) will put them. Caller holds the pool lock.
-    """
-    model = gpu_model_for(pool_gpu_model)
-    mask = Placement(placement.start, placement.size).mask
-    others = list(
-        SlicePlacement.objects.filter(gpu_id=placement.gpu_id, allocation__status__in=Allocation.QUOTA_HOLDING)
-        .exclude(pk=placement.pk)
-        .select_related("allocation", "gpu__node")
-        .order_by("pk")
-    )
-    moved = []
-    for other in others:
-        if other.allocation.status != Status.PROVISIONING or not Placement(other.start, other.size).mask & mask:
-            continue
-        taken = 0
-        for held in others:
-            if held.pk != other.pk:
-                taken |= Placement(held.start, held.size).mask
-        taken |= mask
-        spec = model.profile(other.profile)
-        free = [p for p in sorted(spec.placements) if not p.mask & taken]
-        if not free:
-            # Its claim cannot be allocated on this GPU any more. Drop its plan so the recorded layout stays
-            # valid; sync_claim_allocation then fails it (claim deleted, quota freed) outside the pool lock.
-            SlicePlacement.objects.filter(allocation_id=other.allocation_id).delete()
-            moved.append({"displaced": f"{other.gpu.node.name}/{other.device_name}"})
-            continue
-        before = f"{other.gpu.node.name}/{other.device_name}"
-        other.start = free[0].start
-        other.device_name = dra_device_name(
-            gpu_index=other.gpu.index, profile=other.profile, profile_id=spec.profile_id, start=other.start
+def _repredict_waiting(*, pool_gpu_model: str, gpu_ids: set[int]) -> list[dict[str, str]]:
+    """The scheduler allocated a claim on these GPUs in another order than predicted: predict again where it
+    will put the claims still waiting there, from what the GPUs now hold (first waiting first). A claim left
+    without room loses its plan ("displaced"); sync_claim_allocation then plans it anew. Caller holds the
+    pool lock."""
+    geom = geometry(gpu_model_for(pool_gpu_model))
+    changes: list[dict[str, str]] = []
+    for gpu_id in sorted(gpu_ids):
+        rows = list(
+            SlicePlacement.objects.filter(gpu_id=gpu_id, allocation__status__in=Allocation.QUOTA_HOLDING)
+            .select_related("allocation", "gpu__node")
+            .order_by("allocation_id", "pk")
         )
-        other.save(update_fields=["start", "device_name"])
-        moved.append({"replanned": before, "to": f"{other.gpu.node.name}/{other.device_name}"})
-    return moved
+        settled = [r for r in rows if r.allocation.status != Status.PROVISIONING]
+        waiting: dict[int, list[SlicePlacement]] = {}
+        for r in rows:
+            if r.allocation.status == Status.PROVISIONING:
+                waiting.setdefault(r.allocation_id, []).append(r)
+        if not waiting:
+            continue
+        try:
+            base = geom.named_key(tuple([(r.profile, r.start, False) for r in settled]))
+        except ValueError as exc:  # the database and the cluster disagree; the reconcile task reports it
+            logger.error("Cannot predict the waiting claims on GPU %d: %s", gpu_id, exc)
+            continue
+        claims = [[geom.index[r.profile] for r in claim] for claim in waiting.values()]
+        predicted = scheduler.predict(geom, base, claims)
+        for (allocation_id, claim), starts in zip(waiting.items(), predicted, strict=True):
+            if starts is None:
+                SlicePlacement.objects.filter(allocation_id=allocation_id).delete()
+                changes += [{"displaced": f"{r.gpu.node.name}/{r.device_name}"} for r in claim]
+                continue
+            for r, start in zip(claim, starts, strict=True):
+                if r.start == start:
+                    continue
+                before = f"{r.gpu.node.name}/{r.device_name}"
+                r.start = start
+                profile_id = geom.model.profile(r.profile).profile_id
+                r.device_name = dra_device_name(
+                    gpu_index=r.gpu.index, profile=r.profile, profile_id=profile_id, start=start
+                )
+                r.save(update_fields=["start", "device_name"])
+                changes.append({"replanned": before, "to": f"{r.gpu.node.name}/{r.device_name}"})
+    return changes
 
 
 def delete_cluster_objects(*, allocation_id: int) -> None:

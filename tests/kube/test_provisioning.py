@@ -23,7 +23,8 @@ Status = Allocation.Status
 
 
 def request(kw: KubeWorld, profile: str, *, count: int = 1, tenant_b: bool = False) -> Allocation:
-    """Team A's request approved by mallory (or Team B's, by charlie, auto-approved when small)."""
+    """Team A's request approved by mallory (or Team B's, by charlie, approved by a platform admin unless
+    small enough to be approved automatically)."""
     allocation, _ = services.request_allocation(
         tenant_id=(kw.world.tenant_b if tenant_b else kw.world.tenant_a).pk,
         pool_id=kw.pool.pk,
@@ -34,14 +35,20 @@ def request(kw: KubeWorld, profile: str, *, count: int = 1, tenant_b: bool = Fal
         actor=kw.world.charlie if tenant_b else kw.world.alice,
     )
     if allocation.status == Status.PENDING:
-        services.approve_allocation(allocation_id=allocation.pk, actor=kw.world.mallory)
+        approver = kw.world.root if tenant_b else kw.world.mallory  # root: a platform admin
+        services.approve_allocation(allocation_id=allocation.pk, actor=approver)
     return Allocation.objects.get(pk=allocation.pk)
+
+
+def settled(allocation_id: int) -> bool:
+    """One look at the claim, as await_claim_allocation_task takes it."""
+    return kube_sync.sync_claim_allocation(allocation_id=allocation_id) == kube_sync.ClaimProgress.SETTLED
 
 
 def provision_and_wait(allocation_id: int) -> Allocation:
     """What provision_allocation_task and await_claim_allocation_task do, in this process."""
     services.provision_allocation(allocation_id=allocation_id)
-    wait_for("the claim to be allocated", lambda: kube_sync.sync_claim_allocation(allocation_id=allocation_id))
+    wait_for("the claim to be allocated", lambda: settled(allocation_id))
     return Allocation.objects.get(pk=allocation_id)
 
 
@@ -85,7 +92,7 @@ def test_an_approved_request_becomes_a_claim_the_scheduler_allocates_on_the_chos
     assert planned_node == node.name
 
     # when: the scheduler allocates the claim
-    wait_for("the claim to be allocated", lambda: kube_sync.sync_claim_allocation(allocation_id=allocation.pk))
+    wait_for("the claim to be allocated", lambda: settled(allocation.pk))
 
     # then: the device is a 1g.10gb on the GPU the engine chose, recorded as the scheduler made it
     active = Allocation.objects.get(pk=allocation.pk)
@@ -223,7 +230,8 @@ def test_counters_hold_through_the_portal_and_the_scheduler_refuses_a_slice_on_a
 
     message = wait_for("the scheduler to refuse the pod", unschedulable)
     assert "cannot allocate all claims" in message, message
-    assert kube.read_claim_allocation(ns, "past-the-portal") is None
+    claim = kube.read_claim(ns, "past-the-portal")
+    assert claim is not None and claim.allocation is None
 
 
 def test_a_worker_killed_between_claim_and_pod_converges_to_one_claim_and_one_pod(
@@ -269,7 +277,7 @@ def test_a_claim_deleted_by_hand_while_provisioning_is_applied_again(
     wait_for("the claim to be gone", lambda: objects_of(admin, ns, allocation) == ([], []))
 
     # when
-    wait_for("the claim to be allocated", lambda: kube_sync.sync_claim_allocation(allocation_id=allocation.pk))
+    wait_for("the claim to be allocated", lambda: settled(allocation.pk))
 
     # then
     active = Allocation.objects.get(pk=allocation.pk)

@@ -1,0 +1,113 @@
+"""What kube-scheduler's DRA allocator does with claims pinned to a MIG profile and a GPU.
+
+NVIDIA's DynamicMIG devices carry no placement attribute, so a claim can pin the profile and the GPU (the
+devices' ``parentUUID``) but not the slot. The allocator walks the GPU's devices in the order the driver
+publishes them (each profile's placements in slot order) and takes the first device whose counters are all
+free; the requests of one claim are allocated together, in order. Claims are allocated one at a time, in the
+order their holder pods reach the scheduling queue, which nobody controls.
+
+So on Kubernetes the portal plans what the scheduler will do instead of the other way round:
+
+* the slot of a new slice is the first free legal start on its GPU (:func:`first_fit`), which the
+  ``ours-first-slot`` policy (:mod:`.policies`) ranks GPUs by;
+* a GPU takes another unallocated claim only while *every* order in which the scheduler may allocate its
+  unallocated claims still fits them all (:func:`order_safe`), so a prediction can be wrong about which claim
+  gets which slot, never about whether they all fit;
+* when a claim is allocated, the plans of the claims still waiting on that GPU are re-predicted from what the
+  cluster now holds (:func:`predict`).
+
+Only creatable placements count: dynamic MIG has no free instances to reuse. The scheduler knows nothing of
+our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`); the two disagree on some
+media-engine cases (an A100 ``1g.5gb+me`` takes the GPU's only JPEG engine, so no ``1g.10gb`` fits beside it).
+A prediction follows the counters and is only made where our rules agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import permutations
+
+from .counters import gpu_counters, profile_counters
+from .layout import Geometry, LayoutKey, decode, encode
+
+#: At most this many unallocated claims wait on one GPU; the order check costs (n + 1)! first-fit runs.
+MAX_IN_FLIGHT_PER_GPU = 3
+
+#: One claim's slices on one GPU: profile indexes, in the claim's request order.
+Claim = Sequence[int]
+
+
+def first_fit(geom: Geometry, key: LayoutKey, claim: Claim) -> tuple[LayoutKey, list[int]] | None:
+    """The layout after the scheduler allocates ``claim`` on a GPU with layout ``key``, and the starts it
+    takes (one per slice); ``None`` when the claim does not fit, or would land where our layout rules say
+    no (then we cannot predict it, and the GPU is not used for it).
+
+    Each slice takes the first placement of its profile, in slot order, whose counters (memory slots,
+    multiprocessors, engines, memory) are all free: the driver's counters decide, not our rules. Greedy in
+    request order is what the allocator's backtracking search finds first whenever greedy succeeds."""
+    need, capacity = _counters(geom)
+    info = geom.info(key)
+    occupied = info.occupied
+    used = [0] * len(capacity)
+    for code in key:
+        for c, n in enumerate(need[decode(code)[1]]):
+            used[c] += n
+    starts = []
+    for i in claim:
+        fits = [u + n <= cap for u, n, cap in zip(used, need[i], capacity, strict=True)]
+        placement = next(((s, m) for s, m in sorted(geom.placements[i]) if not m & occupied), None)
+        if placement is None or not all(fits):
+            return None
+        start, mask = placement
+        if not geom.can_create(geom.info(key), i, mask):
+            return None
+        key = tuple(sorted((*key, encode(start, i, False))))
+        occupied |= mask
+        used = [u + n for u, n in zip(used, need[i], strict=True)]
+        starts.append(start)
+    return key, starts
+
+
+_COUNTERS: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}
+
+
+def _counters(geom: Geometry) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    """Per profile index what a device consumes, and the GPU's counter set (memory slots aside)."""
+    found = _COUNTERS.get(id(geom))
+    if found is None:
+        model = geom.model
+        need = [tuple(profile_counters(model, p).values()) for p in geom.profiles]
+        found = _COUNTERS[id(geom)] = (need, tuple(gpu_counters(model).values()))
+    return found
+
+
+def order_safe(geom: Geometry, base: LayoutKey, claims: Sequence[Claim]) -> bool:
+    """Whether every order of allocating ``claims`` on a GPU holding ``base`` fits them all."""
+    for order in permutations(claims):
+        key = base
+        for claim in order:
+            placed = first_fit(geom, key, claim)
+            if placed is None:
+                return False
+            key = placed[0]
+    return True
+
+
+def admits(geom: Geometry, base: LayoutKey, waiting: Sequence[Claim], claim: Claim) -> bool:
+    """Whether a GPU holding ``base`` with the unallocated ``waiting`` claims may take ``claim`` too."""
+    return len(waiting) < MAX_IN_FLIGHT_PER_GPU and order_safe(geom, base, [*waiting, claim])
+
+
+def predict(geom: Geometry, base: LayoutKey, waiting: Sequence[Claim]) -> list[list[int] | None]:
+    """The starts the scheduler will give each waiting claim if it takes them in this order (first waiting
+    first); ``None`` for a claim that no longer fits (the cluster took its room, see kube_sync)."""
+    key = base
+    out: list[list[int] | None] = []
+    for claim in waiting:
+        placed = first_fit(geom, key, claim)
+        if placed is None:
+            out.append(None)
+            continue
+        key, starts = placed
+        out.append(starts)
+    return out

@@ -1,0 +1,121 @@
+"""The model of kube-scheduler's slot choice (allocations/mig/scheduler.py) against the driver's counters.
+
+The reference here is not our layout code: it walks the devices NVIDIA's driver publishes for a GPU
+(allocations/fake_fleet.py, in the driver's order) and takes the first one of the profile whose counters are
+all still free, which is what the DRA allocator does with a claim pinned to a profile and a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
+
+from allocations.fake_fleet import resource_slices
+from allocations.mig import scheduler
+from allocations.mig.engine import choose_placement
+from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest
+from allocations.mig.layout import EMPTY, geometry
+
+from .brute import MODELS, model
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+class CounterGpu:
+    """One GPU as the scheduler sees it: the driver's devices in order, and its shared counters."""
+
+    def __init__(self, model_name: str) -> None:
+        spec_slices = resource_slices(model(model_name), "n1", "uid-1", gpu_count=1)
+        counter_set = spec_slices[0]["spec"]["sharedCounters"][0]
+        self.free = {k: parse_quantity(v["value"]) for k, v in counter_set["counters"].items()}
+        self.devices: list[dict[str, Any]] = spec_slices[1]["spec"]["devices"]
+
+    def allocate(self, profile: str) -> int | None:
+        """Start of the first device of `profile` whose counters fit (consumed), or None."""
+        for device in self.devices:
+            if device["attributes"].get("profile", {}).get("string") != profile:
+                continue
+            wants = {k: parse_quantity(v["value"]) for k, v in device["consumesCounters"][0]["counters"].items()}
+            if all(self.free[k] >= n for k, n in wants.items()):
+                for k, n in wants.items():
+                    self.free[k] -= n
+                return int(device["name"].rsplit("-", 1)[1])
+        return None
+
+
+def profiles_of(model_name: str) -> list[str]:
+    return [p.name for p in model(model_name).profiles]
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_first_fit_is_the_first_device_whose_counters_fit(model_name: str, data: st.DataObject) -> None:
+    # given: a GPU as the driver publishes it, and a sequence of single-slice claims
+    geom = geometry(model(model_name))
+    sequence = data.draw(st.lists(st.sampled_from(profiles_of(model_name)), max_size=8))
+    cluster = CounterGpu(model_name)
+    key = EMPTY
+    for profile in sequence:
+        # when: the scheduler allocates the next claim, and we predict it
+        predicted = scheduler.first_fit(geom, key, [geom.index[profile]])
+        allocated = cluster.allocate(profile)
+        # then: where we predict a slot the scheduler takes exactly that device; where we say "does not
+        # fit" (our rules may be stricter than the counters) the GPU is simply not used for it
+        if predicted is None:
+            if allocated is not None:
+                break  # the cluster layout now differs from ours; the rest of the sequence says nothing
+            continue
+        key, [start] = predicted
+        assert allocated == start, (sequence, profile)
+
+
+def test_first_fit_takes_the_lowest_free_legal_start_for_each_slice_of_a_claim() -> None:
+    geom = geometry(model(H100))
+    i1, i2 = geom.index["1g.10gb"], geom.index["2g.20gb"]
+    placed = scheduler.first_fit(geom, EMPTY, [i1, i2, i1])
+    assert placed is not None
+    assert placed[1] == [0, 2, 1]
+
+
+def test_claims_whose_order_decides_whether_they_fit_are_not_order_safe() -> None:
+    # given an empty H100: 4g.40gb only starts at 0, 3g.40gb at 0 or 4
+    geom = geometry(model(H100))
+    g4, g3, g1, g2 = (geom.index[p] for p in ("4g.40gb", "3g.40gb", "1g.10gb", "2g.20gb"))
+    # then: 3g first leaves no room for the 4g, so the pair is unsafe; 1g and 2g fit in any order
+    assert not scheduler.order_safe(geom, EMPTY, [[g4], [g3]])
+    assert scheduler.order_safe(geom, EMPTY, [[g1], [g2]])
+    assert scheduler.order_safe(geom, EMPTY, [[g3], [g3]])
+    assert not scheduler.order_safe(geom, EMPTY, [[g4], [g1]])
+
+
+def test_a_gpu_admits_at_most_max_in_flight_waiting_claims() -> None:
+    geom = geometry(model(H100))
+    g1 = geom.index["1g.10gb"]
+    waiting = [[g1]] * scheduler.MAX_IN_FLIGHT_PER_GPU
+    assert scheduler.admits(geom, EMPTY, waiting[:-1], [g1])
+    assert not scheduler.admits(geom, EMPTY, waiting, [g1])
+
+
+def test_predict_gives_each_waiting_claim_its_slot_in_order_and_none_when_it_lost_its_room() -> None:
+    geom = geometry(model(H100))
+    g1, g2, g4 = geom.index["1g.10gb"], geom.index["2g.20gb"], geom.index["4g.40gb"]
+    # the scheduler put a 2g at 0 (not predicted): the waiting 1g now goes to 2, the waiting 4g nowhere
+    base = geom.named_key((("2g.20gb", 0, False),))
+    assert scheduler.predict(geom, base, [[g1], [g4], [g2]]) == [[2], None, [4]]
+
+
+def test_ours_first_slot_chooses_the_gpu_and_leaves_the_slot_to_first_fit() -> None:
+    # given GPU 0 with a 4g at slot 0 and an empty GPU 1
+    m = model(H100)
+    fleet = Fleet([Node("n1", [Gpu("n1", 0, m, [Instance("4g.40gb", 0, "a")]), Gpu("n1", 1, m, [])])])
+    # when: a 3g.40gb, then a 1g.10gb is placed
+    # then: the GPU already in use, each at its first free legal start (where the scheduler puts it)
+    decision = choose_placement(fleet, PlacementRequest("3g.40gb"), "ours-first-slot")
+    assert decision is not None and (decision.gpu_index, decision.start) == (0, 4)
+    decision = choose_placement(fleet, PlacementRequest("1g.10gb"), "ours-first-slot")
+    assert decision is not None and (decision.gpu_index, decision.start) == (0, 4)

@@ -68,7 +68,7 @@ class PoolLayout:
     """
 
     fleet: Fleet
-    by_position: dict[tuple[str, int], GpuRow]
+    by_position: dict[tuple[str, int], int]  # -> Gpu row id
     settled: dict[tuple[str, int], list[Instance]]
     waiting: dict[tuple[str, int], list[tuple[int, list[tuple[str, int]]]]]
     unreadable: list[str]
@@ -80,8 +80,8 @@ def read_pool(pool: NodePool) -> PoolLayout:
     geom = geometry(model)
     gpus = list(
         GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY)
-        .select_related("node")
         .order_by("node__name", "index")
+        .values_list("pk", "node__name", "index")
     )
     held: dict[int, list[Instance]] = {}
     waiting_by_gpu: dict[int, dict[int, list[tuple[str, int]]]] = {}
@@ -96,19 +96,19 @@ def read_pool(pool: NodePool) -> PoolLayout:
             waiting_by_gpu.setdefault(gpu_id, {}).setdefault(allocation_id, []).append((profile, start))
     layout = PoolLayout(Fleet([]), {}, {}, {}, [])
     nodes: dict[str, Node] = {}
-    for row in gpus:
-        instances = held.get(row.pk, [])
-        position = (row.node.name, row.index)
+    for gpu_pk, node_name, index in gpus:
+        instances = held.get(gpu_pk, [])
+        position = (node_name, index)
         try:
             geom.named_key(tuple([(i.profile, i.start, False) for i in instances]))
         except ValueError as exc:
             logger.error("Left out of placement: %s GPU %d holds an invalid layout (%s)", *position, exc)
-            layout.unreadable.append(f"{row.node.name}/gpu-{row.index}")
+            layout.unreadable.append(f"{node_name}/gpu-{index}")
             continue
-        node = nodes.setdefault(row.node.name, Node(name=row.node.name, gpus=[], pool=pool.slug))
-        node.gpus.append(Gpu(row.node.name, row.index, model, instances))
-        layout.by_position[position] = row
-        waiting = waiting_by_gpu.get(row.pk, {})
+        node = nodes.setdefault(node_name, Node(name=node_name, gpus=[], pool=pool.slug))
+        node.gpus.append(Gpu(node_name, index, model, instances))
+        layout.by_position[position] = gpu_pk
+        waiting = waiting_by_gpu.get(gpu_pk, {})
         waiting_ids = {str(a) for a in waiting}
         layout.settled[position] = [i for i in instances if i.owner not in waiting_ids]
         if waiting:
@@ -117,7 +117,7 @@ def read_pool(pool: NodePool) -> PoolLayout:
     return layout
 
 
-def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], GpuRow]]:
+def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], int]]:
     """The pool's ready nodes in device order with the instances held by live allocations."""
     layout = read_pool(pool)
     return layout.fleet, layout.by_position
@@ -178,15 +178,14 @@ def plan_slices_for_scheduler(*, pool: NodePool, profile: str, count: int) -> li
 
 
 def _planned(
-    pool: NodePool, profile: str, decision: PlacementDecision, by_position: dict[tuple[str, int], GpuRow]
+    pool: NodePool, profile: str, decision: PlacementDecision, by_position: dict[tuple[str, int], int]
 ) -> list[PlannedSlice]:
     spec = gpu_model_for(pool.gpu_model).profile(profile)
     planned = []
     for slot in decision.slots:
-        row = by_position[(slot.node, slot.gpu_index)]
         planned.append(
             PlannedSlice(
-                gpu_id=row.pk,
+                gpu_id=by_position[(slot.node, slot.gpu_index)],
                 node_name=slot.node,
                 gpu_index=slot.gpu_index,
                 start=slot.start,

@@ -156,8 +156,15 @@ def apply_claim(*, allocation_id: int) -> None:
     if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
         return  # no plan: displaced (see _repredict_waiting); sync_claim_allocation plans it anew
     claim, _ = claim_spec(allocation)
-    kube.ensure_tenant_namespace(tenant_spec(allocation.tenant))
-    kube.apply_resource_claim(claim)
+    try:
+        kube.apply_resource_claim(claim)
+    except kube.KubeRejected as exc:
+        # Onboarding (set_tenant_quota's task) makes the namespace and sizes its device quota; when it has not
+        # run yet, or the namespace was deleted, do it here and try once more.
+        if exc.status not in (403, 404):
+            raise
+        kube.ensure_tenant_namespace(tenant_spec(allocation.tenant))
+        kube.apply_resource_claim(claim)
 
 
 def apply_holder_pod(*, allocation_id: int) -> None:

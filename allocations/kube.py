@@ -132,6 +132,8 @@ class ClaimState:
     labels: dict[str, str] = field(default_factory=dict)
     allocation: ClaimAllocation | None = None
     deleting: bool = False
+    # "<request>: <CEL expression>" per selector, in order: enough to tell our spec from another one.
+    selectors: tuple[str, ...] = ()
 
 
 # --- the client -------------------------------------------------------------------------------------------
@@ -385,13 +387,26 @@ def read_claim(namespace: str, name: str) -> ClaimState | None:
 
 def _claim_state(claim: Any) -> ClaimState:
     meta = claim.metadata
+    selectors = []
+    for request in (claim.spec.devices.requests if claim.spec and claim.spec.devices else None) or []:
+        exactly = request.exactly
+        for selector in (exactly.selectors if exactly else None) or []:
+            if selector.cel is not None:
+                selectors.append(f"{request.name}: {selector.cel.expression}")
     return ClaimState(
         namespace=meta.namespace,
         name=meta.name,
         labels=dict(meta.labels or {}),
         allocation=_allocation_of(claim.status),
         deleting=meta.deletion_timestamp is not None,
+        selectors=tuple(selectors),
     )
+
+
+def claim_selectors(spec: ClaimSpec) -> tuple[str, ...]:
+    """What ClaimState.selectors reads back from a claim applied from `spec`."""
+    requests = claim_body(spec)["spec"]["devices"]["requests"]
+    return tuple(f"{r['name']}: {s['cel']['expression']}" for r in requests for s in r["exactly"]["selectors"])
 
 
 def delete_holder_pod(namespace: str, name: str) -> None:
@@ -415,6 +430,24 @@ def list_claims(label_selector: str) -> list[ClaimState]:
     api = client.ResourceV1Api(api_client())
     listed = _call("resourceclaims", api.list_resource_claim_for_all_namespaces, label_selector=label_selector)
     return [_claim_state(c) for c in listed.items if c.metadata is not None and c.metadata.name]
+
+
+def list_holder_pods(label_selector: str) -> list[tuple[str, str, dict[str, str]]]:
+    """(namespace, name, labels) of every pod in every namespace matching the selector."""
+    api = client.CoreV1Api(api_client())
+    listed = _call("pods", api.list_pod_for_all_namespaces, label_selector=label_selector)
+    return [
+        (p.metadata.namespace, p.metadata.name, dict(p.metadata.labels or {}))
+        for p in listed.items
+        if p.metadata is not None and p.metadata.name and p.metadata.namespace
+    ]
+
+
+def list_node_names() -> set[str]:
+    """The names of the cluster's nodes."""
+    api = client.CoreV1Api(api_client())
+    listed = _call("nodes", api.list_node)
+    return {n.metadata.name for n in listed.items if n.metadata is not None and n.metadata.name}
 
 
 def holder_pod_exists(namespace: str, name: str) -> bool:

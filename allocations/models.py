@@ -49,6 +49,7 @@ class Node(models.Model):
         CORDONED = "cordoned", "Cordoned"
         RECONFIGURING = "reconfiguring", "Reconfiguring"
         AGENT_SILENT = "agent-silent", "Agent silent"
+        GONE = "gone", "Gone from the cluster"
 
     pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
     name = models.CharField(max_length=253, unique=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from allocations import notifications
 from allocations.kube import KubeUnavailable
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import kube_sync, leases, provisioning
+from allocations.services import kube_sync, leases, provisioning, reconcile
 
 # Retry KubeUnavailable after 1, 2, 4, ... 30 s; an API server back within minutes is picked up again.
 KUBE_RETRY: dict[str, Any] = {
@@ -65,6 +66,13 @@ def delete_cluster_objects_task(allocation_id: int) -> None:
 @shared_task(acks_late=True, **KUBE_RETRY)
 def onboard_tenant_task(tenant_id: int) -> None:
     kube_sync.onboard_tenant(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True)
+def reconcile_cluster_task() -> None:
+    """Kubernetes backend only: one reconcile pass (services/reconcile.py); the next beat tick retries."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        reconcile.reconcile_cluster()
 
 
 @shared_task(acks_late=True)

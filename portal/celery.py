@@ -18,6 +18,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.expire_due_leases_task",
         "schedule": crontab(minute="*"),
     },
+    # Kubernetes backend: the cluster against the database, both ways (a no-op with the simulated backend).
+    "reconcile-cluster": {
+        "task": "allocations.tasks.reconcile_cluster_task",
+        "schedule": 30.0,
+    },
     "warn-expiring-leases": {
         "task": "allocations.tasks.warn_expiring_leases_task",
         "schedule": crontab(minute="*/5"),

@@ -150,11 +150,12 @@ def claim_spec(allocation: Allocation) -> tuple[kube.ClaimSpec, kube.HolderPodSp
     return claim, pod
 
 
-def apply_claim(*, allocation_id: int) -> None:
-    """Apply the claim of a PROVISIONING allocation (the first half of realising it)."""
+def apply_claim(*, allocation_id: int, status: str = Status.PROVISIONING) -> None:
+    """Apply the claim of an allocation in `status` (PROVISIONING: the first half of realising it; ACTIVE:
+    the reconcile task re-creating a claim deleted behind our back)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
-    if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
-        return  # no plan: displaced (see _repredict_waiting); sync_claim_allocation plans it anew
+    if allocation.status != status or not allocation.placements.exists():
+        return  # no plan: displaced (see repredict_waiting); sync_claim_allocation plans it anew
     claim, _ = claim_spec(allocation)
     try:
         kube.apply_resource_claim(claim)
@@ -167,10 +168,10 @@ def apply_claim(*, allocation_id: int) -> None:
         kube.apply_resource_claim(claim)
 
 
-def apply_holder_pod(*, allocation_id: int) -> None:
-    """Apply the holder pod of a PROVISIONING allocation (the second half)."""
+def apply_holder_pod(*, allocation_id: int, status: str = Status.PROVISIONING) -> None:
+    """Apply the holder pod of an allocation in `status` (the second half)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
-    if allocation.status != Status.PROVISIONING or not allocation.placements.exists():
+    if allocation.status != status or not allocation.placements.exists():
         return
     _, pod = claim_spec(allocation)
     kube.apply_holder_pod(pod)
@@ -268,7 +269,7 @@ def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
 
 def _replan_displaced(allocation: Allocation) -> ClaimProgress:
     """A PROVISIONING allocation without a plan: the scheduler gave the slots planned for it to another claim
-    and its GPU had no other room (see _repredict_waiting). If the scheduler allocated it after all, record
+    and its GPU had no other room (see repredict_waiting). If the scheduler allocated it after all, record
     that; otherwise delete its pod and claim and, once the claim is gone, make it APPROVED again so that
     provisioning plans it anew under the same claim name. The quota stays held throughout."""
     namespace = tenant_namespace(allocation.tenant)
@@ -337,23 +338,7 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
                         device_name=allocated_device.device,
                     )
                 )
-    by_request = {d.request: d for d in result.devices}
-    differences: list[dict[str, str]] = []
-    for i, placement in enumerate(placements):
-        device = by_request.get(f"mig-{i}")
-        where = placement_of(device.device) if device else None
-        if device is None or where is None:
-            continue
-        gpu_index, start = where
-        planned = f"{placement.gpu.node.name}/{placement.device_name}"
-        actual = f"{result.node_name}/{device.device}"
-        if planned == actual:
-            continue
-        differences.append({"planned": planned, "allocated": actual})
-        placement.gpu = Gpu.objects.select_related("node").get(node__name=result.node_name, index=gpu_index)
-        placement.start = start
-        placement.device_name = device.device
-        placement.save(update_fields=["gpu", "start", "device_name"])
+    differences = follow_cluster_devices(placements=placements, result=result)
     now = timezone.now()
     allocation.status = Status.ACTIVE
     allocation.activated_at = now
@@ -361,7 +346,7 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."
     allocation.save(update_fields=["status", "activated_at", "lease_expires_at", "status_message", "updated_at"])
     if differences:
-        differences += _repredict_waiting(pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements})
+        differences += repredict_waiting(pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements})
         record_audit_event(
             actor=None,
             verb="placement_differs",
@@ -384,7 +369,30 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     return allocation
 
 
-def _repredict_waiting(*, pool_gpu_model: str, gpu_ids: set[int]) -> list[dict[str, str]]:
+def follow_cluster_devices(*, placements: list[SlicePlacement], result: kube.ClaimAllocation) -> list[dict[str, str]]:
+    """Set each placement (request mig-<i> is the i-th placement) to the device the cluster allocated for it;
+    returns what changed. Caller holds the pool lock."""
+    by_request = {d.request: d for d in result.devices}
+    differences: list[dict[str, str]] = []
+    for i, placement in enumerate(placements):
+        device = by_request.get(f"mig-{i}")
+        where = placement_of(device.device) if device else None
+        if device is None or where is None:
+            continue
+        gpu_index, start = where
+        planned = f"{placement.gpu.node.name}/{placement.device_name}"
+        actual = f"{result.node_name}/{device.device}"
+        if planned == actual:
+            continue
+        differences.append({"planned": planned, "allocated": actual})
+        placement.gpu = Gpu.objects.select_related("node").get(node__name=result.node_name, index=gpu_index)
+        placement.start = start
+        placement.device_name = device.device
+        placement.save(update_fields=["gpu", "start", "device_name"])
+    return differences
+
+
+def repredict_waiting(*, pool_gpu_model: str, gpu_ids: set[int]) -> list[dict[str, str]]:
     """The scheduler allocated a claim on these GPUs in another order than predicted: predict again where it
     will put the claims still waiting there, from what the GPUs now hold (first waiting first). A claim left
     without room loses its plan ("displaced"); sync_claim_allocation then plans it anew. Caller holds the

@@ -1,0 +1,204 @@
+"""The cluster against the database, both ways: the Kubernetes backend's beat task (portal/celery.py).
+
+One pass lists our claims, holder pods and the cluster's nodes (three API calls, in a worker, never in a web
+request), then fixes what drifted. Each fix is recorded in the audit log (verb "reconcile") in the same
+transaction as the change it describes:
+
+* an ACTIVE allocation whose claim is gone (deleted behind our back): claim and holder pod applied again; the
+  scheduler allocates it again, and a later pass records where;
+* an ACTIVE allocation whose claim has another spec than ours (re-created by hand): deleted, and re-created by
+  the next pass once it is gone;
+* an ACTIVE allocation whose claim is allocated elsewhere than recorded: the placements follow the cluster;
+* an ACTIVE allocation on a node that left the cluster: FAILED, its quota freed, claim and pod deleted; the
+  node is marked gone (and ready again when it comes back);
+* claims and holder pods labelled as ours whose allocation is over or unknown: deleted;
+* requests stuck APPROVED or PROVISIONING long after their task should have run (a lost message): the task
+  is queued again (every task is idempotent).
+
+Every step is idempotent and a pass converges from any state; KubeUnavailable propagates (the beat runs the
+next pass anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from allocations import kube
+from allocations.models import Allocation, Node
+from allocations.services import kube_sync
+from allocations.services.locks import lock_allocation, lock_pool
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+logger = logging.getLogger(__name__)
+
+# A request APPROVED this long has outlived its provisioning task's retries (PoolBusy gives up after 5 min).
+STUCK_APPROVED = timedelta(minutes=10)
+# Statuses whose claim the portal still wants (APPROVED: a re-plan may be deleting the old claim).
+CLAIM_WANTED = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass did, by allocation id (or claim name for claims of no allocation we know)."""
+
+    recreated: list[int] = field(default_factory=list)
+    deleted_changed: list[int] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)
+    node_gone: list[int] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    nodes_gone: list[str] = field(default_factory=list)
+    nodes_back: list[str] = field(default_factory=list)
+
+
+def reconcile_cluster() -> ReconcileReport:
+    """One pass (see the module docstring). Raises KubeUnavailable when the API cannot be read."""
+    report = ReconcileReport()
+    ours = settings.FATIA_KUBE_NAMESPACE_PREFIX  # never touch objects outside the namespaces the portal manages
+    claims = {(c.namespace, c.name): c for c in kube.list_claims(kube.LABEL_ALLOCATION) if c.namespace.startswith(ours)}
+    pods = [(ns, name) for ns, name, _ in kube.list_holder_pods(kube.LABEL_ALLOCATION) if ns.startswith(ours)]
+    cluster_nodes = kube.list_node_names()
+    _sync_node_states(cluster_nodes, report)
+
+    live = Allocation.objects.filter(status__in=CLAIM_WANTED).select_related("tenant")
+    wanted: dict[tuple[str, str], Allocation] = {}
+    for allocation in live:
+        key = (kube_sync.tenant_namespace(allocation.tenant), allocation.kube_name)
+        wanted[key] = allocation
+        if allocation.status == Status.ACTIVE:
+            _reconcile_active(allocation, claims.get(key), cluster_nodes, report)
+
+    orphans = {key for key in claims if key not in wanted}
+    orphans |= {key for key in pods if key not in wanted}
+    for namespace, name in sorted(orphans):
+        kube.delete_holder_pod(namespace, name)
+        kube.delete_resource_claim(namespace, name)
+        _record_orphan(namespace, name, report)
+
+    _requeue_stuck(report)
+    return report
+
+
+def _sync_node_states(cluster_nodes: set[str], report: ReconcileReport) -> None:
+    for node in Node.objects.exclude(state=Node.State.GONE).exclude(name__in=cluster_nodes):
+        _set_node_state(node.pk, Node.State.GONE)
+        report.nodes_gone.append(node.name)
+    for node in Node.objects.filter(state=Node.State.GONE, name__in=cluster_nodes):
+        _set_node_state(node.pk, Node.State.READY)
+        report.nodes_back.append(node.name)
+
+
+@transaction.atomic
+def _set_node_state(node_id: int, state: str) -> None:
+    node = Node.objects.select_for_update().get(pk=node_id)
+    lock_pool(pool_id=node.pool_id)  # placement reads node states under this lock
+    before = node.state
+    node.state = state
+    node.save(update_fields=["state", "updated_at"])
+    record_audit_event(actor=None, verb="reconcile", obj=node, before={"state": before}, after={"state": state})
+
+
+def _reconcile_active(
+    allocation: Allocation, claim: kube.ClaimState | None, cluster_nodes: set[str], report: ReconcileReport
+) -> None:
+    placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
+    gone = sorted({p.gpu.node.name for p in placements} - cluster_nodes)
+    if gone:
+        kube_sync.fail_on_cluster(
+            allocation_id=allocation.pk,
+            reason=f"Node {', '.join(gone)} left the cluster, and the slices with it; the quota was given back.",
+        )
+        _audit(allocation.pk, {"node_gone": gone})
+        report.node_gone.append(allocation.pk)
+        return
+    claim_spec, _ = kube_sync.claim_spec(allocation)
+    if claim is None:
+        kube_sync.apply_claim(allocation_id=allocation.pk, status=Status.ACTIVE)
+        kube_sync.apply_holder_pod(allocation_id=allocation.pk, status=Status.ACTIVE)
+        _audit(allocation.pk, {"claim": "re-created: it was deleted outside the portal"})
+        report.recreated.append(allocation.pk)
+        return
+    if claim.deleting:
+        return  # deleted outside the portal and on its way out: re-created by a later pass
+    if claim.selectors != kube.claim_selectors(claim_spec):
+        kube.delete_holder_pod(claim.namespace, claim.name)
+        kube.delete_resource_claim(claim.namespace, claim.name)
+        _audit(allocation.pk, {"claim": "deleted: its spec was changed outside the portal", "found": claim.selectors})
+        report.deleted_changed.append(allocation.pk)
+        return
+    if claim.allocation is None:
+        if not kube.holder_pod_exists(claim.namespace, claim.name):
+            kube_sync.apply_holder_pod(allocation_id=allocation.pk, status=Status.ACTIVE)
+        return
+    if _follow(allocation.pk, claim.allocation):
+        report.moved.append(allocation.pk)
+
+
+@transaction.atomic
+def _follow(allocation_id: int, result: kube.ClaimAllocation) -> bool:
+    """The recorded placements of an ACTIVE allocation follow its claim's allocation. True if they moved."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status != Status.ACTIVE:
+        return False
+    pool = lock_pool(pool_id=allocation.pool_id)
+    placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
+    differences = kube_sync.follow_cluster_devices(placements=placements, result=result)
+    if not differences:
+        return False
+    differences += kube_sync.repredict_waiting(pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements})
+    record_audit_event(
+        actor=None,
+        verb="reconcile",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"placements": differences},
+    )
+    return True
+
+
+@transaction.atomic
+def _audit(allocation_id: int, after: dict[str, object]) -> None:
+    allocation = Allocation.objects.get(pk=allocation_id)
+    record_audit_event(actor=None, verb="reconcile", obj=allocation, tenant_id=allocation.tenant_id, after=after)
+
+
+def _record_orphan(namespace: str, name: str, report: ReconcileReport) -> None:
+    allocation = Allocation.objects.filter(pk__in=_allocation_ids_named(name)).first()
+    if allocation is None:
+        logger.warning("Deleted claim and pod %s/%s labelled as the portal's: no such allocation", namespace, name)
+        report.orphans.append(f"{namespace}/{name}")
+        return
+    _audit(
+        allocation.pk, {"deleted": f"claim and holder pod {namespace}/{name}: the allocation is {allocation.status}"}
+    )
+    report.orphans.append(f"{namespace}/{name}")
+
+
+def _allocation_ids_named(name: str) -> list[int]:
+    prefix = "mig-alloc-"
+    if not name.startswith(prefix):
+        return []
+    return list(Allocation.objects.filter(uuid=name.removeprefix(prefix)).values_list("pk", flat=True))
+
+
+def _requeue_stuck(report: ReconcileReport) -> None:
+    from allocations import tasks
+
+    now = timezone.now()
+    approved = Allocation.objects.filter(status=Status.APPROVED, updated_at__lt=now - STUCK_APPROVED)
+    waiting = timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S) + STUCK_APPROVED
+    provisioning = Allocation.objects.filter(status=Status.PROVISIONING, updated_at__lt=now - waiting)
+    for pk in approved.values_list("pk", flat=True):
+        transaction.on_commit(partial(tasks.provision_allocation_task.delay, pk))
+        report.requeued.append(pk)
+    for pk in provisioning.values_list("pk", flat=True):
+        transaction.on_commit(partial(tasks.await_claim_allocation_task.delay, pk))
+        report.requeued.append(pk)

@@ -149,9 +149,14 @@ def api_client() -> client.ApiClient:
         raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND is 'kubernetes' but FATIA_KUBECONFIG is not set.")
     with _lock:
         if path not in _clients:
-            _clients[path] = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=path, persist_config=False
+            configuration = client.Configuration()
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, client_configuration=configuration, persist_config=False
             )
+            # The tasks retry with backoff (allocations/tasks.py); urllib3's own retries would only multiply
+            # every timeout before the task even hears of the failure.
+            configuration.retries = 0
+            _clients[path] = client.ApiClient(configuration)
         return _clients[path]
 
 

@@ -17,13 +17,14 @@ from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import kube_sync, leases, provisioning, reconcile
 
-# Retry KubeUnavailable after 1, 2, 4, ... 30 s; an API server back within minutes is picked up again.
+# Retry KubeUnavailable after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the
+# reconcile beat task queues the work again (services/reconcile.py), so an outage of any length converges.
 KUBE_RETRY: dict[str, Any] = {
     "autoretry_for": (KubeUnavailable,),
     "retry_backoff": 1,
-    "retry_backoff_max": 30,
+    "retry_backoff_max": 10,
     "retry_jitter": False,
-    "max_retries": 40,
+    "max_retries": 100,
 }
 
 

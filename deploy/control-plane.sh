@@ -8,6 +8,8 @@
 #   bash deploy/control-plane.sh start DIR [--owner PID]   start; everything it writes is in DIR
 #   bash deploy/control-plane.sh stop DIR                   stop what `start DIR` started
 #   bash deploy/control-plane.sh env DIR                    print shell exports (eval "$(... env DIR)")
+#   bash deploy/control-plane.sh stop-apiserver DIR         stop only kube-apiserver (an outage, for fault tests)
+#   bash deploy/control-plane.sh start-apiserver DIR        start it again as it was, wait until /readyz is ok
 #
 # `start` writes DIR/admin.kubeconfig (client cert, group system:masters), DIR/portal.kubeconfig
 # (token of ServiceAccount fatia-system/fatia-portal, RBAC from deploy/control-plane/portal-rbac.yaml)
@@ -22,7 +24,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SELF=$HERE/$(basename "$0")
 
-usage() { sed -n '2,19p' "$SELF" >&2; exit 2; }
+usage() { sed -n '2,21p' "$SELF" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 CMD=$1
 DIR=$2
@@ -89,6 +91,7 @@ term() {
 stop() {
   local pid
   STOPPED=0
+  rm -f "$DIR/up"
   # The watcher first, unless the watcher is who is stopping us.
   if pid=$(pid_of watcher) && [ "$pid" != "${FATIA_CP_WATCHER_PID:-}" ]; then
     kill "$pid" 2>/dev/null || true
@@ -112,9 +115,38 @@ print_env() {
   printf 'export PATH=%q:"$PATH"\n' "$FATIA_K8S_BIN"
 }
 
+# An outage of the API server alone: its command line is kept so that it comes back exactly as it was.
+stop_apiserver() {
+  local pid
+  pid=$(pid_of kube-apiserver) || die "kube-apiserver does not run for $DIR"
+  cp "/proc/$pid/cmdline" "$DIR/kube-apiserver.argv"
+  STOPPED=0
+  term 3 kube-apiserver
+  log "kube-apiserver stopped"
+}
+
+start_apiserver() {
+  local argv=() deadline
+  [ -f "$DIR/kube-apiserver.argv" ] || die "no stopped kube-apiserver for $DIR"
+  pid_of kube-apiserver >/dev/null && die "kube-apiserver already runs for $DIR"
+  mapfile -d '' argv <"$DIR/kube-apiserver.argv"
+  setsid "${argv[@]}" </dev/null >>"$DIR/logs/kube-apiserver.log" 2>&1 &
+  echo $! >"$DIR/kube-apiserver.pid"
+  # shellcheck disable=SC1091
+  . "$DIR/cluster.env"
+  deadline=$((SECONDS + 60))
+  until [ "$("$FATIA_K8S_BIN/kubectl" --kubeconfig="$DIR/admin.kubeconfig" get --raw /readyz 2>/dev/null)" = ok ]; do
+    [ $SECONDS -gt $deadline ] && die "kube-apiserver did not come back; see $DIR/logs/kube-apiserver.log"
+    sleep 0.1
+  done
+  log "kube-apiserver back"
+}
+
 case $CMD in
   stop) stop; exit 0 ;;
   env) print_env; exit 0 ;;
+  stop-apiserver) stop_apiserver; exit 0 ;;
+  start-apiserver) start_apiserver; exit 0 ;;
   start) ;;
   *) usage ;;
 esac
@@ -361,11 +393,12 @@ FATIA_K8S_SCHEDULER_PORT=$SCHED_PORT
 FATIA_K8S_CONTROLLER_MANAGER_PORT=$KCM_PORT
 EOF
 
+touch "$DIR/up"  # removed by stop; an API server outage (stop-apiserver) leaves it
 if [ -n "$OWNER" ]; then
   # Stops the control plane once the owner is gone (a test run that was killed, say).
   setsid bash -c '
     export FATIA_CP_WATCHER_PID=$$
-    while kill -0 "$1" 2>/dev/null && [ -f "$2/kube-apiserver.pid" ]; do sleep 2; done
+    while kill -0 "$1" 2>/dev/null && [ -f "$2/up" ]; do sleep 2; done
     exec bash "$3" stop "$2"
   ' fatia-control-plane-watcher "$OWNER" "$DIR" "$SELF" </dev/null >"$DIR/logs/watcher.log" 2>&1 &
   echo $! >"$DIR/watcher.pid"

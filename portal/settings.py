@@ -208,6 +208,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 60)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 90)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis: a task a dead worker had taken (acks are late) goes back to the queue after this many seconds. It must
+# exceed the longest countdown we schedule (30 s retry backoff), or waiting tasks would run twice (harmless:
+# every task is idempotent, but wasteful). RabbitMQ redelivers on the closed connection and ignores this.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("FATIA_BROKER_VISIBILITY_TIMEOUT_S", 300)}
 CELERY_TIMEZONE = "UTC"
 # The demo runs tasks in-process right after commit instead of on a worker ("embedded worker").
 CELERY_TASK_ALWAYS_EAGER = env_bool("FATIA_EMBEDDED_WORKER", False)

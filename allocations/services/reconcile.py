@@ -12,8 +12,8 @@ transaction as the change it describes:
 * an ACTIVE allocation on a node that left the cluster: FAILED, its quota freed, claim and pod deleted; the
   node is marked gone (and ready again when it comes back);
 * claims and holder pods labelled as ours whose allocation is over or unknown: deleted;
-* requests stuck APPROVED or PROVISIONING long after their task should have run (a lost message): the task
-  is queued again (every task is idempotent).
+* requests stuck APPROVED, PROVISIONING or RELEASING long after their task should have run (a lost message, a
+  task that ran out of retries in a long outage): the task is queued again (every task is idempotent).
 
 Every step is idempotent and a pass converges from any state; KubeUnavailable propagates (the beat runs the
 next pass anyway).
@@ -39,8 +39,9 @@ from tenants.services import record_audit_event
 Status = Allocation.Status
 logger = logging.getLogger(__name__)
 
-# A request APPROVED this long has outlived its provisioning task's retries (PoolBusy gives up after 5 min).
-STUCK_APPROVED = timedelta(minutes=10)
+# A request APPROVED (or RELEASING) this long has outlived its task's retries (PoolBusy gives up after 5 min,
+# KubeUnavailable after about 15; the task's own retries do not touch updated_at).
+STUCK_APPROVED = timedelta(minutes=20)
 # Statuses whose claim the portal still wants (APPROVED: a re-plan may be deleting the old claim).
 CLAIM_WANTED = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
 
@@ -196,9 +197,13 @@ def _requeue_stuck(report: ReconcileReport) -> None:
     approved = Allocation.objects.filter(status=Status.APPROVED, updated_at__lt=now - STUCK_APPROVED)
     waiting = timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S) + STUCK_APPROVED
     provisioning = Allocation.objects.filter(status=Status.PROVISIONING, updated_at__lt=now - waiting)
+    releasing = Allocation.objects.filter(status=Status.RELEASING, updated_at__lt=now - STUCK_APPROVED)
     for pk in approved.values_list("pk", flat=True):
         transaction.on_commit(partial(tasks.provision_allocation_task.delay, pk))
         report.requeued.append(pk)
     for pk in provisioning.values_list("pk", flat=True):
         transaction.on_commit(partial(tasks.await_claim_allocation_task.delay, pk))
+        report.requeued.append(pk)
+    for pk in releasing.values_list("pk", flat=True):
+        transaction.on_commit(partial(tasks.teardown_allocation_task.delay, pk))
         report.requeued.append(pk)

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -95,17 +96,26 @@ def _ensure_built(log: Path) -> None:
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     work = tmp_path_factory.mktemp("kube")
     _ensure_built(work / "build.log")
-    run_dir = work / "control-plane"
-    start = subprocess.run(
-        [BASH, str(CONTROL_PLANE_SCRIPT), "start", str(run_dir), "--owner", str(os.getpid())],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    if start.returncode != 0:
+    failures = []
+    # A second try in a fresh folder: once in a few dozen starts on a loaded 2-core machine, etcd is gone before
+    # its first log line (cause not found yet); a fresh start has always worked.
+    for attempt in range(2):
+        run_dir = work / f"control-plane-{attempt}"
+        start = subprocess.run(
+            [BASH, str(CONTROL_PLANE_SCRIPT), "start", str(run_dir), "--owner", str(os.getpid())],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        if start.returncode == 0:
+            break
         subprocess.run([BASH, str(CONTROL_PLANE_SCRIPT), "stop", str(run_dir)], check=False, timeout=60)
-        pytest.fail(f"deploy/control-plane.sh start failed ({start.returncode}):\n{start.stdout}\n{start.stderr}")
+        failures.append(f"deploy/control-plane.sh start failed ({start.returncode}):\n{start.stdout}\n{start.stderr}")
+    else:
+        pytest.fail("\n".join(failures))
+    if failures:
+        warnings.warn("the control plane started at the second try:\n" + "\n".join(failures), stacklevel=1)
     env = dict(line.split("=", 1) for line in (run_dir / "cluster.env").read_text().splitlines() if "=" in line)
     try:
         yield ControlPlane(

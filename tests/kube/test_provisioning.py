@@ -304,7 +304,7 @@ def test_an_unreachable_api_server_keeps_the_request_waiting_with_its_quota_unti
     assert raised.value.status == 0
     waiting = Allocation.objects.get(pk=allocation.pk)
     assert waiting.status == Status.PROVISIONING
-    assert waiting.status_message.startswith("Waiting for the Kubernetes API (namespace ")
+    assert waiting.status_message.startswith("Waiting for the Kubernetes API (resourceclaim ")
     assert waiting.status_message.endswith(": the Kubernetes API is unreachable (MaxRetryError)); retrying.")
     quota = kw.world.tenant_a.quotas.get(pool=kw.pool)
     assert (quota.compute_slices_used, quota.memory_slices_used) == (1, 1)

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     from allocations.mig.engine import fits_now
     from allocations.mig.fleet import Fleet, Gpu, Instance, Node
     from allocations.models import Allocation, SlicePlacement
-    from allocations.services import kube_sync
+    from allocations.services import cluster_placements, kube_sync
     from tenants import services as tenant_services
     from tenants.models import AuditEvent
 
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         if c.allocation is None or not c.name.startswith("sched-"):
             continue
         for d in c.allocation.devices:
-            where = kube_sync.placement_of(d.device)
+            where = cluster_placements.placement_of(d.device)
             if where:
                 profile = profiles[int(c.name.removeprefix("sched-"))]
                 layout.setdefault((c.allocation.node_name, where[0]), []).append(Instance(profile, where[1]))

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from allocations import kube
 from allocations.models import Allocation, Node
-from allocations.services import kube_sync
+from allocations.services import cluster_placements, kube_sync
 from allocations.services.locks import lock_allocation, lock_pool
 from tenants.services import record_audit_event
 
@@ -151,10 +151,12 @@ def _follow(allocation_id: int, result: kube.ClaimAllocation) -> bool:
         return False
     pool = lock_pool(pool_id=allocation.pool_id)
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
-    differences = kube_sync.follow_cluster_devices(placements=placements, result=result)
+    differences = cluster_placements.follow_cluster_devices(placements=placements, result=result)
     if not differences:
         return False
-    differences += kube_sync.repredict_waiting(pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements})
+    differences += cluster_placements.repredict_waiting(
+        pool_gpu_model=pool.gpu_model, gpu_ids={p.gpu_id for p in placements}
+    )
     record_audit_event(
         actor=None,
         verb="reconcile",

@@ -90,7 +90,8 @@ def test_claims_planned_before_any_is_allocated_land_where_predicted_whatever_th
     assert active_small.status == Status.ACTIVE
     assert placements(active_small)[0][1:3] == (x, 4)
     assert recorded_devices(active_small) == allocated_devices(admin, kw, active_small)
-    assert not AuditEvent.objects.filter(verb="placement_differs").exists()
+    assert not AuditEvent.objects.filter(verb="placement_differs", object_id=str(small.pk)).exists()
+    # (the two 3g.40gb may have been allocated in either order: a "placement_differs" then records the swap)
 
 
 def test_when_the_scheduler_takes_waiting_claims_in_another_order_the_record_follows_the_cluster(

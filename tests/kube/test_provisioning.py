@@ -15,7 +15,7 @@ from kubernetes import client
 
 from allocations import kube, services
 from allocations.models import Allocation
-from allocations.services import kube_sync
+from allocations.services import cluster_placements, kube_sync
 from tenants.models import AuditEvent
 from tests.kube.conftest import ControlPlane, KubeWorld, as_json, wait_for
 
@@ -102,8 +102,8 @@ def test_an_approved_request_becomes_a_claim_the_scheduler_allocates_on_the_chos
     results = claim["status"]["allocation"]["devices"]["results"]
     assert [(r["request"], r["driver"], r["pool"]) for r in results] == [("mig-0", "gpu.nvidia.com", node.name)]
     device = results[0]["device"]
-    assert kube_sync.placement_of(device) is not None
-    gpu_index, start = kube_sync.placement_of(device) or (-1, -1)
+    assert cluster_placements.placement_of(device) is not None
+    gpu_index, start = cluster_placements.placement_of(device) or (-1, -1)
     assert gpu_index == planned_gpu
     assert device == f"gpu-{planned_gpu}-mig-1g10gb-19-{start}"
     assert placements(active) == [(node.name, planned_gpu, start, device)]

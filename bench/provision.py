@@ -13,7 +13,7 @@ What it does, in order:
    with ample quota, onboarded (namespace, RBAC, device quota).
 3. W Celery worker processes (--pool=solo) with FATIA_CLUSTER_BACKEND=kubernetes.
 4. R requests of one slice each (a fixed, seeded profile mix), approved through `approve_allocation`, twice:
-   back to back ("burst"), and at --rate per second ("paced"); everything is released in between. Latency per
+   back to back ("burst"), and at each of --rates per second ("paced"); everything is released in between. Latency per
    request: approval committed -> the worker recorded the scheduler's allocation (activated_at); p50, p99,
    total time, and the CPU time each process spent per request (/proc).
 5. Fill until the first failure on --fill-nodes nodes of their own, one request at a time: through the portal
@@ -129,7 +129,8 @@ def cpu_seconds(worker_pids: list[int]) -> dict[str, float]:
             continue
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        # utime, stime, and cutime, cstime: children reaped (PostgreSQL's exited backends count for the postmaster)
+        seconds = sum(int(f) for f in fields[11:15]) / tick
         pid = int(entry.name)
         if pid in worker_pids:
             out["Celery workers"] += seconds
@@ -151,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--rate", type=float, default=5.0, help="approvals per second in the paced run")
+    parser.add_argument(
+        "--rates", type=float, nargs="+", default=[5.0, 10.0], help="approvals per second of the paced runs"
+    )
     parser.add_argument("--fill-nodes", type=int, default=4, help="nodes of the fill-until-failure comparison")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -342,11 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     ours_whole = sum(1 for n in fleet.nodes for g in n.gpus if not g.instances)
     release_all(burst_ids)
 
-    # 2. Paced: the same sequence approved at a steady rate.
-    paced_ids = request_all(profiles, pool.pk)
-    paced = approve_and_wait(paced_ids, rate=args.rate)
-    print(f"paced: {paced.active} active, {paced.failed} failed in {paced.total_s:.1f} s")
-    release_all(paced_ids)
+    # 2. Paced: the same sequence approved at steady rates.
+    paced: dict[float, Result] = {}
+    for rate in args.rates:
+        paced_ids = request_all(profiles, pool.pk)
+        paced[rate] = approve_and_wait(paced_ids, rate=rate)
+        print(f"paced at {rate:g}/s: {paced[rate].active} active, {paced[rate].failed} failed")
+        release_all(paced_ids)
 
     # 3. Fill until the first failure on a small pool of its own, one request at a time: our GPU choice.
     fill_rng = random.Random(7)  # noqa: S311
@@ -478,9 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         f"| Portal, burst: all approved back to back ({burst.approving_s:.1f} s), approval -> allocation recorded | "
         f"{ms(burst.latencies, 0.5)} | {ms(burst.latencies, 0.99)} | {burst.total_s:.1f} s | {burst.active} | "
         f"{burst.failed} | {burst.differs} |",
-        f"| Portal, paced: approved at {args.rate:g}/s, approval -> allocation recorded | "
-        f"{ms(paced.latencies, 0.5)} | {ms(paced.latencies, 0.99)} | {paced.total_s:.1f} s | {paced.active} | "
-        f"{paced.failed} | {paced.differs} |",
+        *(
+            f"| Portal, paced: approved at {rate:g}/s, approval -> allocation recorded | "
+            f"{ms(r.latencies, 0.5)} | {ms(r.latencies, 0.99)} | {r.total_s:.1f} s | {r.active} | "
+            f"{r.failed} | {r.differs} |"
+            for rate, r in paced.items()
+        ),
         f"| Scheduler alone: claim + pod applied back to back -> seen allocated (profile only; 0.5 s polling) | "
         f"{ms(sched_lat, 0.5)} | {ms(sched_lat, 0.99)} | {sched_total:.1f} s | {len(allocated)} | "
         f"{len(profiles) - len(allocated)} | |",
@@ -492,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         "| | " + " | ".join(CPU_COLUMNS) + " |",
         "| --- | " + " | ".join("---" for _ in CPU_COLUMNS) + " |",
         cpu_row("Portal, burst", burst.cpu, len(profiles)),
-        cpu_row("Portal, paced", paced.cpu, len(profiles)),
+        *(cpu_row(f"Portal, paced at {rate:g}/s", r.cpu, len(profiles)) for rate, r in paced.items()),
         cpu_row("Scheduler alone", sched_cpu, len(profiles)),
         "",
         "What is left after the burst (placement engine's count, each profile alone):",

@@ -26,15 +26,33 @@ def profile_counters(model: GpuModel, profile: MigProfile) -> dict[str, int]:
     full = full_profile(model)
     full_sm = full.sm_count or 16 * model.compute_slices
     sm = profile.sm_count or full_sm * profile.compute_slices // model.compute_slices
-    engines = profile.engines or EngineCounts(
-        dec=profile.compute_slices,
-        ce=profile.compute_slices,
-        jpeg=profile.compute_slices,
-        ofa=1 if profile is full or profile.has_media_extensions else 0,
-    )
+    engines = profile.engines or _engines_by_share(model, profile, full)
     memory = profile.memory_mib or model.memory_mib * profile.memory_slices // model.memory_slices
     values = (sm, engines.ce, engines.dec, engines.enc, engines.jpeg, engines.ofa, memory)
     return dict(zip(NAMES, values, strict=True))
+
+
+def _engines_by_share(model: GpuModel, profile: MigProfile, full: MigProfile) -> EngineCounts:
+    """Engines of a profile the catalog has no lgip figures for: its share of the whole GPU's (rounded down,
+    at least one copy engine), all JPEG and OFA engines for media-extension profiles. Where the whole GPU's
+    figures are unknown too, one of each per compute slice and OFA for the whole GPU only."""
+    whole = full.engines
+    if whole is None or profile is full:
+        return EngineCounts(
+            dec=profile.compute_slices,
+            ce=profile.compute_slices,
+            jpeg=profile.compute_slices,
+            ofa=1 if profile is full or profile.has_media_extensions else 0,
+        )
+    share = profile.compute_slices / model.compute_slices
+    media = profile.has_media_extensions
+    return EngineCounts(
+        dec=max(int(whole.dec * share), 1 if media else 0),
+        enc=int(whole.enc * share),
+        ce=max(int(whole.ce * share), 1),
+        jpeg=whole.jpeg if media else int(whole.jpeg * share),
+        ofa=whole.ofa if media else 0,
+    )
 
 
 def gpu_counters(model: GpuModel) -> dict[str, int]:

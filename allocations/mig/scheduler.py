@@ -17,9 +17,9 @@ So on Kubernetes the portal plans what the scheduler will do instead of the othe
   cluster now holds (:func:`predict`).
 
 Only creatable placements count: dynamic MIG has no free instances to reuse. The scheduler knows nothing of
-our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`); the two disagree on some
-media-engine cases (an A100 ``1g.5gb+me`` takes the GPU's only JPEG engine, so no ``1g.10gb`` fits beside it).
-A prediction follows the counters and is only made where our rules agree.
+our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`). A prediction follows the
+counters and is only made where our rules agree; where they would not (NVML figures that break a rule we
+hold), the GPU is not used for that request.
 """
 
 from __future__ import annotations

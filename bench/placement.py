@@ -51,7 +51,9 @@ from allocations.mig.policies import fragmentation  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 POLICIES = ("first-fit", "best-fit", "ours")
-FILL_POLICIES = (*POLICIES, "ours-warm")
+# "ours-first-slot": ours choosing the GPU only, the slot left to first fit (what a claim pinned to a GPU gets
+# from kube-scheduler, docs/kubernetes.md).
+FILL_POLICIES = (*POLICIES, "ours-first-slot", "ours-warm")
 LOAD = 1.3
 CITATION = (
     'Alibaba GPU cluster trace v2023 (cluster-trace-gpu-v2023), from Weng et al., "Beware of Fragmentation: '
@@ -191,7 +193,7 @@ def fill_experiment(
         proven = True
         for seed in range(seeds):
             reqs = fill_requests(draw, model, gpus, seed)
-            for p in POLICIES:
+            for p in (*POLICIES, "ours-first-slot"):
                 per[p].append(run_fill(model, gpus, reqs, p))
             # "ours-warm": the learner first saw another sample of the same workload (the pool's history).
             per["ours-warm"].append(

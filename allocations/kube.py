@@ -104,6 +104,19 @@ class HolderPodSpec:
     tenant_slug: str
 
 
+@dataclass(frozen=True, slots=True)
+class SteeringSpec:
+    """DeviceTaintRules that keep every claim off `devices` (of the driver's pool `pool`: the node) while the
+    claim of allocation `allocation_uuid` waits, so that the scheduler, walking the devices in order, takes the
+    slot after them. The claim does not tolerate them either; they are deleted once it is allocated."""
+
+    rule_prefix: str
+    allocation_uuid: str
+    tenant_slug: str
+    pool: str
+    devices: tuple[str, ...]
+
+
 # --- what comes out ---------------------------------------------------------------------------------------
 
 
@@ -329,6 +342,51 @@ def apply_resource_claim(spec: ClaimSpec) -> None:
         spec.namespace,
         body=claim_body(spec),
     )
+
+
+STEER_TAINT_KEY = "fatia.io/steered"
+
+
+def apply_steering(spec: SteeringSpec) -> None:
+    """One DeviceTaintRule per device (a rule selects one device). Idempotent."""
+    api = client.ResourceV1Api(api_client())
+    for device in spec.devices:
+        name = f"{spec.rule_prefix}-{device}"
+        _apply(
+            f"devicetaintrule {name}",
+            api.patch_device_taint_rule,
+            name,
+            body={
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": name, "labels": _labels(spec.allocation_uuid, spec.tenant_slug)},
+                "spec": {
+                    "deviceSelector": {"driver": DRIVER, "pool": spec.pool, "device": device},
+                    "taint": {"key": STEER_TAINT_KEY, "value": spec.allocation_uuid, "effect": "NoSchedule"},
+                },
+            },
+        )
+
+
+def delete_steering(allocation_uuid: str) -> None:
+    """Delete the allocation's DeviceTaintRules (none is fine)."""
+    api = client.ResourceV1Api(api_client())
+    _call(
+        "devicetaintrules",
+        api.delete_collection_device_taint_rule,
+        label_selector=f"{LABEL_ALLOCATION}={allocation_uuid}",
+    )
+
+
+def list_steering() -> set[str]:
+    """The allocation uuids that have DeviceTaintRules of ours."""
+    api = client.ResourceV1Api(api_client())
+    listed = _call("devicetaintrules", api.list_device_taint_rule, label_selector=LABEL_ALLOCATION)
+    return {
+        r.metadata.labels[LABEL_ALLOCATION]
+        for r in listed.items
+        if r.metadata is not None and r.metadata.labels and LABEL_ALLOCATION in r.metadata.labels
+    }
 
 
 def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:

@@ -290,6 +290,9 @@ class SlicePlacement(models.Model):
     start = models.PositiveSmallIntegerField()
     size = models.PositiveSmallIntegerField()
     device_name = models.CharField(max_length=253, blank=True)
+    # Kubernetes: the slot is not first fit, so the devices the scheduler would take first are tainted until the
+    # claim is allocated (allocations/mig/scheduler.py: steer); the start of each tainted device.
+    blocked_starts = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["allocation_id", "gpu_id", "start"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db.models import Sum
 
@@ -19,7 +19,7 @@ from allocations.mig import scheduler
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import choose_placement, fits_now
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest
-from allocations.mig.layout import geometry
+from allocations.mig.layout import LayoutKey, geometry
 from allocations.models import Allocation, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
 from allocations.models import Node as NodeRow
@@ -43,6 +43,8 @@ class PlannedSlice:
     start: int
     size: int
     device_name: str
+    # Kubernetes: starts of the devices to taint so that the scheduler takes this slot (scheduler.steer).
+    blocked_starts: tuple[int, ...] = ()
 
 
 def dra_device_name(*, gpu_index: int, profile: str, profile_id: int, start: int) -> str:
@@ -63,8 +65,10 @@ class PoolLayout:
 
     ``waiting`` holds, per GPU, the slices of requests still PROVISIONING (on Kubernetes: claims the
     scheduler has not allocated yet), as ``(allocation id, [(profile, start), ...])`` in allocation order;
-    ``settled`` the other instances. ``unreadable`` names GPUs whose recorded layout breaks the MIG rules:
-    they are left out of ``fleet`` (no placement goes there) and logged, instead of stopping the pool.
+    ``settled`` the other instances; ``steered`` the GPUs one of whose waiting claims is steered to a slot
+    other than first fit (see plan_slices_for_scheduler). ``unreadable`` names GPUs whose recorded layout
+    breaks the MIG rules: they are left out of ``fleet`` (no placement goes there) and logged, instead of
+    stopping the pool.
     """
 
     fleet: Fleet
@@ -72,6 +76,7 @@ class PoolLayout:
     settled: dict[tuple[str, int], list[Instance]]
     waiting: dict[tuple[str, int], list[tuple[int, list[tuple[str, int]]]]]
     unreadable: list[str]
+    steered: set[tuple[str, int]]  # GPUs with a waiting claim steered off first fit: theirs alone meanwhile
 
 
 def read_pool(pool: NodePool) -> PoolLayout:
@@ -85,16 +90,19 @@ def read_pool(pool: NodePool) -> PoolLayout:
     )
     held: dict[int, list[Instance]] = {}
     waiting_by_gpu: dict[int, dict[int, list[tuple[str, int]]]] = {}
+    steered_gpus: set[int] = set()
     rows = (
         SlicePlacement.objects.filter(gpu__node__pool=pool, allocation__status__in=Allocation.QUOTA_HOLDING)
         .order_by("allocation_id", "pk")
-        .values_list("gpu_id", "profile", "start", "allocation_id", "allocation__status")
+        .values_list("gpu_id", "profile", "start", "allocation_id", "allocation__status", "blocked_starts")
     )
-    for gpu_id, profile, start, allocation_id, status in rows:
+    for gpu_id, profile, start, allocation_id, status, blocked in rows:
         held.setdefault(gpu_id, []).append(Instance(profile=profile, start=start, owner=str(allocation_id)))
         if status == Allocation.Status.PROVISIONING:
             waiting_by_gpu.setdefault(gpu_id, {}).setdefault(allocation_id, []).append((profile, start))
-    layout = PoolLayout(Fleet([]), {}, {}, {}, [])
+            if blocked:
+                steered_gpus.add(gpu_id)
+    layout = PoolLayout(Fleet([]), {}, {}, {}, [], set())
     nodes: dict[str, Node] = {}
     for gpu_pk, node_name, index in gpus:
         instances = held.get(gpu_pk, [])
@@ -113,6 +121,8 @@ def read_pool(pool: NodePool) -> PoolLayout:
         layout.settled[position] = [i for i in instances if i.owner not in waiting_ids]
         if waiting:
             layout.waiting[position] = list(waiting.items())
+        if gpu_pk in steered_gpus:
+            layout.steered.add(position)
     layout.fleet = Fleet(list(nodes.values()))
     return layout
 
@@ -139,9 +149,16 @@ def plan_slices(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlic
     return None if decision is None else _planned(pool, profile, decision, by_position)
 
 
-def plan_slices_for_scheduler(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlice] | None:
+def plan_slices_for_scheduler(
+    *, pool: NodePool, profile: str, count: int, steer: bool = False
+) -> list[PlannedSlice] | None:
     """Kubernetes: choose GPUs for `count` slices of `profile` on one node, each slot where kube-scheduler
-    will put it (the first free legal start, allocations/mig/scheduler.py), or None when nothing fits.
+    will put it, or None when nothing fits (allocations/mig/scheduler.py).
+
+    With `steer` (FATIA_KUBE_STEER_SLOTS), a single slice goes where our policy wants it, GPU and slot, on a GPU
+    with no unallocated claim: the devices the scheduler would take first are to be tainted until its claim is
+    allocated (PlannedSlice.blocked_starts), and no other claim is planned on that GPU meanwhile. Otherwise, or
+    when no such GPU has room, the slot is the scheduler's first fit and our policy chooses the GPU only.
 
     A GPU whose unallocated claims could be displaced by this one, whatever order the scheduler takes them
     in, is not a candidate; when only such GPUs could take the request, PoolBusy (try again shortly)."""
@@ -151,20 +168,36 @@ def plan_slices_for_scheduler(*, pool: NodePool, profile: str, count: int) -> li
     request = PlacementRequest(profile=profile, count=count, pool=pool.slug)
     demand = recent_demand(pool)
 
+    def base_key(position: tuple[str, int]) -> LayoutKey:
+        return geom.named_key(tuple([(x.profile, x.start, False) for x in layout.settled[position]]))
+
+    def only(positions: set[tuple[str, int]]) -> Fleet:
+        return Fleet(
+            [Node(n.name, [g for g in n.gpus if (n.name, g.index) in positions], n.pool) for n in layout.fleet.nodes]
+        )
+
+    if steer and count == 1:
+        quiet = set(layout.by_position) - set(layout.waiting)
+        decision = choose_placement(only(quiet), request, POLICY, demand)
+        if decision is not None:
+            [slot] = decision.slots
+            blocked = scheduler.steer(geom, base_key((slot.node, slot.gpu_index)), i, slot.start)
+            if blocked is not None:
+                [planned] = _planned(pool, profile, decision, layout.by_position)
+                return [replace(planned, blocked_starts=tuple(blocked))]
+
     def admits(position: tuple[str, int], slices: int) -> bool:
+        if position in layout.steered:
+            return False
         waiting = layout.waiting.get(position)
         if not waiting:
             return True
-        base = geom.named_key(tuple([(x.profile, x.start, False) for x in layout.settled[position]]))
         claims = [[geom.index[p] for p, _ in claim] for _, claim in waiting]
-        return scheduler.admits(geom, base, claims, [i] * slices)
+        return scheduler.admits(geom, base_key(position), claims, [i] * slices)
 
     busy = {position for position in layout.waiting if not admits(position, 1)}
     for _ in range(len(layout.by_position) + 1):
-        fleet = Fleet(
-            [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in busy], n.pool) for n in layout.fleet.nodes]
-        )
-        decision = choose_placement(fleet, request, SCHEDULER_POLICY, demand)
+        decision = choose_placement(only(set(layout.by_position) - busy), request, SCHEDULER_POLICY, demand)
         if decision is None:
             if busy and choose_placement(layout.fleet, request, "first-fit") is not None:
                 raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")

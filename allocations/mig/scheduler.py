@@ -14,7 +14,9 @@ So on Kubernetes the portal plans what the scheduler will do instead of the othe
   unallocated claims still fits them all (:func:`order_safe`), so a prediction can be wrong about which claim
   gets which slot, never about whether they all fit;
 * when a claim is allocated, the plans of the claims still waiting on that GPU are re-predicted from what the
-  cluster now holds (:func:`predict`).
+  cluster now holds (:func:`predict`);
+* where our policy wants another slot than first fit, the devices the scheduler would take first are tainted
+  (DeviceTaintRules, :func:`steer`) until the claim is allocated; such a claim has its GPU to itself meanwhile.
 
 Only creatable placements count: dynamic MIG has no free instances to reuse. The scheduler knows nothing of
 our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`). A prediction follows the
@@ -37,14 +39,17 @@ MAX_IN_FLIGHT_PER_GPU = 3
 Claim = Sequence[int]
 
 
-def first_fit(geom: Geometry, key: LayoutKey, claim: Claim) -> tuple[LayoutKey, list[int]] | None:
+def first_fit(
+    geom: Geometry, key: LayoutKey, claim: Claim, blocked: frozenset[tuple[int, int]] = frozenset()
+) -> tuple[LayoutKey, list[int]] | None:
     """The layout after the scheduler allocates ``claim`` on a GPU with layout ``key``, and the starts it
     takes (one per slice); ``None`` when the claim does not fit, or would land where our layout rules say
     no (then we cannot predict it, and the GPU is not used for it).
 
     Each slice takes the first placement of its profile, in slot order, whose counters (memory slots,
-    multiprocessors, engines, memory) are all free: the driver's counters decide, not our rules. Greedy in
-    request order is what the allocator's backtracking search finds first whenever greedy succeeds."""
+    multiprocessors, engines, memory) are all free: the driver's counters decide, not our rules. ``blocked``
+    holds the ``(profile index, start)`` devices the scheduler may not take (tainted, see :func:`steer`).
+    Greedy in request order is what the allocator's backtracking search finds first whenever greedy succeeds."""
     need, capacity = _counters(geom)
     info = geom.info(key)
     occupied = info.occupied
@@ -55,7 +60,9 @@ def first_fit(geom: Geometry, key: LayoutKey, claim: Claim) -> tuple[LayoutKey, 
     starts = []
     for i in claim:
         fits = [u + n <= cap for u, n, cap in zip(used, need[i], capacity, strict=True)]
-        placement = next(((s, m) for s, m in sorted(geom.placements[i]) if not m & occupied), None)
+        placement = next(
+            ((s, m) for s, m in sorted(geom.placements[i]) if not m & occupied and (i, s) not in blocked), None
+        )
         if placement is None or not all(fits):
             return None
         start, mask = placement
@@ -66,6 +73,21 @@ def first_fit(geom: Geometry, key: LayoutKey, claim: Claim) -> tuple[LayoutKey, 
         used = [u + n for u, n in zip(used, need[i], strict=True)]
         starts.append(start)
     return key, starts
+
+
+def steer(geom: Geometry, key: LayoutKey, i: int, start: int) -> list[int] | None:
+    """The starts of the devices of profile ``i`` to taint so that the scheduler, walking them in order, takes
+    the one at ``start`` on a GPU with layout ``key`` (empty: it would anyway); ``None`` when it cannot get
+    there (``start`` does not fit). DeviceTaintRules select one device each, so the list is what it costs."""
+    blocked: set[tuple[int, int]] = set()
+    while True:
+        placed = first_fit(geom, key, [i], frozenset(blocked))
+        if placed is None:
+            return None
+        taken = placed[1][0]
+        if taken == start:
+            return sorted(s for _, s in blocked)
+        blocked.add((i, taken))
 
 
 _COUNTERS: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}

@@ -67,6 +67,8 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
                     )
                 )
     differences = follow_cluster_devices(placements=placements, result=result)
+    # Allocated: the steering taints have done their job (kube_sync deletes them after this commits).
+    SlicePlacement.objects.filter(allocation=allocation).exclude(blocked_starts=[]).update(blocked_starts=[])
     now = timezone.now()
     allocation.status = Status.ACTIVE
     allocation.activated_at = now

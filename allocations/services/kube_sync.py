@@ -21,8 +21,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from allocations import kube
+from allocations.costs import gpu_model_for
 from allocations.models import Allocation, Gpu, Node, Quota, SlicePlacement
-from allocations.placement import plan_slices_for_scheduler
+from allocations.placement import dra_device_name, plan_slices_for_scheduler
 from allocations.services import cluster_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -76,7 +77,9 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
-    slices = plan_slices_for_scheduler(pool=pool, profile=allocation.profile, count=allocation.count)
+    slices = plan_slices_for_scheduler(
+        pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
+    )
     if slices is None:
         return mark_allocation_failed(
             allocation_id=allocation_id,
@@ -94,6 +97,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
                 start=s.start,
                 size=s.size,
                 device_name=s.device_name,
+                blocked_starts=list(s.blocked_starts),
             )
             for s in slices
         ]
@@ -112,6 +116,11 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
             "status": Status.PROVISIONING,
             "claim": allocation.claim_name,
             "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
+            **(
+                {"steer_past": [f"{s.node_name}/gpu-{s.gpu_index}:{b}" for s in slices for b in s.blocked_starts]}
+                if any(s.blocked_starts for s in slices)
+                else {}
+            ),
         },
     )
     return allocation
@@ -160,6 +169,38 @@ def apply_claim(*, allocation_id: int, status: str = Status.PROVISIONING) -> Non
         kube.apply_resource_claim(claim)
 
 
+def steering_spec(allocation: Allocation) -> kube.SteeringSpec | None:
+    """The DeviceTaintRules that steer the scheduler to the planned slot, or None when first fit gets there."""
+    steered = [p for p in allocation.placements.select_related("gpu__node").order_by("pk") if p.blocked_starts]
+    if not steered:
+        return None
+    model = gpu_model_for(allocation.pool.gpu_model)
+    devices = tuple(
+        dra_device_name(
+            gpu_index=p.gpu.index, profile=p.profile, profile_id=model.profile(p.profile).profile_id, start=start
+        )
+        for p in steered
+        for start in p.blocked_starts
+    )
+    return kube.SteeringSpec(
+        rule_prefix=allocation.kube_name,
+        allocation_uuid=str(allocation.uuid),
+        tenant_slug=allocation.tenant.slug,
+        pool=steered[0].gpu.node.name,
+        devices=devices,
+    )
+
+
+def apply_steering(*, allocation_id: int) -> None:
+    """Taint the devices the scheduler would take before the planned slot (a PROVISIONING allocation's)."""
+    allocation = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if allocation.status != Status.PROVISIONING:
+        return
+    spec = steering_spec(allocation)
+    if spec is not None:
+        kube.apply_steering(spec)
+
+
 def apply_holder_pod(*, allocation_id: int, status: str = Status.PROVISIONING) -> None:
     """Apply the holder pod of an allocation in `status` (the second half)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
@@ -181,6 +222,7 @@ def provision_on_cluster(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.PROVISIONING:
         return allocation
     try:
+        apply_steering(allocation_id=allocation_id)  # before the pod, so that the scheduler sees the taints
         apply_claim(allocation_id=allocation_id)
         apply_holder_pod(allocation_id=allocation_id)
     except kube.KubeUnavailable as exc:
@@ -207,12 +249,22 @@ def note_cluster_wait(*, allocation_id: int, message: str) -> None:
 
 
 def fail_on_cluster(*, allocation_id: int, reason: str) -> Allocation:
-    """Delete the holder pod and claim, then FAILED with quota freed. Raises KubeUnavailable (retry)."""
+    """Delete the holder pod, claim and steering taints, then FAILED with quota freed. Raises KubeUnavailable."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     namespace = tenant_namespace(allocation.tenant)
     kube.delete_holder_pod(namespace, allocation.kube_name)
     kube.delete_resource_claim(namespace, allocation.kube_name)
+    _stop_steering(allocation)
     return mark_allocation_failed(allocation_id=allocation_id, reason=reason)
+
+
+def _is_steered(allocation: Allocation) -> bool:
+    return allocation.placements.exclude(blocked_starts=[]).exists()
+
+
+def _stop_steering(allocation: Allocation) -> None:
+    if _is_steered(allocation):
+        kube.delete_steering(str(allocation.uuid))
 
 
 class ClaimProgress(enum.Enum):
@@ -255,7 +307,10 @@ def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
             )
             return ClaimProgress.SETTLED
         return ClaimProgress.WAITING
+    steered = _is_steered(allocation)
     cluster_placements.activate_from_cluster(allocation_id=allocation_id, result=claim.allocation)
+    if steered:
+        kube.delete_steering(str(allocation.uuid))  # a crash before this: reconcile deletes them
     return ClaimProgress.SETTLED
 
 
@@ -271,6 +326,7 @@ def _replan_displaced(allocation: Allocation) -> ClaimProgress:
     if claim.allocation is not None and not claim.deleting:
         cluster_placements.activate_from_cluster(allocation_id=allocation.pk, result=claim.allocation)
         return ClaimProgress.SETTLED
+    kube.delete_steering(str(allocation.uuid))
     kube.delete_holder_pod(namespace, allocation.kube_name)
     kube.delete_resource_claim(namespace, allocation.kube_name)
     return ClaimProgress.WAITING  # the next look finds the claim gone

@@ -11,7 +11,8 @@ transaction as the change it describes:
 * an ACTIVE allocation whose claim is allocated elsewhere than recorded: the placements follow the cluster;
 * an ACTIVE allocation on a node that left the cluster: FAILED, its quota freed, claim and pod deleted; the
   node is marked gone (and ready again when it comes back);
-* claims and holder pods labelled as ours whose allocation is over or unknown: deleted;
+* claims and holder pods labelled as ours whose allocation is over or unknown: deleted; so are steering
+  DeviceTaintRules of allocations no longer waiting for the scheduler;
 * requests stuck APPROVED, PROVISIONING or RELEASING long after their task should have run (a lost message, a
   task that ran out of retries in a long outage): the task is queued again (every task is idempotent).
 
@@ -56,6 +57,7 @@ class ReconcileReport:
     node_gone: list[int] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+    steering_deleted: list[str] = field(default_factory=list)
     nodes_gone: list[str] = field(default_factory=list)
     nodes_back: list[str] = field(default_factory=list)
 
@@ -83,6 +85,11 @@ def reconcile_cluster() -> ReconcileReport:
         kube.delete_holder_pod(namespace, name)
         kube.delete_resource_claim(namespace, name)
         _record_orphan(namespace, name, report)
+
+    waiting = {str(u) for u in Allocation.objects.filter(status=Status.PROVISIONING).values_list("uuid", flat=True)}
+    for allocation_uuid in sorted(kube.list_steering() - waiting):
+        kube.delete_steering(allocation_uuid)  # left by a worker that died between activation and cleanup
+        report.steering_deleted.append(allocation_uuid)
 
     _requeue_stuck(report)
     return report

@@ -9,6 +9,8 @@ again. These tests hold the portal's record against the claims' real allocations
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client
 
@@ -23,6 +25,13 @@ from tests.kube.conftest import KubeWorld, wait_for
 from tests.kube.test_provisioning import claim_json, placements, provision_and_wait, request, settled
 
 Status = Allocation.Status
+
+
+@pytest.fixture(autouse=True)
+def first_fit_slots(settings: Any) -> None:
+    """These tests are about claims the scheduler places by first fit; steering a claim to another slot
+    (test_steering.py) gives it its GPU alone while it waits, which would change what they set up."""
+    settings.FATIA_KUBE_STEER_SLOTS = False
 
 
 def allocated_devices(admin: client.ApiClient, kw: KubeWorld, allocation: Allocation) -> list[tuple[str, str]]:

@@ -251,3 +251,44 @@ def test_a_device_taint_keeps_untolerating_claims_off_the_device(
     assert allocation_of(read_claim(portal, ns, "tolerant")) == allocated(
         node, "gpu-1-mig-1g10gb-19-0", tolerations=[toleration]
     )
+
+
+def test_device_taint_rules_steer_the_scheduler_to_the_slot_left_untainted(
+    admin: client.ApiClient, gpu_node: Callable[..., GpuNode], namespace: Callable[[str], str]
+) -> None:
+    # given: DeviceTaintRules (resource.k8s.io/v1 in 1.37) on the 1g.10gb devices at slots 0-5 of GPU 0
+    node = gpu_node()
+    ns = namespace("team-d")
+    api = client.ResourceV1Api(admin)
+    names = []
+    for start in range(6):
+        name = f"steer-{node.name}-{start}"
+        api.create_device_taint_rule(
+            body={
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": name},
+                "spec": {
+                    "deviceSelector": {"driver": DRIVER, "pool": node.name, "device": f"gpu-0-mig-1g10gb-19-{start}"},
+                    "taint": {"key": "fatia.io/steer", "value": "test", "effect": "NoSchedule"},
+                },
+            }
+        )
+        names.append(name)
+
+    # when: a claim for a 1g.10gb on GPU 0 is scheduled
+    request_slice(admin, ns, "steered", "1g.10gb", node.gpu_uuids[0])
+    wait_scheduled(admin, ns, "steered")
+
+    # then: the scheduler took the first untainted device whose counters fit: slot 6
+    assert allocation_of(read_claim(admin, ns, "steered")) == allocated(node, "gpu-0-mig-1g10gb-19-6")
+
+    # when: the rules are gone, the next claim takes first fit again
+    for name in names:
+        api.delete_device_taint_rule(name)
+    wait_for(
+        "the rules to be gone", lambda: not any(r.metadata.name in names for r in api.list_device_taint_rule().items)
+    )
+    request_slice(admin, ns, "after", "1g.10gb", node.gpu_uuids[0])
+    wait_scheduled(admin, ns, "after")
+    assert allocation_of(read_claim(admin, ns, "after")) == allocated(node, "gpu-0-mig-1g10gb-19-0")

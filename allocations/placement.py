@@ -176,6 +176,8 @@ def plan_slices_for_scheduler(
             [Node(n.name, [g for g in n.gpus if (n.name, g.index) in positions], n.pool) for n in layout.fleet.nodes]
         )
 
+    steered: PlannedSlice | None = None
+    steered_rank: tuple[float, ...] = ()
     if steer and count == 1:
         quiet = set(layout.by_position) - set(layout.waiting)
         decision = choose_placement(only(quiet), request, POLICY, demand)
@@ -184,7 +186,9 @@ def plan_slices_for_scheduler(
             blocked = scheduler.steer(geom, base_key((slot.node, slot.gpu_index)), i, slot.start)
             if blocked is not None:
                 [planned] = _planned(pool, profile, decision, layout.by_position)
-                return [replace(planned, blocked_starts=tuple(blocked))]
+                steered, steered_rank = replace(planned, blocked_starts=tuple(blocked)), decision.rank
+                if not blocked:
+                    return [steered]  # first fit gets there: nothing to steer, nothing to compare
 
     def admits(position: tuple[str, int], slices: int) -> bool:
         if position in layout.steered:
@@ -198,6 +202,10 @@ def plan_slices_for_scheduler(
     busy = {position for position in layout.waiting if not admits(position, 1)}
     for _ in range(len(layout.by_position) + 1):
         decision = choose_placement(only(set(layout.by_position) - busy), request, SCHEDULER_POLICY, demand)
+        if steered is not None and (decision is None or steered_rank < decision.rank):
+            # Steering wins only where it is better than first fit next to the claims in flight: in a burst,
+            # a GPU in use with a claim waiting usually beats breaking a fresh one (both rank alike).
+            return [steered]
         if decision is None:
             if busy and choose_placement(layout.fleet, request, "first-fit") is not None:
                 raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")

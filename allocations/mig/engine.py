@@ -226,7 +226,7 @@ class PlacementEngine:
         slot = self._slots[best_order]
         node = self._nodes[slot.node].name
         choice = SlotChoice(node, slot.index, request.profile, best_option.start, best_option.reuse)
-        return PlacementDecision(node, (choice,), self.policy.name)
+        return PlacementDecision(node, (choice,), self.policy.name, best_rank or ())
 
     def _choose_many(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # Several instances on one node: simulate the policy's choices node by node and keep the node
@@ -268,7 +268,7 @@ class PlacementEngine:
                     break  # the first node that fits is the answer
         if best is None:
             return None
-        return PlacementDecision(best[2][0].node, best[2], self.policy.name)
+        return PlacementDecision(best[2][0].node, best[2], self.policy.name, best[0])
 
     def commit(self, decision: PlacementDecision, owner: str, idle: bool = False) -> None:
         """Apply a decision: the instances now exist (or are reused) and belong to ``owner``."""

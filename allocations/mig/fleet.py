@@ -110,6 +110,9 @@ class PlacementDecision:
     node: str
     slots: tuple[SlotChoice, ...]
     policy: str
+    # The policy's rank of the choice (lower is better; summed over instances): comparable between policies
+    # that rank alike, e.g. ``ours`` and ``ours-first-slot``.
+    rank: tuple[float, ...] = ()
 
     @property
     def gpu_index(self) -> int:

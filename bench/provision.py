@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--fill-nodes", type=int, default=4, help="nodes of the fill-until-failure comparison")
     parser.add_argument(
-        "--no-steer", action="store_true", help="FATIA_KUBE_STEER_SLOTS=False: our GPU, the scheduler's first-fit slot"
+        "--steer", action="store_true", help="FATIA_KUBE_STEER_SLOTS=True: our slot too, with DeviceTaintRules"
     )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "FATIA_CLUSTER_BACKEND": "kubernetes",
         "FATIA_KUBECONFIG": str(cp / "portal.kubeconfig"),
         "FATIA_KUBE_ALLOCATION_TIMEOUT_S": str(int(args.timeout)),
-        "FATIA_KUBE_STEER_SLOTS": "False" if args.no_steer else "True",
+        "FATIA_KUBE_STEER_SLOTS": "True" if args.steer else "False",
     }
     os.environ.update(env)
     import django
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
 
     portal_choice = (
         "our GPU choice, the scheduler's first-fit slot"
-        if args.no_steer
+        if not args.steer
         else "our GPU and slot, the scheduler steered with DeviceTaintRules"
     )
 

@@ -237,8 +237,9 @@ FATIA_KUBE_NAMESPACE_PREFIX = os.environ.get("FATIA_KUBE_NAMESPACE_PREFIX", "fat
 # How long a claim may stay unallocated before the request fails and its quota is given back.
 FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300)
 # Steer kube-scheduler to the slot our placement policy chose, with DeviceTaintRules on the devices it would take
-# first (docs/kubernetes.md); off: the slot is the scheduler's first fit and only the GPU is ours.
-FATIA_KUBE_STEER_SLOTS = env_bool("FATIA_KUBE_STEER_SLOTS", True)
+# first (docs/kubernetes.md); off: the slot is the scheduler's first fit and only the GPU is ours. Off by default:
+# in bench/provision.py it did not pay (fewer whole GPUs left after a burst, the same fill).
+FATIA_KUBE_STEER_SLOTS = env_bool("FATIA_KUBE_STEER_SLOTS", False)
 if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
 if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:

@@ -1,4 +1,4 @@
-"""Steering kube-scheduler to the slot our placement policy chose (FATIA_KUBE_STEER_SLOTS, on by default).
+"""Steering kube-scheduler to the slot our placement policy chose (FATIA_KUBE_STEER_SLOTS).
 
 A claim can pin the GPU but not the slot; the scheduler takes the first device whose counters fit. Where our
 policy wants another slot (a 3g.40gb at slot 4, where it strands nothing, instead of 0), the devices the scheduler
@@ -8,6 +8,9 @@ meanwhile. Against the real control plane: the scheduler lands where we planned,
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from kubernetes import client
 
 from allocations import kube
@@ -20,6 +23,11 @@ from tests.kube.test_concurrent_provisioning import allocated_devices, recorded_
 from tests.kube.test_provisioning import placements, provision_and_wait, request, settled
 
 Status = Allocation.Status
+
+
+@pytest.fixture(autouse=True)
+def steer_slots(settings: Any) -> None:
+    settings.FATIA_KUBE_STEER_SLOTS = True
 
 
 def steering_rules(admin: client.ApiClient, allocation: Allocation) -> list[tuple[str, str, str]]:

@@ -22,12 +22,12 @@ from django.utils import timezone
 
 from allocations import kube
 from allocations.costs import gpu_model_for
-from allocations.models import Allocation, Gpu, Node, Quota, SlicePlacement
+from allocations.models import Allocation, Gpu, Node, Quota
 from allocations.placement import dra_device_name, plan_slices_for_scheduler
 from allocations.services import cluster_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
-from allocations.services.provisioning import finish_release, mark_allocation_failed
+from allocations.services.provisioning import finish_release, mark_allocation_failed, record_placements
 from tenants.models import Tenant
 from tenants.services import record_audit_event
 
@@ -88,20 +88,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
                 "the quota was given back. Try fewer slices or a smaller profile."
             ),
         )
-    SlicePlacement.objects.bulk_create(
-        [
-            SlicePlacement(
-                allocation=allocation,
-                gpu_id=s.gpu_id,
-                profile=allocation.profile,
-                start=s.start,
-                size=s.size,
-                device_name=s.device_name,
-                blocked_starts=list(s.blocked_starts),
-            )
-            for s in slices
-        ]
-    )
+    record_placements(allocation=allocation, slices=slices)
     allocation.status = Status.PROVISIONING
     allocation.claim_name = allocation.kube_name
     allocation.status_message = "Waiting for the cluster to allocate the slices."

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.models import Allocation, SlicePlacement
-from allocations.placement import plan_slices
+from allocations.placement import PlannedSlice, plan_slices
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.quotas import free_quota
 from tenants.services import record_audit_event
@@ -65,19 +65,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
             f"No room in pool {pool.slug} for {allocation.count} x {allocation.profile} right now; "
             "the quota was given back. Try fewer slices or a smaller profile.",
         )
-    SlicePlacement.objects.bulk_create(
-        [
-            SlicePlacement(
-                allocation=allocation,
-                gpu_id=s.gpu_id,
-                profile=allocation.profile,
-                start=s.start,
-                size=s.size,
-                device_name=s.device_name,
-            )
-            for s in slices
-        ]
-    )
+    record_placements(allocation=allocation, slices=slices)
     now = timezone.now()
     allocation.status = Status.ACTIVE
     allocation.claim_name = allocation.kube_name
@@ -100,6 +88,24 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         },
     )
     return allocation
+
+
+def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> None:
+    """Save the planned slices of an allocation; the caller holds its pool's lock."""
+    SlicePlacement.objects.bulk_create(
+        [
+            SlicePlacement(
+                allocation=allocation,
+                gpu_id=s.gpu_id,
+                profile=allocation.profile,
+                start=s.start,
+                size=s.size,
+                device_name=s.device_name,
+                blocked_starts=list(s.blocked_starts),
+            )
+            for s in slices
+        ]
+    )
 
 
 @transaction.atomic

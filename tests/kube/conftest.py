@@ -32,7 +32,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from allocations import services
-from allocations.fake_fleet import create_ready_node
+from allocations.fake_fleet import NVIDIA_DEVICE_CLASSES, create_ready_node
 from allocations.models import NodePool
 from allocations.services import kube_sync
 from tests.conftest import H100, World
@@ -165,25 +165,6 @@ def as_json(api: client.ApiClient, obj: Any) -> dict[str, Any]:
 
 
 # --- what NVIDIA's driver installs and publishes ------------------------------------------------------
-
-
-# The DeviceClasses the driver's Helm chart installs (deployments/helm/dra-driver-nvidia-gpu/templates/
-# deviceclass-*.yaml, see shared/reference/dra-mig.md §3).
-def _nvidia_device_class(name: str, device_type: str, **spec: Any) -> dict[str, Any]:
-    expression = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}], **spec},
-    }
-
-
-NVIDIA_DEVICE_CLASSES: list[dict[str, Any]] = [
-    _nvidia_device_class("gpu.nvidia.com", "gpu", extendedResourceName="nvidia.com/gpu"),
-    _nvidia_device_class("mig.nvidia.com", "mig"),
-    _nvidia_device_class("vfio.gpu.nvidia.com", "vfio"),
-]
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """Celery tasks: ids in, one service call, done. Every service they call is idempotent.
 
-Only KubeUnavailable (5xx, timeouts, an unreachable API) is retried, with exponential backoff; terminal
-cluster errors are handled inside the services (the request ends FAILED with the API server's message).
+Retried with exponential backoff: KubeUnavailable (5xx, timeouts, an unreachable API) and the database's
+transient errors (a deadlock or serialization failure rolled the service's transaction back, or the connection
+broke: OperationalError), because running the service again is safe. Terminal cluster errors are handled inside
+the services (the request ends FAILED with the API server's message).
 """
 
 from __future__ import annotations
@@ -10,17 +12,18 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db import OperationalError
 
 from allocations import notifications
 from allocations.kube import KubeUnavailable
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import kube_sync, leases, provisioning, reconcile
+from allocations.services import kube_sync, leases, provisioning, reconcile, requeue
 
-# Retry KubeUnavailable after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the
-# reconcile beat task queues the work again (services/reconcile.py), so an outage of any length converges.
+# Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
+# work again (services/requeue.py), so an outage of any length converges.
 KUBE_RETRY: dict[str, Any] = {
-    "autoretry_for": (KubeUnavailable,),
+    "autoretry_for": (KubeUnavailable, OperationalError),
     "retry_backoff": 1,
     "retry_backoff_max": 10,
     "retry_jitter": False,
@@ -71,26 +74,32 @@ def onboard_tenant_task(tenant_id: int) -> None:
 
 @shared_task(acks_late=True)
 def reconcile_cluster_task() -> None:
-    """Kubernetes backend only: one reconcile pass (services/reconcile.py); the next beat tick retries."""
+    """One reconcile pass (Kubernetes: services/reconcile.py; simulated: requeue requests whose task was lost);
+    the next beat tick retries."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         reconcile.reconcile_cluster()
+    else:
+        requeue.sweep_stuck_requests()
 
 
-@shared_task(acks_late=True)
+DB_RETRY: dict[str, Any] = {**KUBE_RETRY, "autoretry_for": (OperationalError,), "max_retries": 10}
+
+
+@shared_task(acks_late=True, **DB_RETRY)
 def expire_due_leases_task() -> None:
     leases.expire_due_leases()
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **DB_RETRY)
 def warn_expiring_leases_task() -> None:
     leases.warn_expiring_leases()
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **DB_RETRY)
 def notify_managers_task(allocation_id: int) -> None:
     notifications.notify_managers_of_pending_request(allocation_id=allocation_id)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **DB_RETRY)
 def notify_requester_task(allocation_id: int) -> None:
     notifications.notify_requester_of_decision(allocation_id=allocation_id)

@@ -36,7 +36,8 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.expire_due_leases_task",
         "schedule": crontab(minute="*"),
     },
-    # Kubernetes backend: the cluster against the database, both ways (a no-op with the simulated backend).
+    # Kubernetes backend: the cluster against the database, both ways; both backends: requests whose task was lost
+    # are queued again (services/requeue.py).
     "reconcile-cluster": {
         "task": "allocations.tasks.reconcile_cluster_task",
         "schedule": 30.0,

@@ -119,7 +119,7 @@ def update_tenant_policy(
 ) -> Tenant:
     """Change a tenant's name or lease / auto-approve policy (platform admins only)."""
     _require_staff(actor)
-    tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
+    tenant = Tenant.objects.select_for_update(no_key=True, of=("self",)).get(pk=tenant_id)
     before = _tenant_fields(tenant)
     changes = {
         "name": name,
@@ -166,7 +166,7 @@ def change_member_role(*, membership_id: int, role: str, actor: User) -> Members
     _require_staff(actor)
     if role not in Membership.Role.values:
         raise InvalidInput({"role": [f"Choose one of: {', '.join(Membership.Role.values)}."]})
-    membership = Membership.objects.select_for_update().select_related("user").get(pk=membership_id)
+    membership = Membership.objects.select_for_update(of=("self",)).select_related("user").get(pk=membership_id)
     before = {"user": membership.user.get_username(), "role": membership.role}
     membership.role = role
     membership.save(update_fields=["role"])
@@ -184,7 +184,7 @@ def change_member_role(*, membership_id: int, role: str, actor: User) -> Members
 @transaction.atomic
 def remove_member(*, membership_id: int, actor: User) -> None:
     _require_staff(actor)
-    membership = Membership.objects.select_for_update().select_related("user").get(pk=membership_id)
+    membership = Membership.objects.select_for_update(of=("self",)).select_related("user").get(pk=membership_id)
     record_audit_event(
         actor=actor,
         verb="remove_member",
@@ -201,14 +201,36 @@ def hash_token(raw: str) -> str:
 
 @transaction.atomic
 def create_api_token(
-    *, user: User, name: str, scope: str, expires_at: datetime | None, actor: User
+    *,
+    user: User,
+    name: str,
+    scope: str,
+    expires_at: datetime | None,
+    actor: User,
+    via_token: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
-    """Create a token for `user` and return it with its secret, which is never stored or shown again."""
+    """Create a token for `user` and return it with its secret, which is never stored or shown again.
+
+    `via_token` is the API token the request came with, if any: a token cannot mint a token with a wider scope or
+    a longer life than its own (otherwise a leaked short-lived token buys a permanent one). Without an expiry, the
+    new token expires with the one that made it.
+    """
     if actor.pk != user.pk:
         raise NotAllowed("You can only create tokens for yourself.")
     errors: dict[str, list[str]] = {}
     if scope not in ApiToken.Scope.values:
         errors["scope"] = [f"Choose one of: {', '.join(ApiToken.Scope.values)}."]
+    if via_token is not None:
+        if scope == ApiToken.Scope.WRITE and via_token.scope != ApiToken.Scope.WRITE:
+            errors["scope"] = ["A read-only token cannot create a token that writes."]
+        if via_token.expires_at is not None:
+            if expires_at is None:
+                expires_at = via_token.expires_at
+            elif expires_at > via_token.expires_at:
+                errors["expires_at"] = [
+                    "A token cannot create one that outlives it: choose an expiry no later than "
+                    f"{via_token.expires_at:%Y-%m-%d %H:%M} UTC."
+                ]
     if expires_at is not None and expires_at <= timezone.now():
         errors["expires_at"] = ["The expiry must be in the future."]
     if not name.strip():
@@ -224,7 +246,13 @@ def create_api_token(
         actor=actor,
         verb="create_token",
         obj=token,
-        after={"name": token.name, "prefix": prefix, "scope": scope, "expires_at": _iso(expires_at)},
+        after={
+            "name": token.name,
+            "prefix": prefix,
+            "scope": scope,
+            "expires_at": _iso(expires_at),
+            "made_with_token": via_token.prefix if via_token is not None else None,
+        },
     )
     return token, raw
 
@@ -232,7 +260,7 @@ def create_api_token(
 @transaction.atomic
 def revoke_api_token(*, token_id: int, actor: User) -> ApiToken:
     """Revoke one of the actor's own tokens; revoking twice is a no-op."""
-    token = ApiToken.objects.select_for_update().get(pk=token_id, user_id=actor.pk)
+    token = ApiToken.objects.select_for_update(no_key=True, of=("self",)).get(pk=token_id, user_id=actor.pk)
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
@@ -242,3 +270,20 @@ def revoke_api_token(*, token_id: int, actor: User) -> ApiToken:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+@transaction.atomic
+def record_login_lockout(*, kind: str, username: str, address: str, seconds: int) -> AuditEvent:
+    """Audit that sign-in was locked for an account or an address after too many failures (tenants/throttling.py).
+
+    No actor: nobody signed in. The subject is the username typed (it may name no user) or the address."""
+    subject = username if kind == "account" else address
+    return AuditEvent.objects.create(
+        actor=None,
+        actor_name=SYSTEM_ACTOR,
+        tenant=None,
+        verb="lock_out_login",
+        object_type="login",
+        object_id=f"{kind}:{subject}"[:64],
+        after={"kind": kind, "username": username[:150], "address": address, "seconds": seconds},
+    )

@@ -1,4 +1,11 @@
-"""One locking function per model; rows are always locked in this order: allocation, then quota.
+"""One locking function per model; rows are always locked in this order: allocation (or quota change), then
+pool, then quota.
+
+Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
+`select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key
+checks take. A plain `FOR UPDATE` here once locked the tenant and pool rows behind an allocation; a request being
+created (holding its quota row, inserting a row that references that tenant) then waited for the approver, who
+waited for the quota row: a deadlock (issue 9).
 
 `select_for_update` is a no-op on SQLite (the demo), which serialises writers anyway.
 """
@@ -9,17 +16,30 @@ from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
 
 
 def lock_allocation(*, allocation_id: int) -> Allocation:
-    return Allocation.objects.select_for_update().select_related("tenant", "pool").get(pk=allocation_id)
+    return (
+        Allocation.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant", "pool")
+        .get(pk=allocation_id)
+    )
 
 
 def lock_quota(*, tenant_id: int, pool_id: int) -> Quota | None:
-    return Quota.objects.select_for_update().filter(tenant_id=tenant_id, pool_id=pool_id).order_by("pk").first()
+    return (
+        Quota.objects.select_for_update(no_key=True, of=("self",))
+        .filter(tenant_id=tenant_id, pool_id=pool_id)
+        .order_by("pk")
+        .first()
+    )
 
 
 def lock_quota_change(*, change_id: int) -> QuotaChangeRequest:
-    return QuotaChangeRequest.objects.select_for_update().select_related("tenant", "pool").get(pk=change_id)
+    return (
+        QuotaChangeRequest.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant", "pool")
+        .get(pk=change_id)
+    )
 
 
 def lock_pool(*, pool_id: int) -> NodePool:
     """Serialises placement decisions in one pool, so two workers never pick the same slots."""
-    return NodePool.objects.select_for_update().get(pk=pool_id)
+    return NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)

@@ -82,7 +82,7 @@ def update_node_pool(
 ) -> NodePool:
     """Rename a pool or change which profiles it offers (running slices are not affected)."""
     _require_staff(actor)
-    pool = NodePool.objects.select_for_update().get(pk=pool_id)
+    pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
     before = {"name": pool.name, "profiles": pool.profiles, "description": pool.description}
     if name is not None:
         pool.name = name

@@ -25,16 +25,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from allocations import kube
 from allocations.models import Allocation, Node
 from allocations.services import cluster_placements, kube_sync
 from allocations.services.locks import lock_allocation, lock_pool
+from allocations.services.requeue import StuckAfter, requeue_stuck_requests
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -91,7 +90,10 @@ def reconcile_cluster() -> ReconcileReport:
         kube.delete_steering(allocation_uuid)  # left by a worker that died between activation and cleanup
         report.steering_deleted.append(allocation_uuid)
 
-    _requeue_stuck(report)
+    waiting_limit = timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S) + STUCK_APPROVED
+    report.requeued = requeue_stuck_requests(
+        stuck_after=StuckAfter(approved=STUCK_APPROVED, provisioning=waiting_limit, releasing=STUCK_APPROVED)
+    )
     return report
 
 
@@ -106,7 +108,7 @@ def _sync_node_states(cluster_nodes: set[str], report: ReconcileReport) -> None:
 
 @transaction.atomic
 def _set_node_state(node_id: int, state: str) -> None:
-    node = Node.objects.select_for_update().get(pk=node_id)
+    node = Node.objects.select_for_update(no_key=True, of=("self",)).get(pk=node_id)
     lock_pool(pool_id=node.pool_id)  # placement reads node states under this lock
     before = node.state
     node.state = state
@@ -197,22 +199,3 @@ def _allocation_ids_named(name: str) -> list[int]:
     if not name.startswith(prefix):
         return []
     return list(Allocation.objects.filter(uuid=name.removeprefix(prefix)).values_list("pk", flat=True))
-
-
-def _requeue_stuck(report: ReconcileReport) -> None:
-    from allocations import tasks
-
-    now = timezone.now()
-    approved = Allocation.objects.filter(status=Status.APPROVED, updated_at__lt=now - STUCK_APPROVED)
-    waiting = timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S) + STUCK_APPROVED
-    provisioning = Allocation.objects.filter(status=Status.PROVISIONING, updated_at__lt=now - waiting)
-    releasing = Allocation.objects.filter(status=Status.RELEASING, updated_at__lt=now - STUCK_APPROVED)
-    for pk in approved.values_list("pk", flat=True):
-        transaction.on_commit(partial(tasks.provision_allocation_task.delay, pk))
-        report.requeued.append(pk)
-    for pk in provisioning.values_list("pk", flat=True):
-        transaction.on_commit(partial(tasks.await_claim_allocation_task.delay, pk))
-        report.requeued.append(pk)
-    for pk in releasing.values_list("pk", flat=True):
-        transaction.on_commit(partial(tasks.teardown_allocation_task.delay, pk))
-        report.requeued.append(pk)

@@ -30,13 +30,13 @@ import argparse
 import atexit
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         **os.environ,
         "DATABASE_URL": database_url,
         "DEBUG": "False",
-        "SECRET_KEY": f"bench-{uuid.uuid4().hex}",
+        "SECRET_KEY": secrets.token_urlsafe(50),
         "CELERY_BROKER_URL": broker,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "FATIA_DATA_DIR": str(data_dir),

@@ -46,12 +46,16 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" !=
   log "building the virtualenv in $VENV"
   python3 -m venv "$VENV"
   PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q -e ".[dev]" >"$CACHE/pip-install.log" 2>&1 ||
+  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q -e ".[dev]" --config-settings editable_mode=compat \
+    >"$CACHE/pip-install.log" 2>&1 ||
     { cat "$CACHE/pip-install.log"; exit 1; }
   echo "$stamp" >"$VENV/.fatia-stamp"
 else
-  # The editable install points at whichever checkout ran last; point it at this one.
-  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$CACHE/pip-editable.log" 2>&1 ||
+  # The editable install points at whichever checkout ran last; point it at this one. "compat" mode is a plain
+  # path entry, which the checkout the tests run from comes before; the default mode's import hook would serve
+  # another checkout's modules that this one lacks.
+  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . \
+    --config-settings editable_mode=compat >"$CACHE/pip-editable.log" 2>&1 ||
     { cat "$CACHE/pip-editable.log"; exit 1; }
 fi
 export PATH="$VENV/bin:$PATH"
@@ -99,7 +103,10 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break;
 
 export DATABASE_URL="postgres://fatia@127.0.0.1:$PG_PORT/fatia"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
-export SECRET_KEY="test-secret-$(date +%s)-$$"
+SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')
+export SECRET_KEY
+# Throttle counters and sign-in lockouts are shared through Redis, as in production (database 1; Celery uses 0).
+export CACHE_URL="redis://127.0.0.1:$REDIS_PORT/1"
 export DEBUG=False
 export ALLOWED_HOSTS="localhost,127.0.0.1,testserver"
 export FATIA_DATA_DIR="$RUN_DIR/data"

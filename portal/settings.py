@@ -70,6 +70,13 @@ if not DEBUG:
 
 # The demo key only ever exists with DEBUG on (checked above).
 SECRET_KEY = _secret or "demo-only-insecure-key-never-used-with-debug-off"
+# Django's own rule for a strong key (its security.W009 check): 50 characters or more, 5 different or more, not a
+# key Django generated for a development project. A weak key signs sessions and CSRF tokens anyone could forge.
+if not DEBUG and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-")):
+    raise ImproperlyConfigured(
+        "DEBUG is off and SECRET_KEY is too weak: use 50 or more random characters, e.g. the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+    )
 
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -86,6 +93,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "tenants",
     "allocations",
 ]
@@ -98,7 +106,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "tenants.middleware.RejectNulBytesMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -138,6 +148,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Django's model backend, refusing accounts and addresses locked out after failed sign-ins (tenants/signin.py).
+AUTHENTICATION_BACKENDS = ["tenants.signin.LockoutModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -158,6 +170,79 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 
+# HTTPS. Off unless set, because where TLS ends decides them: behind an ingress that terminates TLS, set
+# SECURE_PROXY_SSL_HEADER to the header it adds ("X-Forwarded-Proto: https") or the redirect loops for ever.
+# `manage.py check --deploy` names any that production still lacks (README, "Running in production").
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Kubernetes probes call the pod over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+
+
+def proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """ "X-Forwarded-Proto: https" -> ("HTTP_X_FORWARDED_PROTO", "https"), the form Django wants."""
+    if not raw:
+        return None
+    name, sep, value = raw.partition(":")
+    if not sep or not name.strip() or not value.strip():
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https', not {raw!r}")
+    return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip()
+
+
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp). Scripts only from our own static files (no inline code anywhere: pages keep
+# their data in json_script blocks); inline style attributes are allowed because the dashboard positions MIG slots
+# with them. Swagger UI and ReDoc are served from the installed sidecar package; ReDoc's search runs in a blob: worker.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "worker-src": ["'self'", "blob:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Shared state between processes (API throttles, login lockouts, the dashboard's version cache): Redis in
+# production (CACHE_URL, e.g. redis://redis:6379/1); without it each process counts on its own (fine for the demo;
+# `manage.py check` warns otherwise, tenants/checks.py).
+CACHE_URL = env_secret("CACHE_URL")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
+# Throttling (tenants/throttling.py). API: requests per user (all of a user's tokens and sessions together), per
+# token, and per client address for anonymous calls; 429 with Retry-After. Sign-in: after this many failures in
+# the window, an account (or an address) must wait out the window; the lockout is audited.
+FATIA_THROTTLE_ENABLED = env_bool("FATIA_THROTTLE_ENABLED", True)
+FATIA_THROTTLE_RATES = {
+    "user": os.environ.get("FATIA_THROTTLE_RATE_USER", "1200/min"),
+    "token": os.environ.get("FATIA_THROTTLE_RATE_TOKEN", "600/min"),
+    "anon": os.environ.get("FATIA_THROTTLE_RATE_ANON", "120/min"),
+}
+FATIA_LOGIN_FAILURES_PER_ACCOUNT = env_int("FATIA_LOGIN_FAILURES_PER_ACCOUNT", 5)
+FATIA_LOGIN_FAILURES_PER_ADDRESS = env_int("FATIA_LOGIN_FAILURES_PER_ADDRESS", 20)
+FATIA_LOGIN_LOCKOUT_S = env_int("FATIA_LOGIN_LOCKOUT_S", 900)
+# How many reverse proxies (ingress, load balancer) add themselves to X-Forwarded-For in front of the portal;
+# 0 trusts only the connection's own address.
+FATIA_NUM_PROXIES = env_int("FATIA_NUM_PROXIES", 0)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.ApiTokenAuthentication",
@@ -169,10 +254,25 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_FILTER_BACKENDS": [
         "tenants.api.filters.FilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "tenants.api.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "tenants.api.pagination.StandardPagination",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": [
+        "tenants.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": (
+        [
+            "tenants.throttling.UserRateThrottle",
+            "tenants.throttling.TokenRateThrottle",
+            "tenants.throttling.AnonRateThrottle",
+        ]
+        if FATIA_THROTTLE_ENABLED
+        else []
+    ),
+    "NUM_PROXIES": FATIA_NUM_PROXIES,
+    "DEFAULT_SCHEMA_CLASS": "tenants.api.schema.FatiaAutoSchema",
     "EXCEPTION_HANDLER": "tenants.api.exception_handler.handle_api_exception",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
     + (["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),

@@ -9,4 +9,6 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the OpenAPI description of token authentication with drf-spectacular.
+        # Connects the sign-in failure counters to Django's auth signals; registers fatia's system checks.
+        from tenants import checks, signin  # noqa: F401
         from tenants.api import schema  # noqa: F401

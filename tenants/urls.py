@@ -4,9 +4,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from tenants import views
+from tenants.signin import SignInView
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="tokens-revoke"),

@@ -38,6 +38,14 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture(autouse=True)
+def empty_cache() -> None:
+    """Throttle counters and sign-in lockouts live in the shared cache (Redis): each test starts without any."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     """PBKDF2's deliberate slowness costs half a second per user; tests do not need it."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+STRONG_SECRET = "k3y-" + "0123456789abcdefghijklmnopqrstuvwxyz" * 2  # 76 characters, 37 different
 BOOT = "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); print('ok')"
 
 
@@ -15,6 +16,7 @@ def boot(**env: str) -> subprocess.CompletedProcess[str]:
     clean = {
         k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "DEBUG"}
     }
+    clean = {k: v for k, v in clean.items() if not k.startswith(("SECURE_", "CACHE_URL"))}
     return subprocess.run(
         [sys.executable, "-c", BOOT], env={**clean, **env}, capture_output=True, text=True, check=False
     )
@@ -33,7 +35,7 @@ def test_it_names_every_missing_setting():
 
 def test_it_starts_with_debug_off_when_everything_is_set(tmp_path):
     secret_file = tmp_path / "secret"
-    secret_file.write_text("from-a-file\n")
+    secret_file.write_text(STRONG_SECRET + "\n")
     result = boot(
         DEBUG="False",
         SECRET_KEY_FILE=str(secret_file),
@@ -52,3 +54,75 @@ def test_a_boolean_must_be_spelled_true_or_false(value):
 
 def test_the_demo_starts_with_debug_on_and_nothing_else():
     assert boot(DEBUG="True").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["short-but-secret", "a" * 60, "django-insecure-" + "x1y2z3" * 10],
+    ids=["short", "one-character", "django-development-key"],
+)
+def test_it_refuses_a_weak_secret_key_with_debug_off(secret):
+    # given / when (issue 9)
+    result = boot(
+        DEBUG="False", SECRET_KEY=secret, DATABASE_URL="postgres://x@127.0.0.1/x", CELERY_BROKER_URL="redis://x/0"
+    )
+    # then
+    assert result.returncode == 1
+    assert "DEBUG is off and SECRET_KEY is too weak: use 50 or more random characters" in result.stderr
+
+
+PRODUCTION = {
+    "DEBUG": "False",
+    "SECRET_KEY": STRONG_SECRET,
+    "DATABASE_URL": "postgres://fatia@127.0.0.1:5432/fatia",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "CACHE_URL": "redis://127.0.0.1:6379/1",
+    "ALLOWED_HOSTS": "fatia.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://fatia.example.com",
+    "SECURE_SSL_REDIRECT": "True",
+    "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "True",
+    "SECURE_HSTS_PRELOAD": "True",
+}
+
+
+def check_deploy(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION and not k.startswith("SECURE_")}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_production_settings_pass_djangos_deployment_checks():
+    # when (issue 9)
+    result = check_deploy(**PRODUCTION)
+    # then
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "System check identified no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("missing", "check_id"),
+    [
+        ("SECURE_HSTS_SECONDS", "security.W004"),
+        ("SECURE_SSL_REDIRECT", "security.W008"),
+        ("CACHE_URL", "fatia.W001"),
+    ],
+)
+def test_the_deployment_checks_name_each_production_setting_left_out(missing, check_id):
+    # when
+    result = check_deploy(**{k: v for k, v in PRODUCTION.items() if k != missing})
+    # then
+    assert result.returncode == 1
+    assert check_id in result.stderr
+
+
+def test_a_malformed_proxy_ssl_header_is_refused():
+    result = boot(**{**PRODUCTION, "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"})
+    assert result.returncode == 1
+    assert "SECURE_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https'" in result.stderr

@@ -1,32 +1,48 @@
+"""Query-string filters of the allocations app's list endpoints (shared pieces and the tenant rule:
+tenants/api/filters.py)."""
+
 from __future__ import annotations
 
 import django_filters
 
-from allocations.models import Allocation, QuotaChangeRequest
+from allocations.models import Allocation, Quota, QuotaChangeRequest
+from tenants.api.filters import UtcIsoDateTimeFilter, tenant_filter
 from tenants.models import AuditEvent
 
 
 class AllocationFilter(django_filters.FilterSet):
+    tenant = tenant_filter()
     status = django_filters.MultipleChoiceFilter(choices=Allocation.Status.choices)
     requested_by = django_filters.CharFilter(field_name="requested_by__username")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Allocation
         fields = ["status", "tenant", "pool", "profile", "requested_by"]
 
 
+class QuotaFilter(django_filters.FilterSet):
+    tenant = tenant_filter()
+
+    class Meta:
+        model = Quota
+        fields = ["tenant", "pool"]
+
+
 class QuotaChangeFilter(django_filters.FilterSet):
+    tenant = tenant_filter()
+
     class Meta:
         model = QuotaChangeRequest
         fields = ["status", "tenant", "pool"]
 
 
 class AuditEventFilter(django_filters.FilterSet):
+    tenant = tenant_filter()
     actor = django_filters.CharFilter(field_name="actor_name")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

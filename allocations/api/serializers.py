@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from allocations.costs import gpu_equivalents, gpu_model_for
@@ -87,7 +88,7 @@ class QuotaSetSerializer(serializers.Serializer[Any]):
 
 class QuotaChangeSerializer(serializers.ModelSerializer[QuotaChangeRequest]):
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
-    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = QuotaChangeRequest
@@ -310,11 +311,28 @@ class AllocationDetailSerializer(AllocationSerializer):
         return AuditEventSerializer(allocation_timeline(allocation), many=True).data  # type: ignore[return-value]
 
 
+COUNT_MESSAGE = f"Ask for between 1 and {settings.FATIA_MAX_SLICES_PER_REQUEST} slices."
+# The longest lease any tenant may allow (tenants.models.Tenant.max_lease_hours).
+MAX_LEASE_HOURS = 24 * 365
+
+
 class AllocationCreateSerializer(serializers.Serializer[Any]):
     tenant = serializers.IntegerField(min_value=1, required=False)
     pool = serializers.IntegerField(min_value=1)
     profile = serializers.CharField(max_length=32)
-    # Ranges are checked by the service, whose messages say what the tenant's policy allows.
-    count = serializers.IntegerField(help_text="Between 1 and FATIA_MAX_SLICES_PER_REQUEST (56 by default).")
-    lease_hours = serializers.IntegerField(help_text="Between 1 and the tenant's max_lease_hours.")
+    # The schema states the ranges; the messages say what the tenant's policy allows, as the service's do.
+    count = serializers.IntegerField(
+        min_value=1,
+        max_value=settings.FATIA_MAX_SLICES_PER_REQUEST,
+        error_messages={
+            "min_value": COUNT_MESSAGE,
+            "max_value": COUNT_MESSAGE,
+        },
+        help_text="Between 1 and FATIA_MAX_SLICES_PER_REQUEST (56 by default).",
+    )
+    lease_hours = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_LEASE_HOURS,
+        help_text="Between 1 and the tenant's max_lease_hours (at most a year).",
+    )
     purpose = serializers.CharField(max_length=500)

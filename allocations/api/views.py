@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from allocations import selectors, services
 from allocations.api import serializers as s
-from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaChangeFilter
+from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaChangeFilter, QuotaFilter
 from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from tenants.api.auth import acting_user
@@ -31,7 +31,8 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     name="Idempotency-Key",
     location=OpenApiParameter.HEADER,
     required=False,
-    description="Repeat a create safely: the same key returns the first result (200) instead of a new one.",
+    description="Repeat a create safely: the same key returns the first result (200) instead of a new one. "
+    "1 to 128 printable ASCII characters.",
 )
 
 
@@ -39,8 +40,9 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return None
-    if not 1 <= len(key) <= 128:
-        raise InvalidInput({"Idempotency-Key": ["Use 1 to 128 characters."]})
+    # Printable ASCII only: the key is stored and compared as text, and PostgreSQL refuses a NUL in it.
+    if not 1 <= len(key) <= 128 or not all(" " <= ch <= "~" for ch in key):
+        raise InvalidInput({"Idempotency-Key": ["Use 1 to 128 printable ASCII characters."]})
     return key
 
 
@@ -85,6 +87,7 @@ class PoolViewSet(
     serializer_class = s.PoolSerializer
     permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdminOrReadOnly]
     filterset_fields = ["gpu_model", "slug"]
+    ordering_fields = ["name", "created_at"]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     @extend_schema(request=s.PoolCreateSerializer, responses={201: s.PoolSerializer})
@@ -114,7 +117,8 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
     """Quota balances per tenant and pool; platform admins set limits with POST (an upsert)."""
 
     serializer_class = s.BalanceSerializer  # type: ignore[assignment]  # serializes Balance rows, not Quota
-    filterset_fields = ["tenant", "pool"]
+    filterset_class = QuotaFilter
+    ordering_fields = ["tenant", "pool", "updated_at"]
 
     def get_queryset(self) -> QuerySet[Quota]:
         return Quota.objects.for_user(self.request.user).select_related("tenant", "pool")
@@ -152,6 +156,7 @@ class QuotaChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     serializer_class = s.QuotaChangeSerializer
     filterset_class = QuotaChangeFilter
+    ordering_fields = ["created_at", "status"]
 
     def get_queryset(self) -> QuerySet[QuotaChangeRequest]:
         return QuotaChangeRequest.objects.for_user(self.request.user).select_related("requested_by", "decided_by")
@@ -293,6 +298,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
 
     serializer_class = s.AuditEventSerializer
     filterset_class = AuditEventFilter
+    ordering_fields = ["created_at"]
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
         return AuditEvent.objects.for_user(self.request.user)

@@ -66,7 +66,13 @@ class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
 class ApiTokenCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     scope = serializers.ChoiceField(choices=ApiToken.Scope.choices)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="When the token stops working; none: never. Made with an expiring token: at most (and by default)"
+        " that token's expiry.",
+    )
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):

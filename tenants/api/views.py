@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from tenants import services
 from tenants.api import serializers as s
 from tenants.api.auth import acting_user
+from tenants.api.filters import MembershipFilter
 from tenants.errors import InvalidInput
 from tenants.models import ApiToken, Membership, Tenant
 
@@ -23,6 +24,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 
     serializer_class = s.TenantSerializer
     filterset_fields = ["slug"]
+    ordering_fields = ["name", "created_at"]
 
     def get_queryset(self) -> QuerySet[Tenant]:
         return Tenant.objects.for_user(self.request.user)
@@ -47,7 +49,8 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     """Members of your tenants. Platform admins add, re-role and remove members."""
 
     serializer_class = s.MembershipSerializer
-    filterset_fields = ["tenant", "role"]
+    filterset_class = MembershipFilter
+    ordering_fields = ["created_at"]
 
     def get_queryset(self) -> QuerySet[Membership]:
         return Membership.objects.for_user(self.request.user).select_related("user")
@@ -95,7 +98,10 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         data = s.ApiTokenCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         token, raw = services.create_api_token(
-            user=acting_user(request), actor=acting_user(request), **data.validated_data
+            user=acting_user(request),
+            actor=acting_user(request),
+            via_token=request.auth if isinstance(request.auth, ApiToken) else None,
+            **data.validated_data,
         )
         body: dict[str, Any] = dict(s.ApiTokenSerializer(token).data)
         body["token"] = raw

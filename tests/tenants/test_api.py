@@ -221,11 +221,14 @@ def test_expired_and_garbage_tokens_are_refused(world: World):
     ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     client = world.client(None)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    assert client.get("/api/v1/me/").json() == {"detail": "This API token has expired."}
+    assert client.get("/api/v1/me/").json() == {
+        "code": "authentication_failed",
+        "detail": "This API token has expired.",
+    }
     client.credentials(HTTP_AUTHORIZATION="Bearer fatia_nope_nope")
     assert client.get("/api/v1/me/").status_code == 401
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw[:-1]}x")
-    assert client.get("/api/v1/me/").json() == {"detail": "Invalid API token."}
+    assert client.get("/api/v1/me/").json() == {"code": "authentication_failed", "detail": "Invalid API token."}
 
 
 def test_a_write_token_skips_csrf_but_a_session_needs_it(world: World):

@@ -175,7 +175,8 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
 def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
     def limits(values: dict[str, Any]) -> str:
         caps = values.get("profile_caps") or {}
-        capped = f" (caps: {', '.join(f'{k} ≤ {v}' for k, v in caps.items())})" if isinstance(caps, dict) and caps else ""
+        listed = ", ".join(f"{k} ≤ {v}" for k, v in caps.items()) if isinstance(caps, dict) else ""
+        capped = f" (caps: {listed})" if listed else ""
         return (
             f"{values.get('compute_slices_limit', '?')} compute slices and "
             f"{values.get('memory_slices_limit', '?')} memory slots{capped}"

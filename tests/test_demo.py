@@ -43,7 +43,9 @@ URL = re.compile(r"https?://[^\s\"'<>)]+")
 )
 def test_make_demo_passes_the_port_to_the_demo_script(args: list[str], command: str):
     # when
-    result = subprocess.run(["make", "-n", "demo", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    make = shutil.which("make")
+    assert make is not None
+    result = subprocess.run([make, "-n", "demo", *args], cwd=ROOT, capture_output=True, text=True, check=True)
     # then
     assert result.stdout.strip() == command
 
@@ -139,7 +141,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
     env.update(FATIA_CACHE=str(Path(sys.executable).parents[2]), FATIA_DATA_DIR=str(tmp_path / "data"))
     with log.open("w") as out:
         process = subprocess.Popen(
-            ["bash", "deploy/demo.sh", f"127.0.0.1:{port}"],
+            [shutil.which("bash") or "/bin/bash", "deploy/demo.sh", f"127.0.0.1:{port}"],
             cwd=ROOT,
             env=env,
             stdout=out,

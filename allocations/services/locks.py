@@ -27,4 +27,4 @@ def lock_pool(*, pool_id: int) -> NodePool:
 
 def lock_lease_extension(*, extension_id: int) -> LeaseExtension:
     """Lock one lease extension. Callers hold its allocation's lock first (allocation, then extension)."""
-    return LeaseExtension.objects.select_for_update().get(pk=extension_id)
+    return LeaseExtension.objects.select_for_update(no_key=True, of=("self",)).get(pk=extension_id)

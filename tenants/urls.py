@@ -7,6 +7,7 @@ from tenants import views
 
 urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
+    path("api/v1/redoc/redoc.standalone.js", views.redoc_bundle, name="redoc-bundle"),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.tokens, name="tokens"),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.contrib.staticfiles import finders
 from django.core.management.base import CommandError
 from django.test import Client
 
@@ -102,8 +103,21 @@ def test_redoc_references_nothing_outside_the_site(world: World):
     # then
     assert URL.findall(html) == []
     assert '<redoc spec-url="/api/v1/schema/"' in html
-    assert '<script src="/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"></script>' in html
+    assert '<script src="/api/v1/redoc/redoc.standalone.js"></script>' in html
     assert "<script>" not in html  # nothing inline: the Content-Security-Policy allows only the site's scripts
+
+
+def test_the_redoc_bundle_is_the_installed_one_without_the_logo_from_the_cdn(db: None):
+    # when
+    response = Client().get("/api/v1/redoc/redoc.standalone.js")
+    # then
+    installed = finders.find("drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")
+    assert isinstance(installed, str)
+    original = Path(installed).read_bytes()
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/javascript; charset=utf-8"
+    assert original.count(b"https://cdn.redoc.ly") == 1  # the logo; anything new from their CDN shows here
+    assert response.content == original.replace(b"https://cdn.redoc.ly/redoc/logo-mini.svg", b"data:,")
 
 
 def test_a_missing_page_is_the_portals_own_404_page(world: World):

@@ -174,3 +174,20 @@ def test_the_timeline_reads_as_sentences(world: World, signed_in, screenshot):
     expect(items.nth(3)).to_contain_text("alice extended the lease by 8 h to 16 h, until ")
     page.locator("#timeline-title").scroll_into_view_if_needed()
     shoot(page, screenshot, "request-timeline")
+
+
+def test_redoc_loads_nothing_from_the_internet(world: World, signed_in, screenshot, live_server):
+    """Issue 9: ReDoc loaded web fonts from Google (and its bundle Redocly's logo from a CDN)."""
+    # given
+    page = signed_in(world.alice)
+    outside: list[str] = []
+    ours = (live_server.url, f"blob:{live_server.url}", "data:")  # the page, its worker's blob, inline data
+    page.on("request", lambda r: None if r.url.startswith(ours) else outside.append(r.url))
+    # when
+    page.goto("/api/v1/redoc/")
+    # then
+    expect(page.get_by_text("Fatia API").first).to_be_visible()
+    expect(page.get_by_text("/api/v1/allocations/").first).to_be_attached()
+    page.wait_for_timeout(500)  # the side menu's logo is added after the first render
+    assert outside == []
+    screenshot(page, "redoc-offline")

@@ -361,6 +361,7 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
         ("decided", when(a.get("decided_at"))),
         ("reason", a.get("decision_reason")),
         ("claim", a.get("claim_name")),
+        ("namespace", a.get("namespace")),
         ("active since", when(a.get("activated_at"))),
         ("lease expires", when(a.get("lease_expires_at"))),
         ("ended", when(a.get("ended_at"))),
@@ -526,13 +527,25 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     replayed = api.last_status == 200
 
     def human() -> str:
-        text = describe_allocation(allocation, full=False)
+        text = describe_allocation(allocation, full=False) + "\n" + claim_hint(allocation)
         if replayed:
             text += f"\n  (Idempotency-Key {key} was used before: this is that earlier request.)"
         return text
 
     emit(out, allocation, human)
     return EXIT_OK
+
+
+def claim_hint(a: JsonObject) -> str:
+    """Where the slices are once active: the claim and its namespace, or how to find them out later."""
+    if a.get("status") == "active" and a.get("claim_name"):
+        return (
+            f"  Claim {a['claim_name']} in namespace {a.get('namespace') or '-'}: run your pod in that namespace "
+            f"with spec.resourceClaims[].resourceClaimName: {a['claim_name']}"
+        )
+    if a.get("status") in ("pending", "approved", "provisioning"):
+        return f"  Once it is active, `fatia show {a['id']}` prints the claim name and namespace for your pod spec."
+    return "  It has no claim to use."
 
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
@@ -606,7 +619,23 @@ def cmd_release(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_extend(args: argparse.Namespace, out: Output) -> int:
-    return _transition(args, out, "extend", {"hours": args.hours})
+    """200: the extension applied and the answer is the allocation; 202: it waits for a manager and the
+    answer is the pending extension. Says which of the two happened."""
+    api = client(args)
+    answer = _not_found_is_named(args.id, lambda: api.post(_allocation_path(args.id, "extend"), {"hours": args.hours}))
+    if api.last_status == 202:
+        message = (
+            f"Extension #{answer['id']} of allocation #{answer['allocation']} by {answer['hours']} h waits for a "
+            f"manager: the whole lease would be {answer['lease_hours_after']} h, past what applies at once. "
+            f"`fatia show {answer['allocation']}` shows the lease once it is decided."
+        )
+    else:
+        message = (
+            f"Extended at once by {args.hours} h: allocation #{answer['id']} now has a "
+            f"{answer['lease_hours']} h lease, ending {when(answer.get('lease_expires_at'))}."
+        )
+    emit(out, answer, lambda: message)
+    return EXIT_OK
 
 
 def cmd_approve(args: argparse.Namespace, out: Output) -> int:
@@ -789,7 +818,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("release", cmd_release, "give an allocation's slices back")
     sub.add_argument("id", type=_positive_int)
 
-    sub = command("extend", cmd_extend, "lengthen an active lease")
+    sub = command("extend", cmd_extend, "lengthen an active lease (past the auto-approve lease, a manager decides)")
     sub.add_argument("id", type=_positive_int)
     sub.add_argument("--hours", required=True, type=_positive_int, help="hours to add")
 

@@ -203,8 +203,9 @@ class Allocation(models.Model):
     """A request for `count` MIG slices of one profile in one pool, and its whole life.
 
     PENDING -> APPROVED -> PROVISIONING -> ACTIVE -> RELEASING -> RELEASED (or EXPIRED when the
-    lease ran out); PENDING -> REJECTED; PENDING -> RELEASED (withdrawn); any live state -> FAILED.
-    Quota is held from APPROVED until the slices are gone (RELEASED, EXPIRED or FAILED).
+    lease ran out); PENDING -> REJECTED; PENDING or APPROVED -> WITHDRAWN (no slice was ever created);
+    any live state -> FAILED. Quota is held from APPROVED until the slices are gone (RELEASED, EXPIRED,
+    FAILED) or the request is withdrawn.
     `compute_slices` / `memory_slices` are the request's total cost, fixed at creation.
     """
 
@@ -215,12 +216,15 @@ class Allocation(models.Model):
         ACTIVE = "active", "Active"
         RELEASING = "releasing", "Releasing"
         RELEASED = "released", "Released"
+        # A request given up before any slice existed: its own state, so lists and counts do not call it
+        # Released (issue 9). Terminal and never quota-holding, like the other end states.
+        WITHDRAWN = "withdrawn", "Withdrawn"
         REJECTED = "rejected", "Rejected"
         EXPIRED = "expired", "Expired"
         FAILED = "failed", "Failed"
 
     QUOTA_HOLDING = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
-    TERMINAL = (Status.RELEASED, Status.REJECTED, Status.EXPIRED, Status.FAILED)
+    TERMINAL = (Status.RELEASED, Status.WITHDRAWN, Status.REJECTED, Status.EXPIRED, Status.FAILED)
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
@@ -280,6 +284,19 @@ class Allocation(models.Model):
         """Deterministic Kubernetes name for this allocation's claim and holder pod."""
         return f"mig-alloc-{self.uuid}"
 
+    @property
+    def namespace(self) -> str:
+        """The Kubernetes namespace of this allocation's claim: its tenant's."""
+        return tenant_namespace(self.tenant)
+
+
+def tenant_namespace(tenant: Tenant) -> str:
+    """A tenant's Kubernetes namespace, where its claims live: FATIA_KUBE_NAMESPACE_PREFIX + slug.
+
+    The one definition: the Kubernetes backend creates the namespace under this name, and the pages, the
+    API and the CLI tell users to put it in their pod specs."""
+    return f"{settings.FATIA_KUBE_NAMESPACE_PREFIX}{tenant.slug}"
+
 
 class SlicePlacement(models.Model):
     """Where one slice of an allocation sits: a GPU and the memory-slot range of its instance."""
@@ -299,3 +316,126 @@ class SlicePlacement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile} at {self.gpu}:{self.start}+{self.size}"
+
+
+class LeaseExtensionQuerySet(models.QuerySet["LeaseExtension"]):
+    def for_user(self, user: User | AnonymousUser) -> LeaseExtensionQuerySet:
+        """Extensions of the allocations of the user's tenants (all for staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(allocation__tenant_id__in=member_tenant_ids(user))
+
+    def managed_by(self, user: User | AnonymousUser) -> LeaseExtensionQuerySet:
+        """Extensions the user may approve or reject: their managed tenants' (all for staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(allocation__tenant_id__in=managed_tenant_ids_subquery(user))
+
+    def waiting(self) -> LeaseExtensionQuerySet:
+        """Pending extensions of leases that still run: what a manager can still decide."""
+        return self.filter(status=LeaseExtension.Status.PENDING, allocation__status=Allocation.Status.ACTIVE)
+
+
+class LeaseExtension(models.Model):
+    """A request to add `hours` to an ACTIVE allocation's lease (services/extensions.py).
+
+    Applied at once (APPROVED, `auto_approved`) while the whole lease stays within the tenant's
+    auto_approve_max_lease_hours, or when a tenant manager asks; otherwise PENDING until a manager
+    approves (the hours are added then) or rejects it. PENDING -> CANCELLED when the lease ends first.
+    Invariant: at most one PENDING extension per allocation (schema). Rows are locked after their
+    allocation's row, never before.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending approval"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        CANCELLED = "cancelled", "Cancelled (the lease ended first)"
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="extensions")
+    hours = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    auto_approved = models.BooleanField(default=False)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    # The whole lease once this extension is applied, as it stood when it was asked for / applied.
+    lease_hours_after = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = LeaseExtensionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation"],
+                condition=Q(status="pending"),
+                name="lease_extension_one_pending_per_allocation",
+                violation_error_message="An extension of this lease already waits for a manager.",
+            ),
+            models.CheckConstraint(
+                condition=Q(hours__gte=1),
+                name="lease_extension_hours_positive",
+                violation_error_message="Extend by at least one hour.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"+{self.hours} h for allocation #{self.allocation_id} ({self.status})"
+
+
+class NotificationQuerySet(models.QuerySet["Notification"]):
+    def for_user(self, user: User | AnonymousUser) -> NotificationQuerySet:
+        """The user's own notifications; nobody, staff included, reads another user's inbox."""
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(recipient_id=user.pk)
+
+    def unread(self) -> NotificationQuerySet:
+        return self.filter(read_at__isnull=True)
+
+
+class Notification(models.Model):
+    """One message in a user's in-app inbox, written in the same transaction as the event it reports
+    (services/notifications.py), so a rolled-back change never leaves a notification behind.
+
+    Unread while `read_at` is NULL; marking read only ever sets it (idempotent).
+    """
+
+    class Kind(models.TextChoices):
+        REQUEST_PENDING = "request_pending", "A request waits for approval"
+        REQUEST_DECIDED = "request_decided", "A request was decided"
+        EXTENSION_PENDING = "extension_pending", "A lease extension waits for approval"
+        EXTENSION_DECIDED = "extension_decided", "A lease extension was decided"
+        LEASE_EXPIRING = "lease_expiring", "A lease ends soon"
+        QUOTA_CHANGE_DECIDED = "quota_change_decided", "A quota change was decided"
+
+    recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    text = models.CharField(max_length=500)
+    # A path on this site that shows what the notification is about.
+    link = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NotificationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["recipient", "-created_at", "-id"], name="notification_inbox_idx"),
+            # The header's unread count on every page: a small partial index, unread rows only.
+            models.Index(fields=["recipient"], condition=Q(read_at__isnull=True), name="notification_unread_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"To {self.recipient_id}: {self.text[:40]}"

@@ -1,4 +1,5 @@
-"""Emails about requests: managers hear about requests that wait for them, requesters about decisions.
+"""Emails about requests and lease extensions: managers hear about what waits for them, requesters about
+decisions. (The in-app inbox is written by the services themselves: services/notifications.py.)
 
 Sent from Celery tasks after the change committed, so a slow mail server never holds a row lock and a
 rolled-back change never sends mail.
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
 
-from allocations.models import Allocation
+from allocations.models import Allocation, LeaseExtension
 from tenants.models import Membership
 
 
@@ -18,18 +19,20 @@ def _link(allocation: Allocation) -> str:
     return f"{settings.SITE_URL}/requests/{allocation.pk}/"
 
 
+def _manager_emails(tenant_id: int) -> list[str]:
+    return sorted(
+        User.objects.filter(memberships__tenant_id=tenant_id, memberships__role=Membership.Role.MANAGER, is_active=True)
+        .exclude(email="")
+        .values_list("email", flat=True)
+    )
+
+
 def notify_managers_of_pending_request(*, allocation_id: int) -> int:
     """Tell the tenant's managers that a request waits for them. Returns the number of recipients."""
     allocation = Allocation.objects.select_related("tenant", "pool", "requested_by").get(pk=allocation_id)
     if allocation.status != Allocation.Status.PENDING:
         return 0
-    recipients = sorted(
-        User.objects.filter(
-            memberships__tenant_id=allocation.tenant_id, memberships__role=Membership.Role.MANAGER, is_active=True
-        )
-        .exclude(email="")
-        .values_list("email", flat=True)
-    )
+    recipients = _manager_emails(allocation.tenant_id)
     if not recipients:
         return 0
     send_mail(
@@ -61,6 +64,56 @@ def notify_requester_of_decision(*, allocation_id: int) -> int:
     send_mail(
         subject=f"[Fatia] Your request #{allocation.pk} ({allocation.count} x {allocation.profile}) was {verdict}",
         message=f"Request #{allocation.pk} in {allocation.pool.name} was {verdict}.{reason}\n\n{_link(allocation)}\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[user.email],
+    )
+    return 1
+
+
+def notify_managers_of_pending_extension(*, extension_id: int) -> int:
+    """Tell the tenant's managers that a lease extension waits for them (not its requester). Returns the
+    number of recipients."""
+    extension = LeaseExtension.objects.select_related("allocation__tenant", "allocation__pool", "requested_by").get(
+        pk=extension_id
+    )
+    allocation = extension.allocation
+    if extension.status != LeaseExtension.Status.PENDING:
+        return 0
+    recipients = [e for e in _manager_emails(allocation.tenant_id) if e != extension.requested_by.email]
+    if not recipients:
+        return 0
+    send_mail(
+        subject=(
+            f"[Fatia] {extension.requested_by.get_username()} asks to extend request #{allocation.pk} "
+            f"by {extension.hours} h"
+        ),
+        message=(
+            f"The lease of request #{allocation.pk} ({allocation.count} x {allocation.profile} in "
+            f"{allocation.pool.name}, {allocation.tenant.name}) would run {extension.lease_hours_after} h in all, "
+            f"past the {allocation.tenant.auto_approve_max_lease_hours} h that apply without a manager.\n"
+            f"Purpose: {allocation.purpose}\n\n"
+            f"Approve or reject: {settings.SITE_URL}/approvals/\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+    return len(recipients)
+
+
+def notify_requester_of_extension_decision(*, extension_id: int) -> int:
+    """Tell the requester that a manager approved or rejected their lease extension."""
+    extension = LeaseExtension.objects.select_related("allocation", "requested_by").get(pk=extension_id)
+    user = extension.requested_by
+    if not user.email or extension.status not in (LeaseExtension.Status.APPROVED, LeaseExtension.Status.REJECTED):
+        return 0
+    verdict = extension.get_status_display().lower()
+    reason = f"\nReason: {extension.decision_reason}" if extension.decision_reason else ""
+    send_mail(
+        subject=f"[Fatia] Extending request #{extension.allocation_id} by {extension.hours} h was {verdict}",
+        message=(
+            f"Your lease extension of request #{extension.allocation_id} by {extension.hours} h was {verdict}.{reason}"
+            f"\n\n{_link(extension.allocation)}\n"
+        ),
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=[user.email],
     )

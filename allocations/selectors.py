@@ -7,15 +7,26 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.contrib.auth import get_user_model
+from django.db.models import Count, IntegerField, Max, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import load_catalog
 from allocations.mig.layout import geometry
 from allocations.mig.policies import stranded
-from allocations.models import Allocation, Gpu, Node, NodePool, Quota, QuotaChangeRequest, SlicePlacement
-from tenants.models import AuditEvent, Tenant, member_tenant_ids
+from allocations.models import (
+    Allocation,
+    Gpu,
+    LeaseExtension,
+    Node,
+    NodePool,
+    Notification,
+    Quota,
+    QuotaChangeRequest,
+    SlicePlacement,
+)
+from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
 if TYPE_CHECKING:
@@ -112,7 +123,7 @@ def balances_for_user(user: User, tenant_id: int | None = None) -> list[Balance]
 def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | None:
     """Why the allocation does not fit the (locked) quota right now, or None when it fits."""
     if quota is None:
-        return f"The tenant has no quota in pool {allocation.pool.slug}."
+        return f"The tenant has no quota in {allocation.pool.name}."
     free_compute = quota.compute_slices_limit - quota.compute_slices_used
     free_memory = quota.memory_slices_limit - quota.memory_slices_used
     if allocation.compute_slices > free_compute:
@@ -151,6 +162,61 @@ def quota_changes_for_user(user: User, *, pending_only: bool = False) -> list[Qu
     if pending_only:
         qs = qs.filter(status=QuotaChangeRequest.Status.PENDING)
     return list(qs)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaChangeReview:
+    """A pending quota change next to the quota it would replace, and what it would cut below usage."""
+
+    change: QuotaChangeRequest
+    current: Balance | None
+    # One sentence per dimension (or profile cap) the requested limits put below what is in use now.
+    below_usage: list[str]
+
+
+def quota_change_reviews(user: User) -> list[QuotaChangeReview]:
+    """Pending quota changes the user may see, oldest first, each with the current limits and usage of its
+    tenant in its pool. Three queries whatever the number of changes."""
+    changes = list(
+        QuotaChangeRequest.objects.for_user(user)
+        .filter(status=QuotaChangeRequest.Status.PENDING)
+        .select_related("tenant", "pool", "requested_by")
+        .order_by("created_at", "id")
+    )
+    tenant_ids = {c.tenant_id for c in changes}
+    quotas = {
+        (q.tenant_id, q.pool_id): q
+        for q in Quota.objects.filter(tenant_id__in=tenant_ids).select_related("tenant", "pool").order_by()
+    }
+    held: dict[tuple[int, int, str], int] = {
+        (row["tenant_id"], row["pool_id"], row["profile"]): row["n"]
+        for row in Allocation.objects.holding_quota()
+        .filter(tenant_id__in=tenant_ids)
+        .values("tenant_id", "pool_id", "profile")
+        .annotate(n=Sum("count"))
+        .order_by()
+    }
+    reviews = []
+    for change in changes:
+        quota = quotas.get((change.tenant_id, change.pool_id))
+        below = []
+        if quota is not None:
+            if change.compute_slices_limit < quota.compute_slices_used:
+                below.append(
+                    f"{quota.compute_slices_used} compute slices are in use; the new limit is "
+                    f"{change.compute_slices_limit}."
+                )
+            if change.memory_slices_limit < quota.memory_slices_used:
+                below.append(
+                    f"{quota.memory_slices_used} memory slots are in use; the new limit is "
+                    f"{change.memory_slices_limit}."
+                )
+        for profile, cap in sorted(change.profile_caps.items()):
+            n = held.get((change.tenant_id, change.pool_id, profile), 0)
+            if n > cap:
+                below.append(f"{n} × {profile} are held; the new cap is {cap}.")
+        reviews.append(QuotaChangeReview(change, balance_of(quota) if quota is not None else None, below))
+    return reviews
 
 
 def search_allocations(user: User, text: str) -> list[Allocation]:
@@ -210,18 +276,100 @@ class AllocationActions:
     can_extend: bool
     can_decide: bool
     extend_max_hours: int
+    # How many more hours apply without a manager (all of extend_max_hours for a manager).
+    extend_at_once_hours: int
+    # A lease extension waiting for a manager, and whether this user may decide it.
+    pending_extension: LeaseExtension | None
+    can_decide_extension: bool
 
 
 def allocation_actions(user: User, allocation: Allocation) -> AllocationActions:
     manages = can_manage_tenant(user, allocation.tenant_id)
     owner_or_manager = manages or allocation.requested_by_id == user.pk
     extend_max = max(allocation.tenant.max_lease_hours - allocation.lease_hours, 0)
+    at_once = extend_max if manages else max(allocation.tenant.auto_approve_max_lease_hours - allocation.lease_hours, 0)
+    pending = (
+        LeaseExtension.objects.waiting().filter(allocation_id=allocation.pk).select_related("requested_by").first()
+        if allocation.status == Status.ACTIVE
+        else None
+    )
     return AllocationActions(
         can_release=owner_or_manager and allocation.status in RELEASABLE,
         can_extend=owner_or_manager and allocation.status == Status.ACTIVE and extend_max > 0,
         can_decide=manages and allocation.status == Status.PENDING,
         extend_max_hours=extend_max,
+        extend_at_once_hours=min(at_once, extend_max),
+        pending_extension=pending,
+        can_decide_extension=manages and pending is not None,
     )
+
+
+def get_lease_extension_for_user(user: User, pk: int) -> LeaseExtension:
+    """The extension if the user may see its allocation; DoesNotExist (a 404) otherwise."""
+    return LeaseExtension.objects.for_user(user).select_related("allocation__tenant", "requested_by").get(pk=pk)
+
+
+def pending_extensions_for_manager(user: User) -> list[LeaseExtension]:
+    """Lease extensions the user may decide that still wait (their lease still runs), oldest first."""
+    return list(
+        LeaseExtension.objects.managed_by(user)
+        .waiting()
+        .select_related("allocation__tenant", "allocation__pool", "requested_by")
+        .order_by("created_at", "id")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NavCounts:
+    """What the header shows on every page: the manager links, unread notifications, what waits for
+    the user's decision (pending requests plus lease extensions of the tenants they manage)."""
+
+    is_manager: bool
+    unread: int
+    pending_approvals: int
+
+
+class _Count(Subquery):
+    """COUNT(*) of a queryset as a scalar subquery, so several counts travel in one SELECT."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) _counted)"
+    output_field = IntegerField()
+
+
+def nav_counts(user: User) -> NavCounts:
+    """One query whatever the data: four scalar subqueries on the user's own row. Platform admins manage
+    every tenant, so they count every tenant's pending approvals."""
+    if not user.is_authenticated:
+        return NavCounts(False, 0, 0)
+    if user.is_staff:
+        managed: QuerySet[Any] = Tenant.objects.order_by().values("pk")
+        requests = Allocation.objects.filter(status=Status.PENDING)
+        extensions = LeaseExtension.objects.waiting()
+    else:
+        managed = Membership.objects.filter(user_id=user.pk, role=Membership.Role.MANAGER).order_by().values("pk")
+        requests = Allocation.objects.managed_by(user).filter(status=Status.PENDING)
+        extensions = LeaseExtension.objects.managed_by(user).waiting()
+    row = (
+        get_user_model()
+        .objects.filter(pk=user.pk)
+        .annotate(
+            managed=_Count(managed),
+            unread=_Count(Notification.objects.for_user(user).unread().order_by().values("pk")),
+            pending=_Count(requests.order_by().values("pk")),
+            extensions=_Count(extensions.order_by().values("pk")),
+        )
+        .values("managed", "unread", "pending", "extensions")
+        .first()
+    )
+    if row is None:
+        return NavCounts(False, 0, 0)
+    is_manager = row["managed"] > 0
+    return NavCounts(is_manager, row["unread"], row["pending"] + row["extensions"] if is_manager else 0)
+
+
+def notifications_for_user(user: User) -> QuerySet[Notification]:
+    """The user's inbox, newest first."""
+    return Notification.objects.for_user(user).order_by("-created_at", "-id")
 
 
 @dataclass(frozen=True, slots=True)

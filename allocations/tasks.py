@@ -103,3 +103,13 @@ def notify_managers_task(allocation_id: int) -> None:
 @shared_task(acks_late=True, **DB_RETRY)
 def notify_requester_task(allocation_id: int) -> None:
     notifications.notify_requester_of_decision(allocation_id=allocation_id)
+
+
+@shared_task(acks_late=True)
+def notify_managers_of_extension_task(extension_id: int) -> None:
+    notifications.notify_managers_of_pending_extension(extension_id=extension_id)
+
+
+@shared_task(acks_late=True)
+def notify_requester_of_extension_task(extension_id: int) -> None:
+    notifications.notify_requester_of_extension_decision(extension_id=extension_id)

@@ -13,6 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -28,7 +29,7 @@ from allocations.forms import (
     RejectionForm,
     SetQuotaForm,
 )
-from allocations.models import Allocation, NodePool, QuotaChangeRequest
+from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
 from tenants import selectors as tenant_selectors
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
 from tenants.forms import add_service_errors
@@ -37,6 +38,28 @@ from tenants.selectors import managed_tenant_ids
 from tenants.views import redirect_back, signed_in_user, staff_required
 
 Status = Allocation.Status
+INBOX_PAGE_SIZE = 50
+WAITING_PREFIX = "Waiting for a manager: "
+
+
+def outcome_message(allocation: Allocation) -> str:
+    """What a button or form did, said from the state the request is in now (read after the commit: the
+    demo's embedded worker may already have moved it on), so the message never contradicts the badge."""
+    n = f"Request #{allocation.pk}"
+    reason = allocation.status_message.removeprefix(WAITING_PREFIX)
+    texts: dict[str, str] = {
+        Status.PENDING: f"{n} is waiting for a manager: {reason[:1].lower()}{reason[1:]}",
+        Status.APPROVED: f"{n} is approved; the slices are being set up.",
+        Status.PROVISIONING: f"{n} is approved; the cluster is setting up the slices.",
+        Status.ACTIVE: f"{n} is active: its slices are ready to use.",
+        Status.RELEASING: f"{n} is releasing its slices.",
+        Status.RELEASED: f"{n} is released: its slices are gone.",
+        Status.WITHDRAWN: f"{n} is withdrawn.",
+        Status.REJECTED: f"{n} is rejected.",
+        Status.EXPIRED: f"{n} has expired: its lease ended.",
+        Status.FAILED: f"{n} failed: {allocation.status_message}",
+    }
+    return texts.get(allocation.status, f"{n} is {allocation.get_status_display().lower()}.")
 
 
 def _allocation_or_404(user: User, allocation_id: int) -> Allocation:
@@ -99,14 +122,13 @@ def request_new(request: HttpRequest) -> HttpResponse:
         except NotAllowed as exc:
             raise PermissionDenied(exc.message) from exc
         else:
+            allocation.refresh_from_db()
             if not created:
                 messages.info(request, f"Request #{allocation.pk} was already submitted; here it is.")
-            elif allocation.status == Status.APPROVED:
-                messages.success(request, f"Request #{allocation.pk} is approved; the slices are being set up.")
+            elif allocation.status == Status.PENDING:
+                messages.info(request, outcome_message(allocation))
             else:
-                messages.info(
-                    request, f"Request #{allocation.pk} is waiting for a manager. {allocation.status_message}"
-                )
+                messages.success(request, outcome_message(allocation))
             return redirect("request-detail", allocation_id=allocation.pk)
     return render(
         request,
@@ -131,6 +153,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
         "allocations/request_detail.html",
         {
             "allocation": allocation,
+            "namespace": allocation.namespace,
             "gpu_equivalents": selectors.gpu_equivalents_of(allocation),
             "placements": selectors.placements_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
@@ -143,17 +166,19 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
 def _after_transition(
     request: HttpRequest,
     allocation: Allocation,
-    transition: Callable[[], Allocation],
-    done: Callable[[Allocation], str],
+    transition: Callable[[], object],
+    done: Callable[[Allocation], str] = outcome_message,
 ) -> HttpResponse:
-    """Run a button's service call; say how it went in a message, then go back where the button was."""
+    """Run a button's service call; say how it went in a message (from the request as it is after the
+    commit), then go back where the button was."""
     try:
-        allocation = transition()
+        transition()
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
         messages.error(request, f"Request #{allocation.pk}: {exc.message}")
     else:
+        allocation.refresh_from_db()
         messages.success(request, done(allocation))
     return redirect_back(request, fallback=reverse("request-detail", args=[allocation.pk]))
 
@@ -164,10 +189,7 @@ def request_release(request: HttpRequest, allocation_id: int) -> HttpResponse:
     user = signed_in_user(request)
     allocation = _allocation_or_404(user, allocation_id)
     return _after_transition(
-        request,
-        allocation,
-        lambda: services.release_allocation(allocation_id=allocation.pk, actor=user),
-        lambda a: f"Request #{a.pk} is {a.get_status_display().lower()}.",
+        request, allocation, lambda: services.release_allocation(allocation_id=allocation.pk, actor=user)
     )
 
 
@@ -178,12 +200,28 @@ def request_extend(request: HttpRequest, allocation_id: int) -> HttpResponse:
     allocation = _allocation_or_404(user, allocation_id)
     form = ExtendForm(request.POST)
     hours = form.cleaned_data["hours"] if form.is_valid() else 0  # the service explains a bad value
-    return _after_transition(
-        request,
-        allocation,
-        lambda: services.extend_allocation_lease(allocation_id=allocation.pk, hours=hours, actor=user),
-        lambda a: f"The lease of request #{a.pk} now runs {a.lease_hours} hours in all.",
-    )
+    try:
+        extension = services.request_lease_extension(allocation_id=allocation.pk, hours=hours, actor=user)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        messages.error(request, f"Request #{allocation.pk}: {exc.message}")
+    else:
+        allocation.refresh_from_db()
+        messages.success(request, extension_message(extension, allocation))
+    return redirect_back(request, fallback=reverse("request-detail", args=[allocation.pk]))
+
+
+def extension_message(extension: LeaseExtension, allocation: Allocation) -> str:
+    n = f"request #{allocation.pk}"
+    if extension.status == LeaseExtension.Status.PENDING:
+        return (
+            f"Extending the lease of {n} by {extension.hours} h to {extension.lease_hours_after} h needs a "
+            f"manager: past the {allocation.tenant.auto_approve_max_lease_hours} h that apply at once. "
+            "The tenant's managers are notified."
+        )
+    until = f", until {allocation.lease_expires_at:%Y-%m-%d %H:%M} UTC" if allocation.lease_expires_at else ""
+    return f"The lease of {n} is extended by {extension.hours} h to {allocation.lease_hours} h{until}."
 
 
 @login_required
@@ -194,10 +232,7 @@ def request_approve(request: HttpRequest, allocation_id: int) -> HttpResponse:
     form = DecisionForm(request.POST)
     reason = form.cleaned_data["reason"] if form.is_valid() else ""
     return _after_transition(
-        request,
-        allocation,
-        lambda: services.approve_allocation(allocation_id=allocation.pk, actor=user, reason=reason),
-        lambda a: f"Request #{a.pk} is approved; the slices are being set up.",
+        request, allocation, lambda: services.approve_allocation(allocation_id=allocation.pk, actor=user, reason=reason)
     )
 
 
@@ -209,21 +244,118 @@ def request_reject(request: HttpRequest, allocation_id: int) -> HttpResponse:
     form = RejectionForm(request.POST)
     reason = form.cleaned_data["reason"] if form.is_valid() else ""  # the service asks for a reason
     return _after_transition(
+        request, allocation, lambda: services.reject_allocation(allocation_id=allocation.pk, actor=user, reason=reason)
+    )
+
+
+def _extension_or_404(user: User, extension_id: int) -> LeaseExtension:
+    try:
+        return selectors.get_lease_extension_for_user(user, extension_id)
+    except LeaseExtension.DoesNotExist as exc:
+        raise Http404("No such lease extension.") from exc
+
+
+def _after_extension_decision(
+    request: HttpRequest, extension: LeaseExtension, decide: Callable[[], LeaseExtension]
+) -> HttpResponse:
+    allocation = extension.allocation
+    try:
+        extension = decide()
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        messages.error(request, f"Extending request #{allocation.pk}: {exc.message}")
+    else:
+        allocation.refresh_from_db()
+        if extension.status == LeaseExtension.Status.APPROVED:
+            messages.success(request, extension_message(extension, allocation))
+        else:
+            messages.success(
+                request, f"Extending the lease of request #{allocation.pk} by {extension.hours} h is rejected."
+            )
+    return redirect_back(request, fallback=reverse("request-detail", args=[allocation.pk]))
+
+
+@login_required
+@require_POST
+def extension_approve(request: HttpRequest, extension_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    extension = _extension_or_404(user, extension_id)
+    form = DecisionForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    return _after_extension_decision(
         request,
-        allocation,
-        lambda: services.reject_allocation(allocation_id=allocation.pk, actor=user, reason=reason),
-        lambda a: f"Request #{a.pk} is rejected.",
+        extension,
+        lambda: services.approve_lease_extension(extension_id=extension.pk, actor=user, reason=reason),
+    )
+
+
+@login_required
+@require_POST
+def extension_reject(request: HttpRequest, extension_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    extension = _extension_or_404(user, extension_id)
+    form = RejectionForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""  # the service asks for a reason
+    return _after_extension_decision(
+        request,
+        extension,
+        lambda: services.reject_lease_extension(extension_id=extension.pk, actor=user, reason=reason),
     )
 
 
 @login_required
 @require_GET
 def approvals(request: HttpRequest) -> HttpResponse:
-    """Pending requests of the tenants the user manages, each with its cost against remaining quota."""
+    """Pending requests and lease extensions of the tenants the user manages; each request with its cost
+    against the remaining quota."""
     user = signed_in_user(request)
     if not managed_tenant_ids(user):
         raise PermissionDenied("Only tenant managers approve requests.")
-    return render(request, "allocations/approvals.html", {"rows": selectors.pending_approvals_with_balances(user)})
+    return render(
+        request,
+        "allocations/approvals.html",
+        {
+            "rows": selectors.pending_approvals_with_balances(user),
+            "extensions": selectors.pending_extensions_for_manager(user),
+        },
+    )
+
+
+# --- Inbox --------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    """The user's own notifications, newest first, fifty to a page."""
+    user = signed_in_user(request)
+    page = Paginator(selectors.notifications_for_user(user), INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "allocations/inbox.html", {"page": page})
+
+
+@login_required
+@require_POST
+def inbox_read(request: HttpRequest, notification_id: int) -> HttpResponse:
+    """Mark one notification read (again is fine); someone else's is a 404."""
+    user = signed_in_user(request)
+    try:
+        services.mark_notification_read(notification_id=notification_id, actor=user)
+    except Notification.DoesNotExist as exc:
+        raise Http404("No such notification.") from exc
+    return redirect_back(request, fallback=reverse("inbox"))
+
+
+@login_required
+@require_POST
+def inbox_read_all(request: HttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
+    marked = services.mark_all_notifications_read(actor=user)
+    messages.success(
+        request,
+        f"{marked} notification{'s' if marked != 1 else ''} marked as read." if marked else "Nothing was unread.",
+    )
+    return redirect_back(request, fallback=reverse("inbox"))
 
 
 # --- Quotas -------------------------------------------------------------------------------------------
@@ -354,13 +486,15 @@ def manage_quotas(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def manage_quota_changes(request: HttpRequest) -> HttpResponse:
+    """Pending changes next to the current limits and usage (with a warning for a cut below usage), then
+    the decided ones."""
     user = signed_in_user(request)
     changes = selectors.quota_changes_for_user(user)
     return render(
         request,
         "allocations/manage_quota_changes.html",
         {
-            "pending": [c for c in changes if c.status == QuotaChangeRequest.Status.PENDING],
+            "reviews": selectors.quota_change_reviews(user),
             "decided": [c for c in changes if c.status != QuotaChangeRequest.Status.PENDING],
         },
     )

@@ -4,12 +4,22 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from tenants.selectors import managed_tenant_ids
+from allocations.selectors import nav_counts
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
-    """What the navigation bar needs: whether to show the manager and admin links."""
+    """What the header needs on every page: whether to show the manager and admin links, the unread
+    notifications, and how many requests and lease extensions wait for the user's decision.
+
+    One query (allocations.selectors.nav_counts) on top of the session and user that every signed-in
+    page loads anyway."""
     user = request.user
     if not user.is_authenticated:
         return {}
-    return {"nav_is_manager": bool(managed_tenant_ids(user)), "nav_is_admin": bool(user.is_staff)}
+    counts = nav_counts(user)
+    return {
+        "nav_is_manager": counts.is_manager,
+        "nav_is_admin": bool(user.is_staff),
+        "nav_unread": counts.unread,
+        "nav_pending_approvals": counts.pending_approvals,
+    }

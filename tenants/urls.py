@@ -7,6 +7,8 @@ from tenants import views
 from tenants.signin import SignInView
 
 urlpatterns = [
+    path("favicon.ico", views.favicon, name="favicon"),
+    path("api/v1/redoc/redoc.standalone.js", views.redoc_bundle, name="redoc-bundle"),
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.tokens, name="tokens"),

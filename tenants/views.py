@@ -7,18 +7,20 @@ or a status: NotAllowed is 403, a missing object (or another user's) is 404.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
+from functools import cache, wraps
+from pathlib import Path
 from typing import Concatenate, ParamSpec
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
+from django.contrib.staticfiles import finders
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.cache import never_cache
+from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tenants import selectors as tenant_selectors
@@ -71,19 +73,63 @@ def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
     return redirect(fallback)
 
 
+# --- Site icon ---------------------------------------------------------------------------------------
+
+
+@cache
+def _favicon_bytes() -> bytes:
+    found = finders.find("img/favicon.ico")
+    if not isinstance(found, str):
+        raise Http404("No icon.")
+    return Path(found).read_bytes()
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico, which browsers fetch on their own (for the API's JSON, say); pages link the SVG."""
+    return HttpResponse(_favicon_bytes(), content_type="image/x-icon")
+
+
+REDOC_BUNDLE = "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"
+# ReDoc's side menu shows Redocly's logo from their CDN, whatever its options say; an empty data: URL instead
+# loads nothing from the internet (and the CSP allows data: images). The link next to it is only a link.
+REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+
+
+@cache
+def _redoc_bundle() -> bytes:
+    found = finders.find(REDOC_BUNDLE)
+    if not isinstance(found, str):
+        raise Http404("No ReDoc bundle.")
+    return Path(found).read_bytes().replace(REDOC_LOGO.encode(), b"data:,")
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def redoc_bundle(request: HttpRequest) -> HttpResponse:
+    """The installed ReDoc bundle (drf-spectacular-sidecar), minus the one thing it fetches from the internet."""
+    return HttpResponse(_redoc_bundle(), content_type="text/javascript; charset=utf-8")
+
+
 # --- API tokens ---------------------------------------------------------------------------------------
+
+
+# The session key that carries a new token's secret from the POST to the one GET that shows it.
+NEW_TOKEN_SESSION_KEY = "fatia_new_token"  # noqa: S105 (a session key name, not a secret)
 
 
 @login_required
 @never_cache  # the response that shows a new token's secret must not be cached anywhere
 @require_http_methods(["GET", "POST"])
 def tokens(request: HttpRequest) -> HttpResponse:
+    """List and create tokens. A created token's secret travels in the session to the redirected GET,
+    which shows it once and drops it (POST-redirect-GET: reloading never creates a second token)."""
     user = signed_in_user(request)
     form = ApiTokenForm(request.POST or None)
-    created: tuple[ApiToken, str] | None = None
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.create_api_token(
+            token, secret = services.create_api_token(
                 user=user,
                 name=form.cleaned_data["name"],
                 scope=form.cleaned_data["scope"],
@@ -93,15 +139,17 @@ def tokens(request: HttpRequest) -> HttpResponse:
         except InvalidInput as exc:
             add_service_errors(form, exc, aliases={"expires_at": "expires_in_days"})
         else:
-            form = ApiTokenForm()
+            request.session[NEW_TOKEN_SESSION_KEY] = {"id": token.pk, "name": token.name, "secret": secret}
+            return redirect("tokens")
+    created = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
     return render(
         request,
         "tenants/tokens.html",
         {
             "form": form,
             "tokens": tenant_selectors.api_tokens_for_user(user),
-            "new_token": created[0] if created else None,
-            "new_secret": created[1] if created else None,
+            "new_token": created,
+            "new_secret": created["secret"] if created else None,
         },
     )
 

@@ -15,7 +15,7 @@ from django.urls import resolve
 
 from allocations import services
 from allocations.api.urls import router as allocations_router
-from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, Tenant
 from tenants.services import create_api_token
@@ -35,6 +35,7 @@ class Ids:
     pending: int
     active: int
     event: int
+    extension: int
 
 
 def objects(world: World) -> Ids:
@@ -57,6 +58,18 @@ def objects(world: World) -> Ids:
         actor=world.alice,
     )
     services.provision_allocation(allocation_id=active.pk)
+    # Another active lease with an extension past the auto-approve lease (24 h), waiting for a manager.
+    extended, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="1g.10gb",
+        count=1,
+        lease_hours=8,
+        purpose="extended",
+        actor=world.alice,
+    )
+    services.provision_allocation(allocation_id=extended.pk)
+    extension = services.request_lease_extension(allocation_id=extended.pk, hours=40, actor=world.alice)
     change, _ = services.request_quota_change(
         tenant_id=world.tenant_a.pk,
         pool_id=world.pool.pk,
@@ -78,6 +91,7 @@ def objects(world: World) -> Ids:
         pending=pending.pk,
         active=active.pk,
         event=event.pk,
+        extension=extension.pk,
     )
 
 
@@ -91,6 +105,8 @@ def snapshot() -> tuple[Any, ...]:
         list(Tenant.objects.order_by("pk").values_list("pk", "name", "max_lease_hours")),
         list(ApiToken.objects.order_by("pk").values_list("pk", "revoked_at")),
         list(NodePool.objects.order_by("pk").values_list("pk", "name", "profiles")),
+        list(LeaseExtension.objects.order_by("pk").values_list("pk", "status")),
+        list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
     )
 
 
@@ -115,6 +131,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "request": {"tenant": a, "pool": pool, "profile": "1g.10gb", "count": 1, "lease_hours": 1, "purpose": "p"},
         "reason": {"reason": "because"},
         "extend": {"hours": 2},
+        "extend-long": {"hours": 30},
         "none": {},
     }[name]
 
@@ -155,6 +172,12 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/allocations/{pending}/reject/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/release/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/extend/", "extend", (200, 200, 404, 401)),
+    # Past the auto-approve lease: a member's extension waits (202), a manager's applies (200).
+    ("post", "/api/v1/allocations/{active}/extend/", "extend-long", (202, 200, 404, 401)),
+    ("get", "/api/v1/lease-extensions/", "none", (200, 200, 200, 401)),
+    ("get", "/api/v1/lease-extensions/{extension}/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/lease-extensions/{extension}/approve/", "reason", (403, 200, 404, 401)),
+    ("post", "/api/v1/lease-extensions/{extension}/reject/", "reason", (403, 200, 404, 401)),
     ("get", "/api/v1/audit-events/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/audit-events/{event}/", "none", (404, 200, 404, 401)),
     # The schema is public: it describes the API, not anybody's data.
@@ -162,7 +185,9 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
 ]
 
 
-@pytest.mark.parametrize(("method", "template", "body", "expected"), CASES, ids=[f"{c[0]} {c[1]}" for c in CASES])
+@pytest.mark.parametrize(
+    ("method", "template", "body", "expected"), CASES, ids=[f"{c[0]} {c[1]} {c[2]}" for c in CASES]
+)
 @pytest.mark.parametrize("who", USERS)
 def test_each_route_answers_each_user_as_expected(world: World, method, template, body, expected, who):
     # given

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import django_filters
 
-from allocations.models import Allocation, Quota, QuotaChangeRequest
+from allocations.models import Allocation, LeaseExtension, Quota, QuotaChangeRequest
 from tenants.api.filters import UtcIsoDateTimeFilter, tenant_filter
 from tenants.models import AuditEvent
 
@@ -47,3 +47,13 @@ class AuditEventFilter(django_filters.FilterSet):
     class Meta:
         model = AuditEvent
         fields = ["tenant", "verb", "object_type", "object_id", "actor"]
+
+
+class LeaseExtensionFilter(django_filters.FilterSet):
+    # A number, not a choice of allocations: an id of another tenant's allocation answers like a missing one.
+    allocation = django_filters.NumberFilter(field_name="allocation_id")
+    status = django_filters.MultipleChoiceFilter(choices=LeaseExtension.Status.choices)
+
+    class Meta:
+        model = LeaseExtension
+        fields = ["allocation", "status"]

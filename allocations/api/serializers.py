@@ -9,7 +9,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from allocations.costs import gpu_equivalents, gpu_model_for
-from allocations.models import Allocation, NodePool, QuotaChangeRequest, SlicePlacement
+from allocations.models import Allocation, LeaseExtension, NodePool, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
 from tenants.models import AuditEvent
 
@@ -129,6 +129,33 @@ class RejectionSerializer(serializers.Serializer[Any]):
 
 class ExtendSerializer(serializers.Serializer[Any]):
     hours = serializers.IntegerField(min_value=1, max_value=24 * 365)
+
+
+class LeaseExtensionSerializer(serializers.ModelSerializer[LeaseExtension]):
+    """A lease extension: `approved` ones were added to the lease; `pending` ones wait for a tenant manager."""
+
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True, default=None)
+    lease_hours_after = serializers.IntegerField(
+        read_only=True, help_text="The whole lease with this extension, as it stood when it was asked for or applied."
+    )
+
+    class Meta:
+        model = LeaseExtension
+        fields = [
+            "id",
+            "allocation",
+            "hours",
+            "status",
+            "auto_approved",
+            "lease_hours_after",
+            "requested_by",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "created_at",
+        ]
+        read_only_fields = fields
 
 
 class PlacementSerializer(serializers.ModelSerializer[SlicePlacement]):
@@ -292,15 +319,19 @@ def _iso(value: datetime | None) -> str | None:
 
 
 class AllocationDetailSerializer(AllocationSerializer):
+    namespace = serializers.CharField(
+        read_only=True, help_text="The Kubernetes namespace of the claim (the tenant's): run pods that use it there."
+    )
     placements = PlacementSerializer(many=True, read_only=True)
     timeline = serializers.SerializerMethodField()
 
     class Meta(AllocationSerializer.Meta):
-        fields = [*AllocationSerializer.Meta.fields, "placements", "timeline"]
+        fields = [*AllocationSerializer.Meta.fields, "namespace", "placements", "timeline"]
         read_only_fields = fields
 
     def to_representation(self, instance: Allocation) -> dict[str, Any]:
         data = super().to_representation(instance)
+        data["namespace"] = instance.namespace
         data["placements"] = PlacementSerializer(instance.placements.all(), many=True).data
         data["timeline"] = self.get_timeline(instance)
         return data

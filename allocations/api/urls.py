@@ -9,6 +9,7 @@ router.register("pools", views.PoolViewSet, basename="pool")
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("quota-changes", views.QuotaChangeViewSet, basename="quota-change")
 router.register("allocations", views.AllocationViewSet, basename="allocation")
+router.register("lease-extensions", views.LeaseExtensionViewSet, basename="lease-extension")
 router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
 
 urlpatterns = router.urls

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
@@ -18,8 +18,14 @@ from rest_framework.response import Response
 
 from allocations import selectors, services
 from allocations.api import serializers as s
-from allocations.api.filters import AllocationFilter, AuditEventFilter, QuotaChangeFilter, QuotaFilter
-from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest, SlicePlacement
+from allocations.api.filters import (
+    AllocationFilter,
+    AuditEventFilter,
+    LeaseExtensionFilter,
+    QuotaChangeFilter,
+    QuotaFilter,
+)
+from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from tenants.api.auth import acting_user
 from tenants.api.pagination import WindowCountPagination
@@ -280,17 +286,69 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         allocation = self.get_object()
         return self._detail(services.release_allocation(allocation_id=allocation.pk, actor=acting_user(request)))
 
-    @extend_schema(request=s.ExtendSerializer, responses={200: s.AllocationDetailSerializer})
+    @extend_schema(
+        request=s.ExtendSerializer,
+        responses={
+            200: OpenApiResponse(
+                s.AllocationDetailSerializer,
+                description="Applied at once: the whole lease stays within the tenant's auto-approve lease, "
+                "or a tenant manager asked. The body is the allocation with its longer lease.",
+            ),
+            202: OpenApiResponse(
+                s.LeaseExtensionSerializer,
+                description="Past the tenant's auto-approve lease: the extension waits for a tenant manager "
+                "(GET /lease-extensions/{id}/ shows when it is decided). The body is the pending extension.",
+            ),
+        },
+    )
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk: str | None = None) -> Response:
+        """Lengthen an active lease, under the same policy as a new request."""
         allocation = self.get_object()
         data = s.ExtendSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        return self._detail(
-            services.extend_allocation_lease(
-                allocation_id=allocation.pk, actor=acting_user(request), hours=data.validated_data["hours"]
-            )
+        extension = services.request_lease_extension(
+            allocation_id=allocation.pk, actor=acting_user(request), hours=data.validated_data["hours"]
         )
+        if extension.status == LeaseExtension.Status.PENDING:
+            return Response(
+                s.LeaseExtensionSerializer(self._extension(extension.pk)).data, status=status.HTTP_202_ACCEPTED
+            )
+        return self._detail(allocation)
+
+    @staticmethod
+    def _extension(pk: int) -> LeaseExtension:
+        return LeaseExtension.objects.select_related("requested_by", "decided_by").get(pk=pk)
+
+
+class LeaseExtensionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[LeaseExtension]):
+    """Lease extensions of the user's tenants' allocations; tenant managers approve or reject pending ones."""
+
+    serializer_class = s.LeaseExtensionSerializer
+    filterset_class = LeaseExtensionFilter
+
+    def get_queryset(self) -> QuerySet[LeaseExtension]:
+        return LeaseExtension.objects.for_user(self.request.user).select_related("requested_by", "decided_by")
+
+    @extend_schema(request=s.DecisionSerializer, responses={200: s.LeaseExtensionSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Add the hours to the lease now (tenant managers)."""
+        extension = self.get_object()
+        data = s.DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.approve_lease_extension(extension_id=extension.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.LeaseExtensionSerializer(self.get_queryset().get(pk=extension.pk)).data)
+
+    @extend_schema(request=s.RejectionSerializer, responses={200: s.LeaseExtensionSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Refuse the extension with a reason; the lease stays as it is (tenant managers)."""
+        extension = self.get_object()
+        data = s.RejectionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.reject_lease_extension(extension_id=extension.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.LeaseExtensionSerializer(self.get_queryset().get(pk=extension.pk)).data)
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from allocations.services.extensions import (
+    approve_lease_extension,
+    reject_lease_extension,
+    request_lease_extension,
+)
 from allocations.services.leases import expire_due_leases, warn_expiring_leases
+from allocations.services.notifications import mark_all_notifications_read, mark_notification_read
 from allocations.services.pools import create_node_pool, register_node, update_node_pool
 from allocations.services.provisioning import finish_release, mark_allocation_failed, provision_allocation
 from allocations.services.quotas import (
@@ -13,7 +19,6 @@ from allocations.services.quotas import (
 )
 from allocations.services.requests import (
     approve_allocation,
-    extend_allocation_lease,
     reject_allocation,
     release_allocation,
     request_allocation,
@@ -21,18 +26,22 @@ from allocations.services.requests import (
 
 __all__ = [
     "approve_allocation",
+    "approve_lease_extension",
     "approve_quota_change",
     "create_node_pool",
     "expire_due_leases",
-    "extend_allocation_lease",
     "finish_release",
+    "mark_all_notifications_read",
     "mark_allocation_failed",
+    "mark_notification_read",
     "provision_allocation",
     "register_node",
     "reject_allocation",
+    "reject_lease_extension",
     "reject_quota_change",
     "release_allocation",
     "request_allocation",
+    "request_lease_extension",
     "request_quota_change",
     "set_tenant_quota",
     "update_node_pool",

@@ -23,6 +23,7 @@ from django.utils import timezone
 from allocations import kube
 from allocations.costs import gpu_model_for
 from allocations.models import Allocation, Gpu, Node, Quota
+from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, plan_slices_for_scheduler
 from allocations.services import cluster_placements
 from allocations.services.locks import lock_allocation, lock_pool
@@ -32,10 +33,6 @@ from tenants.models import Tenant
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
-
-
-def tenant_namespace(tenant: Tenant) -> str:
-    return f"{settings.FATIA_KUBE_NAMESPACE_PREFIX}{tenant.slug}"
 
 
 def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
@@ -84,7 +81,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         return mark_allocation_failed(
             allocation_id=allocation_id,
             reason=(
-                f"No room in pool {pool.slug} for {allocation.count} x {allocation.profile} right now; "
+                f"No room in {pool.name} for {allocation.count} x {allocation.profile} right now; "
                 "the quota was given back. Try fewer slices or a smaller profile."
             ),
         )

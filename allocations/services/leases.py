@@ -1,4 +1,4 @@
-"""Lease expiry and the warning email before it. Both run from Celery beat."""
+"""Lease expiry and the warning (e-mail and inbox) before it. Both run from Celery beat."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from functools import partial
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
-from allocations.models import Allocation
+from allocations.models import Allocation, Notification
+from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation
+from allocations.services.notifications import notify_users
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,7 @@ def expire_allocation(*, allocation_id: int, now: datetime) -> bool:
     allocation.end_state = Status.EXPIRED
     allocation.status_message = "The lease ended; releasing the slices."
     allocation.save(update_fields=["status", "end_state", "status_message", "updated_at"])
+    cancel_pending_extensions(allocation=allocation)
     record_audit_event(
         actor=None,
         verb="expire",
@@ -79,7 +83,8 @@ def warn_expiring_leases(*, now: datetime | None = None) -> list[int]:
 
 @transaction.atomic
 def warn_lease_expiry(*, allocation_id: int, now: datetime) -> bool:
-    """Send the warning and mark it sent in one transaction: if sending fails, the next run retries."""
+    """Send the warning (e-mail and inbox) and mark it sent in one transaction: if sending fails, the next
+    run retries."""
     allocation = lock_allocation(allocation_id=allocation_id)
     expires = allocation.lease_expires_at
     if (
@@ -108,6 +113,16 @@ def warn_lease_expiry(*, allocation_id: int, now: datetime) -> bool:
         )
     else:
         logger.info("allocation %s: requester has no email address; warning recorded only", allocation.pk)
+    notify_users(
+        recipient_ids=[user.pk],
+        kind=Notification.Kind.LEASE_EXPIRING,
+        text=(
+            f"The lease of request #{allocation.pk} ({allocation.count} × {allocation.profile} in "
+            f"{allocation.pool.name}) ends at {expires:%Y-%m-%d %H:%M} UTC. Extend or release it."
+        ),
+        link=reverse("request-detail", args=[allocation.pk]),
+        actor=None,
+    )
     allocation.expiry_warning_sent_at = now
     allocation.save(update_fields=["expiry_warning_sent_at", "updated_at"])
     record_audit_event(

@@ -12,7 +12,7 @@ waited for the quota row: a deadlock (issue 9).
 
 from __future__ import annotations
 
-from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest
 
 
 def lock_allocation(*, allocation_id: int) -> Allocation:
@@ -43,3 +43,8 @@ def lock_quota_change(*, change_id: int) -> QuotaChangeRequest:
 def lock_pool(*, pool_id: int) -> NodePool:
     """Serialises placement decisions in one pool, so two workers never pick the same slots."""
     return NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
+
+
+def lock_lease_extension(*, extension_id: int) -> LeaseExtension:
+    """Lock one lease extension. Callers hold its allocation's lock first (allocation, then extension)."""
+    return LeaseExtension.objects.select_for_update(no_key=True, of=("self",)).get(pk=extension_id)

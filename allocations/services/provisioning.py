@@ -62,7 +62,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     if slices is None:
         return _fail(
             allocation,
-            f"No room in pool {pool.slug} for {allocation.count} x {allocation.profile} right now; "
+            f"No room in {pool.name} for {allocation.count} x {allocation.profile} right now; "
             "the quota was given back. Try fewer slices or a smaller profile.",
         )
     record_placements(allocation=allocation, slices=slices)

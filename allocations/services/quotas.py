@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.urls import reverse
 from django.utils import timezone
 
-from allocations.models import Allocation, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, NodePool, Notification, Quota, QuotaChangeRequest
 from allocations.selectors import quota_shortfall
 from allocations.services.locks import lock_quota, lock_quota_change
+from allocations.services.notifications import notify_users
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed, QuotaExceeded
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant
@@ -40,7 +42,7 @@ def _checked_caps(pool: NodePool, caps: dict[str, Any] | None) -> dict[str, int]
     errors = []
     for profile, cap in caps.items():
         if profile not in pool.profiles:
-            errors.append(f"{profile!r} is not offered in pool {pool.slug}.")
+            errors.append(f"{profile!r} is not offered in {pool.name}.")
         elif not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= MAX_LIMIT:
             errors.append(f"The cap for {profile} must be a whole number from 0 to {MAX_LIMIT}.")
     if errors:
@@ -264,4 +266,16 @@ def _decide(change: QuotaChangeRequest, status: str, actor: User, reason: str) -
         tenant_id=change.tenant_id,
         before={"status": previous},
         after={"status": status, "reason": change.decision_reason},
+    )
+    reason_text = f" Reason: {change.decision_reason}" if change.decision_reason else ""
+    notify_users(
+        recipient_ids=[change.requested_by_id],
+        kind=Notification.Kind.QUOTA_CHANGE_DECIDED,
+        text=(
+            f"{actor.get_username()} {change.get_status_display().lower()} quota change #{change.pk} for "
+            f"{change.tenant.name} in {change.pool.name} ({change.compute_slices_limit} compute slices, "
+            f"{change.memory_slices_limit} memory slots).{reason_text}"
+        ),
+        link=reverse("quotas"),
+        actor=actor,
     )

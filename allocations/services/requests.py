@@ -1,23 +1,26 @@
-"""The life of a slice request on the portal side: submit, approve, reject, release, extend.
+"""The life of a slice request on the portal side: submit, approve, reject, release.
 
-Rows are locked allocation first, then quota (see services/locks.py). Kubernetes work is queued
-after commit; nothing here talks to the cluster.
+Rows are locked allocation first, then quota (see services/locks.py). Kubernetes work and e-mail are
+queued after commit; inbox notifications are written in the same transaction; nothing here talks to
+the cluster. Lease extensions are in services/extensions.py.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from allocations.costs import UnknownProfile, slice_cost
-from allocations.models import Allocation, NodePool
+from allocations.models import Allocation, NodePool, Notification
 from allocations.selectors import quota_shortfall
+from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation, lock_quota
+from allocations.services.notifications import notify_users, tenant_manager_ids
 from allocations.services.quotas import free_quota, reserve_quota
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import Tenant
@@ -59,9 +62,7 @@ def _validate_request(
     errors: dict[str, list[str]] = {}
     if profile not in pool.profiles:
         offered = ", ".join(pool.profiles)
-        errors["profile"] = [
-            f"{profile!r} is not offered in pool {pool.slug} ({pool.gpu_model}). Choose one of: {offered}."
-        ]
+        errors["profile"] = [f"{profile!r} is not offered in {pool.name} ({pool.gpu_model}). Choose one of: {offered}."]
     max_count = settings.FATIA_MAX_SLICES_PER_REQUEST
     if not 1 <= count <= max_count:
         errors["count"] = [f"Ask for between 1 and {max_count} slices."]
@@ -211,8 +212,37 @@ def _create_allocation(
         )
         _queue_provisioning(allocation.pk)
     else:
+        notify_users(
+            recipient_ids=tenant_manager_ids(tenant.pk),
+            kind=Notification.Kind.REQUEST_PENDING,
+            text=(
+                f"{actor.get_username()} asks for {count} × {profile} in {pool.name} for {tenant.name} "
+                f"({lease_hours} h): {allocation.purpose}"
+            ),
+            link=_link(allocation),
+            actor=actor,
+        )
         _queue_notification("notify_managers_task", allocation.pk)
     return allocation
+
+
+def _link(allocation: Allocation) -> str:
+    return reverse("request-detail", args=[allocation.pk])
+
+
+def _tell_requester(allocation: Allocation, actor: User, verdict: str) -> None:
+    """The requester's inbox hears a manager's decision (unless they decided it themselves)."""
+    reason = f" Reason: {allocation.decision_reason}" if allocation.decision_reason else ""
+    notify_users(
+        recipient_ids=[allocation.requested_by_id],
+        kind=Notification.Kind.REQUEST_DECIDED,
+        text=(
+            f"{actor.get_username()} {verdict} request #{allocation.pk} "
+            f"({allocation.count} × {allocation.profile} in {allocation.pool.name}).{reason}"
+        ),
+        link=_link(allocation),
+        actor=actor,
+    )
 
 
 @transaction.atomic
@@ -246,6 +276,7 @@ def approve_allocation(*, allocation_id: int, actor: User, reason: str = "") -> 
         after={"status": Status.APPROVED, "reason": allocation.decision_reason},
     )
     _queue_provisioning(allocation.pk)
+    _tell_requester(allocation, actor, "approved")
     _queue_notification("notify_requester_task", allocation.pk)
     return allocation
 
@@ -285,6 +316,7 @@ def reject_allocation(*, allocation_id: int, actor: User, reason: str) -> Alloca
         before={"status": Status.PENDING},
         after={"status": Status.REJECTED, "reason": allocation.decision_reason},
     )
+    _tell_requester(allocation, actor, "rejected")
     _queue_notification("notify_requester_task", allocation.pk)
     return allocation
 
@@ -295,9 +327,10 @@ def _may_release(actor: User, allocation: Allocation) -> bool:
 
 @transaction.atomic
 def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
-    """Give slices back. PENDING -> RELEASED (withdrawn); APPROVED -> RELEASED (nothing was built yet,
-    quota freed now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices
-    are gone). Releasing twice is a no-op. The requester, tenant managers and admins may release.
+    """Give slices back. PENDING -> WITHDRAWN; APPROVED -> WITHDRAWN (nothing was built yet, quota freed
+    now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices are gone; lease
+    extensions still waiting are cancelled). Releasing twice is a no-op. The requester, tenant managers
+    and admins may release. Locks the allocation, then the quota.
     """
     allocation = lock_allocation(allocation_id=allocation_id)
     if not _may_release(actor, allocation):
@@ -309,13 +342,14 @@ def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
     if previous in (Status.PENDING, Status.APPROVED):
         if previous == Status.APPROVED:
             free_quota(allocation=allocation)
-        allocation.status = Status.RELEASED
+        allocation.status = Status.WITHDRAWN
         allocation.ended_at = now
         allocation.status_message = "Withdrawn before any slice was created."
     elif previous in (Status.PROVISIONING, Status.ACTIVE):
         allocation.status = Status.RELEASING
         allocation.end_state = Status.RELEASED
         allocation.status_message = "Releasing: deleting the claim and its holder pod."
+        cancel_pending_extensions(allocation=allocation)
         _queue_teardown(allocation.pk)
     else:
         raise InvalidTransition(current=previous, target=Status.RELEASED)
@@ -327,39 +361,5 @@ def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
         tenant_id=allocation.tenant_id,
         before={"status": previous},
         after={"status": allocation.status},
-    )
-    return allocation
-
-
-@transaction.atomic
-def extend_allocation_lease(*, allocation_id: int, hours: int, actor: User) -> Allocation:
-    """Add `hours` to an active lease, keeping the whole lease within the tenant's maximum."""
-    allocation = lock_allocation(allocation_id=allocation_id)
-    if not _may_release(actor, allocation):
-        raise NotAllowed("Only the requester or a tenant manager can extend this lease.")
-    if allocation.status != Status.ACTIVE or allocation.lease_expires_at is None:
-        raise InvalidTransition(current=allocation.status, target="extended")
-    total = allocation.lease_hours + hours
-    if hours < 1 or total > allocation.tenant.max_lease_hours:
-        raise InvalidInput(
-            {
-                "hours": [
-                    f"The whole lease may be at most {allocation.tenant.max_lease_hours} hours "
-                    f"({allocation.lease_hours} used so far)."
-                ]
-            }
-        )
-    before = {"lease_hours": allocation.lease_hours, "lease_expires_at": allocation.lease_expires_at.isoformat()}
-    allocation.lease_hours = total
-    allocation.lease_expires_at = allocation.lease_expires_at + timedelta(hours=hours)
-    allocation.expiry_warning_sent_at = None
-    allocation.save(update_fields=["lease_hours", "lease_expires_at", "expiry_warning_sent_at", "updated_at"])
-    record_audit_event(
-        actor=actor,
-        verb="extend",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before=before,
-        after={"lease_hours": total, "lease_expires_at": allocation.lease_expires_at.isoformat()},
     )
     return allocation

@@ -66,8 +66,8 @@ def test_the_tenant_can_be_left_out_when_the_user_has_one(world: World):
 @pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
-        ({"profile": "1g.18gb"}, "profile", "'1g.18gb' is not offered in pool h100"),
-        ({"profile": "9g.1tb"}, "profile", "'9g.1tb' is not offered in pool h100"),
+        ({"profile": "1g.18gb"}, "profile", "'1g.18gb' is not offered in H100 pool"),
+        ({"profile": "9g.1tb"}, "profile", "'9g.1tb' is not offered in H100 pool"),
         ({"count": 0}, "count", "Ask for between 1 and 56 slices."),
         ({"count": 10**9}, "count", "Ask for between 1 and 56 slices."),
         ({"lease_hours": 169}, "lease_hours", "The lease must be between 1 and 168 hours for Team A."),

@@ -79,7 +79,7 @@ def test_extending_a_lease_rearms_the_warning(world: World):
     allocation = active_allocation(world, lease_hours=8)
     assert allocation.lease_expires_at is not None
     services.warn_expiring_leases(now=allocation.lease_expires_at - timedelta(hours=1))
-    services.extend_allocation_lease(allocation_id=allocation.pk, hours=8, actor=world.alice)
+    services.request_lease_extension(allocation_id=allocation.pk, hours=8, actor=world.alice)
     allocation.refresh_from_db()
     assert allocation.expiry_warning_sent_at is None
     assert allocation.lease_expires_at == allocation.activated_at + timedelta(hours=16)

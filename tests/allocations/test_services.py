@@ -192,7 +192,8 @@ def test_another_member_cannot_release_my_slice_but_a_manager_can(world: World):
         services.release_allocation(allocation_id=allocation.pk, actor=world.alice)
     assert Allocation.objects.get(pk=allocation.pk).status == Status.APPROVED
     released = services.release_allocation(allocation_id=allocation.pk, actor=world.mallory)
-    assert released.status == Status.RELEASED
+    # Approved but not yet built: withdrawn (issue 9: a state of its own, not "released").
+    assert released.status == Status.WITHDRAWN
     assert quota_of(world, world.tenant_a.pk).compute_slices_used == 0
 
 

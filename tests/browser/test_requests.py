@@ -74,7 +74,7 @@ def test_a_request_beyond_the_policy_goes_to_mallory_who_approves_it(world: Worl
     mallory.get_by_role("button", name=f"Approve request #{allocation.pk}").click()
     # then
     expect(mallory.get_by_role("status").first).to_contain_text(f"Request #{allocation.pk} is approved")
-    expect(mallory.get_by_text("Nothing waits for you.")).to_be_visible()
+    expect(mallory.get_by_text("No request waits for you.")).to_be_visible()
     alice.reload()
     expect(alice.locator("h1 .badge")).to_have_text("Approved")
     allocation.refresh_from_db()

@@ -24,7 +24,7 @@ from django.conf import settings
 
 from allocations import cli, services
 from allocations.cli import main
-from allocations.models import Allocation
+from allocations.models import Allocation, LeaseExtension
 from tenants.models import ApiToken, AuditEvent
 from tenants.services import create_api_token
 from tests.conftest import World
@@ -206,7 +206,8 @@ def test_a_small_request_is_approved_at_once_and_the_cli_shows_its_status(world:
     assert outcome == Outcome(
         0,
         f"Allocation #{allocation.pk}: approved - 2x 1g.10gb in H100 pool for Team A, 8 h lease\n"
-        "  Approved automatically: inside quota and the tenant's auto-approve policy.\n",
+        "  Approved automatically: inside quota and the tenant's auto-approve policy.\n"
+        f"  Once it is active, `fatia show {allocation.pk}` prints the claim name and namespace for your pod spec.\n",
         "",
     )
     assert (allocation.status, allocation.requested_by, allocation.count) == (Status.APPROVED, world.alice, 2)
@@ -223,6 +224,7 @@ def test_a_request_beyond_the_policy_waits_and_the_manager_approves_it(world: Wo
     assert requested.out == (
         f"Allocation #{allocation.pk}: pending - 1x 3g.40gb in H100 pool for Team A, 8 h lease\n"
         "  Waiting for a manager: beyond the auto-approve policy.\n"
+        f"  Once it is active, `fatia show {allocation.pk}` prints the claim name and namespace for your pod spec.\n"
     )
     assert approved == Outcome(
         0,
@@ -284,7 +286,7 @@ def test_several_field_errors_are_listed_on_one_line(world: World, tokens: Token
     # then
     assert outcome.code == 1
     assert outcome.err == (
-        "fatia: error: profile: '9g.99gb' is not offered in pool h100 (NVIDIA H100 80GB HBM3). "
+        "fatia: error: profile: '9g.99gb' is not offered in H100 pool (NVIDIA H100 80GB HBM3). "
         "Choose one of: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb.; "
         "lease_hours: The lease must be between 1 and 168 hours for Team A. (HTTP 400)\n"
     )
@@ -390,6 +392,7 @@ def test_show_prints_the_request_with_its_placements_and_timeline_once_active(wo
         f"  decided        {minute(allocation.decided_at)}",
         "  reason         -",
         f"  claim          mig-alloc-{allocation.uuid}",
+        "  namespace      fatia-team-a",
         f"  active since   {minute(allocation.activated_at)}",
         f"  lease expires  {minute(allocation.lease_expires_at)}",
         "  ended          -",
@@ -488,11 +491,11 @@ def test_releasing_an_approved_request_withdraws_it(world: World, tokens: Tokens
     outcome = fatia(tokens.alice, "release", str(allocation.pk))
     # then
     assert outcome.out == (
-        f"Allocation #{allocation.pk}: released - 1x 1g.10gb in H100 pool for Team A, 8 h lease\n"
+        f"Allocation #{allocation.pk}: withdrawn - 1x 1g.10gb in H100 pool for Team A, 8 h lease\n"
         "  Withdrawn before any slice was created.\n"
     )
     allocation.refresh_from_db()
-    assert allocation.status == Status.RELEASED
+    assert allocation.status == Status.WITHDRAWN
 
 
 def test_extending_an_active_lease_adds_hours_and_a_pending_one_is_a_conflict(world: World, tokens: Tokens, fatia):
@@ -505,12 +508,54 @@ def test_extending_an_active_lease_adds_hours_and_a_pending_one_is_a_conflict(wo
     extended = fatia(tokens.alice, "extend", str(active.pk), "--hours", "4")
     refused = fatia(tokens.alice, "extend", str(pending.pk), "--hours", "4")
     # then
-    assert extended.out.splitlines()[0] == (
-        f"Allocation #{active.pk}: active - 1x 1g.10gb in H100 pool for Team A, 12 h lease"
+    active.refresh_from_db()
+    assert extended == Outcome(
+        0,
+        f"Extended at once by 4 h: allocation #{active.pk} now has a 12 h lease, "
+        f"ending {minute(active.lease_expires_at)}.\n",
+        "",
     )
     assert refused == Outcome(1, "", "fatia: error: Cannot move from pending to extended. (HTTP 409)\n")
-    active.refresh_from_db()
     assert active.lease_hours == 12
+
+
+def test_extending_past_the_auto_approve_lease_says_it_waits_for_a_manager(world: World, tokens: Tokens, fatia):
+    """Issue 9: past the tenant's auto-approve lease (24 h for Team A) an extension is a request to the
+    managers; the CLI says which of the two happened."""
+    # given
+    fatia(tokens.alice, *request_args())
+    allocation = Allocation.objects.get()
+    services.provision_allocation(allocation_id=allocation.pk)
+    # when
+    waiting = fatia(tokens.alice, "extend", str(allocation.pk), "--hours", "24")
+    as_json = fatia(tokens.mallory, "--json", "extend", str(allocation.pk), "--hours", "24")
+    # then
+    extension = LeaseExtension.objects.get(status="pending")
+    assert waiting == Outcome(
+        0,
+        f"Extension #{extension.pk} of allocation #{allocation.pk} by 24 h waits for a manager: the whole lease "
+        f"would be 32 h, past what applies at once. `fatia show {allocation.pk}` shows the lease once it is "
+        "decided.\n",
+        "",
+    )
+    assert (as_json.code, as_json.json()["lease_hours"]) == (0, 32)  # a manager's extension applies at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_active_at_once_prints_its_claim_and_namespace(world: World, tokens: Tokens, fatia, settings):
+    """Issue 9: `fatia request` said to put the claim name in the pod spec without printing it. With the
+    demo's embedded worker the slices are active when the answer comes back."""
+    # given
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    # when
+    outcome = fatia(tokens.alice, *request_args())
+    # then
+    allocation = Allocation.objects.get()
+    assert allocation.status == Status.ACTIVE
+    assert outcome.out.splitlines()[-1] == (
+        f"  Claim mig-alloc-{allocation.uuid} in namespace fatia-team-a: run your pod in that namespace with "
+        f"spec.resourceClaims[].resourceClaimName: mig-alloc-{allocation.uuid}"
+    )
 
 
 # --- tokens -------------------------------------------------------------------------------------------

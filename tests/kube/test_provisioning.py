@@ -193,7 +193,7 @@ def test_counters_hold_through_the_portal_and_the_scheduler_refuses_a_slice_on_a
     # then: our placement engine refuses it, and the quota comes back
     assert refused.status == Status.FAILED
     assert refused.status_message == (
-        "No room in pool h100-kube for 1 x 1g.10gb right now; the quota was given back. "
+        "No room in H100 on Kubernetes for 1 x 1g.10gb right now; the quota was given back. "
         "Try fewer slices or a smaller profile."
     )
     used = {q.tenant.slug: (q.compute_slices_used, q.memory_slices_used) for q in kw.pool.quotas.all()}

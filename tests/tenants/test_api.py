@@ -142,7 +142,7 @@ def test_only_admins_set_quotas(world: World):
     assert response.json()["profile_caps"] == {"7g.80gb": 2}
     bad = world.client(world.root).post("/api/v1/quotas/", {**payload, "profile_caps": {"1g.18gb": 1}}, format="json")
     assert bad.status_code == 400
-    assert bad.json()["errors"] == {"profile_caps": ["'1g.18gb' is not offered in pool h100."]}
+    assert bad.json()["errors"] == {"profile_caps": ["'1g.18gb' is not offered in H100 pool."]}
     quota = Quota.objects.get(tenant=world.tenant_a, pool=world.pool)
     assert (quota.compute_slices_limit, quota.profile_caps) == (70, {"7g.80gb": 2})
 

@@ -563,6 +563,29 @@ def test_a_member_asking_for_a_quota_change_gets_403_and_nothing_changes(world: 
     assert AuditEvent.objects.count() == events_before
 
 
+# --- Every page ---------------------------------------------------------------------------------------
+
+# The pages every signed-in user may open (managers also /approvals/, admins the ADMIN_PAGES below).
+MEMBER_PAGES = ["/", "/requests/new/", "/quotas/", "/dashboard/", "/dashboard/usage/", "/tokens/", "/inbox/"]
+
+
+@pytest.mark.parametrize("url", MEMBER_PAGES)
+@pytest.mark.parametrize("username", ["alice", "mallory", "charlie", "root"])
+def test_member_pages_render_for_everyone_signed_in(world: World, url: str, username: str):
+    # when
+    response = client_for(getattr(world, username)).get(url)
+    # then
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("url", [*MEMBER_PAGES, "/approvals/"])
+def test_every_page_sends_anonymous_visitors_to_the_login_page(world: World, url: str):
+    # when
+    response = Client().get(url)
+    # then
+    assert (response.status_code, response["Location"]) == (302, f"/login/?next={url}")
+
+
 # --- Admin pages --------------------------------------------------------------------------------------
 
 ADMIN_PAGES = ["/manage/tenants/", "/manage/pools/", "/manage/quotas/", "/manage/quota-changes/", "/manage/audit/"]
@@ -843,18 +866,45 @@ def test_the_audit_log_pages_through_fifty_events_at_a_time(world: World):
 def test_a_new_tokens_secret_is_shown_once(world: World):
     # given
     client = client_for(world.alice)
-    # when
+    # when: create, follow the redirect, then reload
     created = client.post("/tokens/", {"name": "CI", "scope": "write", "expires_in_days": "30"})
-    listed = client.get("/tokens/")
+    shown = client.get("/tokens/")
+    reloaded = client.get("/tokens/")
     # then
     token = ApiToken.objects.get(user=world.alice)
-    secret = created.context["new_secret"]
+    secret = shown.context["new_secret"]
+    assert (created.status_code, created["Location"]) == (302, "/tokens/")
     assert re.fullmatch(rf"fatia_{token.prefix}_[\w-]+", secret)
-    assert secret in created.content.decode()
-    assert created["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
-    assert secret not in listed.content.decode()
+    assert secret in shown.content.decode()
+    assert shown["Cache-Control"] == "max-age=0, no-cache, no-store, must-revalidate, private"
+    assert reloaded.context["new_secret"] is None
+    assert secret not in reloaded.content.decode()
     assert (token.name, token.scope) == ("CI", "write")
     assert token.expires_at is not None
+
+
+def test_reloading_after_creating_a_token_creates_no_second_one(world: World):
+    """Issue 9: the POST rendered the secret without a redirect, so a reload posted the form again."""
+    # given
+    client = client_for(world.alice)
+    # when: the browser follows the redirect, and the user reloads that page twice
+    first = client.post("/tokens/", {"name": "CI", "scope": "read"}, follow=True)
+    reloads = [client.get(first.redirect_chain[-1][0]) for _ in range(2)]
+    # then
+    assert first.redirect_chain == [("/tokens/", 302)]
+    assert ApiToken.objects.filter(user=world.alice).count() == 1
+    assert [r.context["new_secret"] for r in reloads] == [None, None]
+    assert "is created" not in reloads[0].content.decode()
+
+
+def test_a_refused_token_form_shows_its_errors_and_no_secret(world: World):
+    # when
+    response = client_for(world.alice).post("/tokens/", {"name": "", "scope": "write"})
+    # then
+    assert response.status_code == 200
+    assert response.context["new_secret"] is None
+    assert response.context["form"].errors == {"name": ["This field is required."]}
+    assert ApiToken.objects.count() == 0
 
 
 def test_alice_revokes_her_token(world: World):

@@ -7,10 +7,11 @@ import secrets
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from allocations import services
+from allocations.management.demo import require_demo_settings
 from allocations.models import Allocation, NodePool
 from tenants.models import Membership, Tenant
 from tenants.services import add_member, create_tenant
@@ -35,10 +36,8 @@ class Command(BaseCommand):
         parser.add_argument("--credentials-file", help="Write the demo logins to this file.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django.conf import settings
-
-        if not settings.DEBUG:
-            raise CommandError("seed_demo only runs with DEBUG=True: it creates users with known passwords.")
+        # It creates users whose passwords it prints: only ever on the demo's own database.
+        require_demo_settings("seed_demo")
         if Tenant.objects.filter(slug="ml-research").exists():
             self.stdout.write("Demo data already present.")
             return
@@ -99,12 +98,16 @@ class Command(BaseCommand):
             )
             return allocation
 
+        active = []
         for profile, count, purpose in [
             ("1g.10gb", 2, "Notebook experiments"),
             ("2g.20gb", 1, "Tokenizer benchmarks"),
             ("1g.20gb", 1, "Evaluation harness"),
         ]:
-            self._provision(ask("alice", research, "h100", profile, count, purpose))
+            allocation = ask("alice", research, "h100", profile, count, purpose)
+            self._provision(allocation)
+            active.append(allocation)
+        first_active = active[0]
         for profile, count, purpose in [("3g.40gb", 2, "Llama 3.1 8B serving"), ("1g.10gb", 3, "Embeddings")]:
             allocation = ask("charlie", inference, "h100", profile, count, purpose)
             if allocation.status == Allocation.Status.PENDING:
@@ -115,6 +118,11 @@ class Command(BaseCommand):
         ask("alice", research, "h200", "4g.71gb", 1, "Distillation run")
         rejected = ask("alice", research, "h100", "4g.40gb", 2, "Hyper-parameter sweep")
         services.reject_allocation(allocation_id=rejected.pk, actor=users["mallory"], reason="Use 2g slices for sweeps")
+        # An active lease of 24 h that alice wants twice as long: past the 24 h that apply at once, so it
+        # waits on mallory's Approvals page.
+        services.request_lease_extension(allocation_id=first_active.pk, hours=24, actor=users["alice"])
+        withdrawn = ask("alice", research, "h100", "3g.40gb", 2, "Batch inference test")
+        services.release_allocation(allocation_id=withdrawn.pk, actor=users["alice"])
         released = ask("alice", research, "h100", "1g.10gb", 1, "Quick smoke test")
         self._provision(released)
         services.release_allocation(allocation_id=released.pk, actor=users["alice"])

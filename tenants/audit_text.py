@@ -1,0 +1,220 @@
+"""Audit events in words, for the request timeline and the audit log.
+
+`describe_event` writes one sentence per event ("mallory approved the request"); `event_fields` lists
+what changed as (label, value) pairs. Both render dates as "2026-12-01 14:00 UTC", lists and mappings as
+text: the pages never show a raw ISO timestamp or a Python dict (issue 9). The API keeps the raw
+before/after JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from tenants.models import AuditEvent
+
+NONE = "—"
+# "h100-node-0/gpu-3:2+1": a slice's node, GPU index, first memory slot and slot count, as services write it.
+SLICE = re.compile(r"^(?P<node>[^/]+)/gpu-(?P<gpu>\d+):(?P<start>\d+)\+(?P<size>\d+)$")
+LABELS = {
+    "lease_expires_at": "lease ends",
+    "lease_hours": "lease (hours)",
+    "hours": "added hours",
+    "compute_slices": "compute slices",
+    "memory_slices": "memory slots",
+    "compute_slices_limit": "compute slices limit",
+    "memory_slices_limit": "memory slots limit",
+    "auto_approve_max_compute_slices": "auto-approve up to (compute slices)",
+    "auto_approve_max_lease_hours": "auto-approve up to (hours)",
+    "max_lease_hours": "longest lease (hours)",
+    "profile_caps": "per-profile caps",
+    "expires_at": "expires",
+    "email": "e-mailed",
+    "extension": "extension",
+}
+
+
+def slot_range(start: int, size: int) -> str:
+    """'slot 3' for a one-slot instance, 'slots 0–3' for a wider one."""
+    return f"slot {start}" if size <= 1 else f"slots {start}–{start + size - 1}"
+
+
+def human_when(value: object) -> str:
+    """A datetime or ISO 8601 string as '2026-12-01 14:00 UTC'; anything else as text."""
+    moment = value if isinstance(value, datetime) else _parse(value)
+    if moment is None:
+        return str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _parse(value: object) -> datetime | None:
+    if not isinstance(value, str) or len(value) < 16 or value[4:5] != "-" or value[10:11] != "T":
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def human_value(value: Any) -> str:
+    """One field's value as words: dates, slices, lists and mappings included."""
+    if value is None or value == "":
+        return NONE
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime) or _parse(value) is not None:
+        return human_when(value)
+    if isinstance(value, str):
+        match = SLICE.match(value)
+        if match:
+            return f"{match['node']} GPU {match['gpu']}, {slot_range(int(match['start']), int(match['size']))}"
+        return value
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {human_value(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return "; ".join(human_value(v) for v in value) or "none"
+    return str(value)
+
+
+def event_fields(event: AuditEvent) -> list[tuple[str, str]]:
+    """What changed, as (label, value): 'pending → approved' when a field changed, the value when it is new,
+    and 'was …' when it went away. Fields whose value stayed the same are left out."""
+    before = event.before if isinstance(event.before, dict) else {}
+    after = event.after if isinstance(event.after, dict) else {}
+    rows = []
+    for key in dict.fromkeys([*before, *after]):
+        label = LABELS.get(key, key.replace("_", " "))
+        if key in before and key in after:
+            if before[key] != after[key]:
+                rows.append((label, f"{human_value(before[key])} → {human_value(after[key])}"))
+        elif key in after:
+            rows.append((label, human_value(after[key])))
+        else:
+            rows.append((label, f"was {human_value(before[key])}"))
+    return rows
+
+
+def _reason(after: dict[str, Any]) -> str:
+    reason = after.get("reason")
+    return f": “{reason}”" if reason else ""
+
+
+def _until(after: dict[str, Any]) -> str:
+    return f", until {human_when(after['lease_expires_at'])}" if after.get("lease_expires_at") else ""
+
+
+def _added(before: dict[str, Any], after: dict[str, Any]) -> object:
+    if "hours" in after:
+        return after["hours"]
+    try:
+        return int(after["lease_hours"]) - int(before["lease_hours"])
+    except (KeyError, TypeError, ValueError):
+        return "?"
+
+
+def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    status = after.get("status")
+    sentences: dict[str, Callable[[], str]] = {
+        "request": lambda: (
+            f"{actor} asked for {after.get('count', '?')} × {after.get('profile', '?')} "
+            f"for {after.get('lease_hours', '?')} h"
+        ),
+        "auto_approve": lambda: "Approved automatically: inside the quota and the tenant's auto-approve policy",
+        "approve": lambda: f"{actor} approved the request{_reason(after)}",
+        "reject": lambda: f"{actor} rejected the request{_reason(after)}",
+        "release": lambda: (
+            f"{actor} withdrew the request"
+            if before.get("status") in ("pending", "approved")
+            else f"{actor} released the slices"
+        ),
+        "provision": lambda: (
+            f"Claim {after.get('claim', '?')} created; waiting for the cluster to allocate "
+            f"{human_value(after.get('plan', []))}"
+        ),
+        "activate": lambda: (
+            f"The slices are ready: claim {after.get('claim', '?')} on "
+            f"{human_value(after.get('placements') or after.get('devices') or [])}"
+        ),
+        "replan": lambda: "Planning again: the cluster gave the planned slots to another request",
+        "placement_differs": lambda: (
+            f"The cluster placed the slices elsewhere than planned: {human_value(after.get('differences', []))}"
+        ),
+        "expire": lambda: f"The lease ended{_until(after).replace(', until', ' at')}; releasing the slices",
+        "finish_release": lambda: (
+            "The slices are gone: the lease expired" if status == "expired" else "The slices are released"
+        ),
+        "fail": lambda: f"The request failed{_reason(after)}",
+        "warn_expiry": lambda: (
+            f"The requester was warned that the lease ends at {human_when(after.get('lease_expires_at'))}"
+        ),
+        "extend": lambda: (
+            f"{actor} extended the lease by {_added(before, after)} h "
+            f"to {after.get('lease_hours', '?')} h{_until(after)}"
+        ),
+        "request_extension": lambda: (
+            f"{actor} asked to extend the lease by {after.get('hours', '?')} h, to {after.get('lease_hours', '?')} h "
+            "in all; a manager decides"
+        ),
+        "approve_extension": lambda: (
+            f"{actor} approved extending the lease by {after.get('hours', '?')} h: lease extended to "
+            f"{after.get('lease_hours', '?')} h{_until(after)}{_reason(after)}"
+        ),
+        "reject_extension": lambda: (
+            f"{actor} rejected extending the lease by {after.get('hours', '?')} h{_reason(after)}"
+        ),
+        "reconcile": lambda: f"Reconciled with the cluster: {human_value(list(after.values()))}",
+    }
+    sentence = sentences.get(verb)
+    return sentence() if sentence else None
+
+
+def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    def limits(values: dict[str, Any]) -> str:
+        caps = values.get("profile_caps") or {}
+        listed = ", ".join(f"{k} ≤ {v}" for k, v in caps.items()) if isinstance(caps, dict) else ""
+        capped = f" (caps: {listed})" if listed else ""
+        return (
+            f"{values.get('compute_slices_limit', '?')} compute slices and "
+            f"{values.get('memory_slices_limit', '?')} memory slots{capped}"
+        )
+
+    sentences: dict[tuple[str, str], Callable[[], str]] = {
+        ("quotachangerequest", "request_quota_change"): lambda: f"{actor} asked for a quota of {limits(after)}",
+        ("quotachangerequest", "approve"): lambda: f"{actor} approved the quota change{_reason(after)}",
+        ("quotachangerequest", "reject"): lambda: f"{actor} rejected the quota change{_reason(after)}",
+        ("quota", "set_quota"): lambda: f"{actor} set the quota to {limits(after)}",
+        ("tenant", "create"): lambda: f"{actor} created tenant {after.get('name', '?')}",
+        ("tenant", "update"): lambda: f"{actor} changed the policy of tenant {after.get('name', '?')}",
+        ("membership", "add_member"): lambda: f"{actor} added {after.get('user', '?')} as {after.get('role', '?')}",
+        ("membership", "change_role"): lambda: f"{actor} made {after.get('user', '?')} a {after.get('role', '?')}",
+        ("membership", "remove_member"): lambda: f"{actor} removed {before.get('user', '?')} from the tenant",
+        ("apitoken", "create_token"): lambda: (
+            f"{actor} created API token “{after.get('name', '?')}” ({after.get('scope', '?')})"
+        ),
+        ("apitoken", "revoke_token"): lambda: f"{actor} revoked API token {after.get('prefix', '?')}",
+        ("nodepool", "create"): lambda: f"{actor} created pool {after.get('name', '?')}",
+        ("nodepool", "update"): lambda: f"{actor} changed pool {after.get('name', '?')}",
+        ("node", "register_node"): lambda: f"{actor} registered a node with {after.get('gpus', '?')} GPUs",
+        ("node", "reconcile"): lambda: (
+            f"The node went from {human_value(before.get('state'))} to {human_value(after.get('state'))}"
+        ),
+    }
+    sentence = sentences.get((object_type, verb))
+    return sentence() if sentence else None
+
+
+def describe_event(event: AuditEvent) -> str:
+    """One sentence for the event, naming who acted when a person did."""
+    before = event.before if isinstance(event.before, dict) else {}
+    after = event.after if isinstance(event.after, dict) else {}
+    actor = event.actor_name or "system"
+    sentence = (
+        _allocation(actor, event.verb, before, after)
+        if event.object_type == "allocation"
+        else _other(actor, event.object_type, event.verb, before, after)
+    )
+    return sentence if sentence is not None else f"{actor}: {event.verb.replace('_', ' ')}"

@@ -1,0 +1,54 @@
+"""Migration 0005 gives requests withdrawn before any slice existed their own state (issue 9)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+BEFORE = [("allocations", "0004_placement_blocked_starts")]
+AFTER = [("allocations", "0006_notification")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0005_moves_withdrawn_requests_from_released_to_withdrawn_and_back():
+    # given: the schema before 0005, a request withdrawn then (RELEASED with the withdrawal message) and one
+    # released after it ran
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    apps = executor.loader.project_state(BEFORE).apps
+    user = apps.get_model("auth", "User").objects.create(username="old-alice")
+    tenant = apps.get_model("tenants", "Tenant").objects.create(name="Old team", slug="old-team")
+    pool = apps.get_model("allocations", "NodePool").objects.create(name="Old pool", slug="old", gpu_model="x")
+    allocation = apps.get_model("allocations", "Allocation")
+    common = {
+        "tenant": tenant,
+        "pool": pool,
+        "requested_by": user,
+        "profile": "1g.10gb",
+        "count": 1,
+        "lease_hours": 8,
+        "purpose": "p",
+        "compute_slices": 1,
+        "memory_slices": 1,
+        "status": "released",
+    }
+    withdrawn = allocation.objects.create(**common, status_message="Withdrawn before any slice was created.")
+    released = allocation.objects.create(**common, status_message="Released.")
+    try:
+        # when
+        executor = MigrationExecutor(connection)
+        executor.migrate(AFTER)
+        # then
+        apps = executor.loader.project_state(AFTER).apps
+        statuses = dict(apps.get_model("allocations", "Allocation").objects.values_list("pk", "status"))
+        assert statuses == {withdrawn.pk: "withdrawn", released.pk: "released"}
+        # when: back again
+        executor = MigrationExecutor(connection)
+        executor.migrate(BEFORE)
+        apps = executor.loader.project_state(BEFORE).apps
+        statuses = dict(apps.get_model("allocations", "Allocation").objects.values_list("pk", "status"))
+        assert statuses == {withdrawn.pk: "released", released.pk: "released"}
+    finally:
+        latest = MigrationExecutor(connection)
+        latest.migrate(latest.loader.graph.leaf_nodes())

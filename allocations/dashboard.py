@@ -366,8 +366,8 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
         writer.writerow(["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours"])
         first, last = showback.days[0].isoformat(), showback.days[-1].isoformat()
         for tenant in showback.tenants:
-            hours = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}"]
-            writer.writerow([first, last, tenant.tenant_name, *hours])
+            total = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}"]
+            writer.writerow([first, last, tenant.tenant_name, *total])
         return response
     writer.writerow(["day", "tenant", "gpu_equivalent_hours", "slice_hours"])
     for tenant in showback.tenants:

@@ -29,8 +29,10 @@
     return item.getAttribute("aria-label") || "";
   }
 
+  // A node's handle is always shown; its GPUs only while it is open (the boxes of a closed
+  // <details>' content are still measurable, so ask the <details>).
   function shown(item) {
-    return item.getClientRects().length > 0;
+    return item.tagName === "SUMMARY" || item.closest("details").open;
   }
 
   function items(grid) {

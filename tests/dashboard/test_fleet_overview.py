@@ -207,3 +207,23 @@ def test_a_one_slot_instance_keeps_its_whole_profile_in_the_drawing(world: World
     html = client_for(world.alice).get("/dashboard/").content.decode()
     # then: the name with a line-break opportunity after the dot, never an ellipsis of it
     assert '<span class="slot__profile">1g.<wbr>10gb</span>' in html
+
+
+def test_the_overview_can_show_one_pool_and_keeps_it_when_sorting(world: World):
+    # given: a second pool, of A30s (4 memory slots each), with one node
+    other = services.create_node_pool(name="A30 pool", slug="a30", gpu_model="NVIDIA A30", actor=world.root)
+    services.register_node(pool_id=other.pk, name="a30-node-0", gpu_count=2, actor=world.root)
+    client = client_for(world.alice)
+    # when
+    everything = client.get("/dashboard/fleet/").content.decode()
+    one = client.get("/dashboard/fleet/", {"pool": world.pool.pk, "sort": "free"}).content.decode()
+    # then: pools by name, each GPU counted in its own model's slots
+    names = [name for _, _, name in cells(everything)]
+    assert names[:3] == [
+        "a30-node-0 gpu-0: 0 of 4 slots used",
+        "a30-node-0 gpu-1: 0 of 4 slots used",
+        "h100-node-0 gpu-0: 0 of 8 slots used",
+    ]
+    assert len(names) == 2 + 16
+    assert [name.split(" ")[0] for _, _, name in cells(one)] == ["h100-node-0"] * 8 + ["h100-node-1"] * 8
+    assert f'<a href="?pool={world.pool.pk}&amp;sort=name">Node name</a>' in one

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import load_catalog
@@ -444,6 +446,12 @@ class SliceView:
         """The profile cut where a one-slot-wide instance may wrap it, so it is never cut off:
         "1g.10gb+me" -> "1g.", "10gb", "+me"."""
         return [part for part in re.split(r"(?<=\.)|(?=[+-])", self.profile) if part]
+
+    @property
+    def profile_html(self) -> SafeString:
+        """The profile with <wbr> line-break opportunities between its parts (one string rather than a
+        template loop per slice: the node list draws hundreds of slices)."""
+        return mark_safe("<wbr>".join(escape(part) for part in self.profile_parts))  # noqa: S308 - escaped parts
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,12 @@ def test_tables_read_as_labelled_cards_on_a_phone(world: World, signed_in, scree
     assert prefix_box["y"] >= name_box["y"] + name_box["height"] - 1  # stacked, not side by side
     assert name_box["x"] + name_box["width"] <= 390
     screenshot(page, "tokens-cards-390")
+    # when: a new token's secret is shown (a long unbroken string), the page still fits
+    page.get_by_label("Name").fill("laptop-of-alice-for-the-nightly-benchmark-suite")
+    page.get_by_role("button", name="Create token").click()
+    expect(page.locator("#new-token-secret")).to_be_visible()
+    assert scroll_width(page) == 390
+    screenshot(page, "tokens-new-secret-390")
 
 
 @pytest.mark.parametrize("who", ["alice", "mallory", "root"])

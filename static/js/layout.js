@@ -1,11 +1,27 @@
-// The main navigation on narrow screens (static/css/fatia.css, "Narrow screens"): a Menu button
-// shows and hides it. Without JavaScript the button stays hidden and the navigation is a plain,
-// always-visible list, so every page stays reachable.
-//  - the button is a disclosure: aria-expanded says whether the list is shown; Escape closes it and
-//    returns focus to the button (an open Admin menu is closed first, by fatia.js);
-//  - an open Admin menu that would run past the right edge of the window opens leftwards instead.
+// Layout helpers for narrow screens (static/css/fatia.css, "Narrow screens"); every page works
+// without them.
+//  - The main navigation: a Menu button shows and hides it. Without JavaScript the button stays
+//    hidden and the navigation is a plain, always-visible list. The button is a disclosure:
+//    aria-expanded says whether the list is shown; Escape closes it and returns focus to the button
+//    (an open Admin menu is closed first, by fatia.js).
+//  - An open Admin menu that would run past the right edge of the window opens leftwards instead.
+//  - Data tables become cards on phones, each cell labelled by its data-label; a cell that a
+//    template left without one gets its column's header text here.
 (function () {
   "use strict";
+
+  document.querySelectorAll("table.table").forEach(function (table) {
+    var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+      return th.textContent.trim();
+    });
+    table.querySelectorAll("tbody tr").forEach(function (row) {
+      Array.prototype.forEach.call(row.children, function (cell, i) {
+        if (cell.tagName === "TD" && !cell.hasAttribute("data-label") && heads[i]) {
+          cell.setAttribute("data-label", heads[i]);
+        }
+      });
+    });
+  });
 
   var button = document.querySelector("[data-nav-toggle]");
   var nav = button && document.getElementById(button.getAttribute("aria-controls"));

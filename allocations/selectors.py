@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -10,6 +12,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count, IntegerField, Max, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import load_catalog
@@ -585,6 +589,18 @@ class SliceView:
     def label(self) -> str:
         return self.tenant_name if self.visible else "occupied"
 
+    @property
+    def profile_parts(self) -> list[str]:
+        """The profile cut where a one-slot-wide instance may wrap it, so it is never cut off:
+        "1g.10gb+me" -> "1g.", "10gb", "+me"."""
+        return [part for part in re.split(r"(?<=\.)|(?=[+-])", self.profile) if part]
+
+    @property
+    def profile_html(self) -> SafeString:
+        """The profile with <wbr> line-break opportunities between its parts (one string rather than a
+        template loop per slice: the node list draws hundreds of slices)."""
+        return mark_safe("<wbr>".join(escape(part) for part in self.profile_parts))  # noqa: S308 - escaped parts
+
 
 @dataclass(frozen=True, slots=True)
 class GpuView:
@@ -670,9 +686,14 @@ def _requested_mix(pools: list[NodePool]) -> dict[int, dict[str, float]]:
 
 
 def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> list[PoolSummary]:
-    """Per pool: nodes by state, GPUs, slices in use by tenant, how many more of each offered profile
-    fit now (ready nodes, exactly, by the placement engine), fragmentation (free compute slices on
-    ready GPUs that no mix of the pool's requested profiles can use), pending requests.
+    """Per pool: nodes by state, GPUs, slices in use in all (the fleet's fill) and by tenant, how many
+    more of each offered profile fit now (ready nodes, exactly, by the placement engine), fragmentation
+    (free compute slices on ready GPUs that no mix of the pool's requested profiles can use), pending
+    requests.
+
+    Tenancy: a member's usage lines and pending count cover only their own tenants; other tenants
+    exist for them only as occupied slots (in the totals and the slot view), never counted apart.
+    Staff see every tenant.
 
     Seven queries whatever the fleet size (pools, tenants, memberships, GPUs, placements, pending,
     mix) plus three for the versions."""
@@ -704,12 +725,11 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
         counts = usage.setdefault(pool_id, {}).setdefault(shown, [0, 0])
         counts[0] += 1
         counts[1] += compute
+    pending_requests = Allocation.objects.filter(status=Allocation.Status.PENDING)
+    if visible is not None:
+        pending_requests = pending_requests.filter(tenant_id__in=visible)
     pending = {
-        row["pool_id"]: row["n"]
-        for row in Allocation.objects.filter(status=Allocation.Status.PENDING)
-        .values("pool_id")
-        .annotate(n=Count("pk"))
-        .order_by()
+        row["pool_id"]: row["n"] for row in pending_requests.values("pool_id").annotate(n=Count("pk")).order_by()
     }
     mix = _requested_mix(pools)
     versions = _pool_versions()
@@ -750,13 +770,12 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
             free += n * (model.compute_slices - geom.info(layout_key).allocated_compute)
             lost += n * stranded(geom, layout_key, allowed)
         pool_usage = usage.get(pool.pk, {})
+        # Slices of tenants the viewer does not belong to are counted in the totals only (key None).
         tenants = [
             TenantUsage(tenant_names.get(t, "?"), colours.get(t, TENANT_COLOURS[0]), v[0], v[1], True)
             for t, v in sorted(pool_usage.items(), key=lambda kv: tenant_names.get(kv[0] or 0, ""))
             if t is not None
         ]
-        if None in pool_usage:
-            tenants.append(TenantUsage("Other tenants", "", pool_usage[None][0], pool_usage[None][1], False))
         gpu_total = len(rows)
         out.append(
             PoolSummary(
@@ -781,15 +800,25 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
     return out
 
 
-def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters) -> NodePage:
+def dashboard_node(user: User, node_id: int) -> NodePage:
+    """One node drawn slot by slot (what a cell of the fleet overview opens): dashboard_nodes of its
+    pool, kept to that node. Raises Node.DoesNotExist."""
+    pool_id = Node.objects.values_list("pool_id", flat=True).get(pk=node_id)
+    return dashboard_nodes(user, pool_id, DashboardFilters(pool_id=pool_id), node_id=node_id)
+
+
+def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node_id: int | None = None) -> NodePage:
     """One page of a pool's nodes, each GPU with its instances at their recorded slots.
 
     Filters: node state; tenant (only among the tenants the user may see); search by node name or by
-    claim name (claims of visible tenants only). Five queries whatever the pool size (pool, visible
-    tenants, count, node page, GPUs, placements). Raises NodePool.DoesNotExist."""
+    claim name (claims of visible tenants only); `node_id` keeps that one node (the fleet overview's
+    slot view). Five queries whatever the pool size (pool, visible tenants, count, node page, GPUs,
+    placements). Raises NodePool.DoesNotExist."""
     pool = NodePool.objects.get(pk=pool_id)
     visible = _visible_tenant_ids(user)
     nodes = Node.objects.filter(pool_id=pool.pk)
+    if node_id is not None:
+        nodes = nodes.filter(pk=node_id)
     if filters.state:
         nodes = nodes.filter(state=filters.state)
     placements = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
@@ -888,6 +917,150 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters) -> Node
     )
 
 
+# --- Fleet overview: one cell per GPU ------------------------------------------------------------------
+
+# How the overview orders nodes: by name, most free slots first, or fullest first.
+FLEET_SORTS = ("name", "free", "full")
+
+
+def _eighths(used: int, slots: int) -> int:
+    """Fill in eighths, rounded up so that a GPU with anything on it never reads as empty."""
+    if slots <= 0:
+        return 8
+    return min(-(-8 * used // slots), 8)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGpu:
+    """A GPU as the overview draws it: how many of its memory slots are held, by anyone. Whose they
+    are is never part of it, so the overview is the same for every viewer."""
+
+    gpu_id: int
+    index: int
+    used: int
+    slots: int
+
+    @property
+    def free(self) -> int:
+        return max(self.slots - self.used, 0)
+
+    @property
+    def level(self) -> int:
+        return _eighths(self.used, self.slots)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    node_id: int
+    name: str
+    state: str
+    state_label: str
+    gpus: list[FleetGpu]
+    # Sums over the GPUs, kept as fields: sorting and drawing read them thousands of times.
+    used: int
+    slots: int
+    free: int
+
+    @property
+    def ready(self) -> bool:
+        return self.state == Node.State.READY
+
+    @property
+    def level(self) -> int:
+        return _eighths(self.used, self.slots)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPool:
+    pool_id: int
+    name: str
+    gpu_model: str
+    nodes: list[FleetNode]
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    @property
+    def used(self) -> int:
+        return sum(n.used for n in self.nodes)
+
+    @property
+    def slots(self) -> int:
+        return sum(n.slots for n in self.nodes)
+
+    @property
+    def free_ready(self) -> int:
+        """Free memory slots on ready nodes: what new slices can use."""
+        return sum(n.free for n in self.nodes if n.ready)
+
+
+def _fleet_sort_key(sort: str) -> Callable[[FleetNode], tuple[Any, ...]]:
+    if sort == "free":
+        # Most free slots first; nodes that take no new slices (not ready) after every ready one.
+        return lambda n: (not n.ready, -n.free, n.name)
+    if sort == "full":
+        return lambda n: (-(n.used / n.slots if n.slots else 1.0), n.name)
+    return lambda n: (n.name,)
+
+
+def dashboard_fleet(user: User, *, sort: str = "name", pool_id: int | None = None) -> list[FleetPool]:
+    """Every pool (or one) with each node's GPUs and how many memory slots each GPU has in use: the
+    dense fleet overview. Occupancy only, never whose, so it needs no tenancy masking. Nodes ordered
+    by `sort` (FLEET_SORTS; unknown values sort by name), GPUs by index. Four queries whatever the
+    fleet size (pools, nodes, GPUs, slots in use per GPU)."""
+    if not user.is_authenticated:
+        return []
+    pools = NodePool.objects.order_by("name")
+    nodes_qs = Node.objects.order_by("name")
+    gpus_qs = Gpu.objects.order_by()
+    if pool_id is not None:
+        pools = pools.filter(pk=pool_id)
+        nodes_qs = nodes_qs.filter(pool_id=pool_id)
+        gpus_qs = gpus_qs.filter(node__pool_id=pool_id)
+    pool_rows = list(pools)
+    used = dict(
+        SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
+        .values("gpu_id")
+        .annotate(n=Sum("size"))
+        .order_by()
+        .values_list("gpu_id", "n")
+    )
+    slots = {pool.pk: gpu_model_for(pool.gpu_model).memory_slices for pool in pool_rows}
+    gpus: dict[int, list[tuple[int, int]]] = {}
+    for gpu_id, node_id, index in gpus_qs.values_list("pk", "node_id", "index"):
+        gpus.setdefault(node_id, []).append((index, gpu_id))
+    labels = dict(Node.State.choices)
+    by_pool: dict[int, list[FleetNode]] = {}
+    for node_id, name, state, node_pool_id in nodes_qs.values_list("pk", "name", "state", "pool_id"):
+        width = slots.get(node_pool_id, 0)
+        node_gpus = [
+            FleetGpu(gpu_id, index, used.get(gpu_id, 0), width) for index, gpu_id in sorted(gpus.get(node_id, []))
+        ]
+        by_pool.setdefault(node_pool_id, []).append(
+            FleetNode(
+                node_id=node_id,
+                name=name,
+                state=state,
+                state_label=str(labels.get(state, state)),
+                gpus=node_gpus,
+                used=sum(g.used for g in node_gpus),
+                slots=sum(g.slots for g in node_gpus),
+                free=sum(g.free for g in node_gpus),
+            )
+        )
+    key = _fleet_sort_key(sort)
+    return [
+        FleetPool(
+            pool_id=pool.pk,
+            name=pool.name,
+            gpu_model=pool.gpu_model,
+            nodes=sorted(by_pool.get(pool.pk, []), key=key),
+        )
+        for pool in pool_rows
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class TenantShowback:
     tenant_id: int
@@ -906,9 +1079,13 @@ class Showback:
     tenants: list[TenantShowback]
 
     @property
+    def daily_totals(self) -> list[float]:
+        """GPU-equivalent-hours of all the shown tenants together, per day."""
+        return [round(sum(t.daily[i] for t in self.tenants), 2) for i in range(len(self.days))]
+
+    @property
     def daily_max(self) -> float:
-        totals = [sum(t.daily[i] for t in self.tenants) for i in range(len(self.days))]
-        return max(totals, default=0.0)
+        return max(self.daily_totals, default=0.0)
 
 
 def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> Showback:

@@ -89,14 +89,119 @@ def test_the_overview_counts_gpus_usage_capacity_fragmentation_and_pending(world
     assert SlicePlacement.objects.get(allocation=full).size == 8
 
 
-def test_a_member_sees_other_tenants_usage_as_one_anonymous_line(world: World):
-    # given
+def test_a_member_sees_only_her_own_tenants_usage_and_pending_requests(world: World):
+    """Issue 9: other tenants exist for a member only as occupied slots; no "Other tenants: N slices"
+    line and no pending count of theirs."""
+    # given: Team A holds a 2g.20gb and waits for a 3g.40gb; Team B holds a 1g.10gb
     active_slices(world, world.alice, world.tenant_a, profile="2g.20gb")
     active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="3g.40gb",
+        count=1,
+        lease_hours=8,
+        purpose="later",
+        actor=world.alice,
+    )
     # when
-    [pool] = dashboard_overview(world.charlie)
+    [charlies] = dashboard_overview(world.charlie)
+    [alices] = dashboard_overview(world.alice)
+    [roots] = dashboard_overview(world.root)
+    # then: the fleet's totals are the same for all; the breakdown and pending count are one's own
+    assert [(u.label, u.slices, u.compute_slices, u.mine) for u in charlies.usage] == [("Team B", 1, 1, True)]
+    assert [(u.label, u.slices, u.compute_slices, u.mine) for u in alices.usage] == [("Team A", 1, 2, True)]
+    assert [(u.label, u.slices) for u in roots.usage] == [("Team A", 1), ("Team B", 1)]
+    assert [(p.slices_in_use, p.compute_used, p.pending) for p in (charlies, alices, roots)] == [
+        (2, 3, 0),
+        (2, 3, 1),
+        (2, 3, 1),
+    ]
+
+
+def pool_card_parts(html: str) -> dict[str, object]:
+    """What a pool card says: its stats (data-stat values) and its "In use by" lines."""
+    usage = re.search(r'<ul class="dash-usage">(.*?)</ul>', html, re.S)
+    return {
+        "stats": dict(re.findall(r'<(?:dd|span) data-stat="([a-z-]+)"[^>]*>([^<]*)', html)),
+        "usage": [re.sub(r"<[^>]+>", "", line).strip() for line in re.findall(r"<li>(.*?)</li>", usage.group(1), re.S)]
+        if usage
+        else [],
+    }
+
+
+def test_charlies_page_card_and_fragments_show_team_a_only_as_occupied_slots(world: World):
+    """Issue 9: exactly what charlie (Team B) reads about a pool where Team A holds and waits for slices."""
+    # given
+    mine = active_slices(world, world.alice, world.tenant_a, profile="3g.40gb", purpose="Project Nightingale")
+    active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=8,
+        purpose="Fine-tune",
+        actor=world.alice,
+    )
+    charlie = client_for(world.charlie)
+    # when
+    page = charlie.get("/dashboard/").content.decode()
+    card = charlie.get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
+    nodes = charlie.get(f"/dashboard/pools/{world.pool.pk}/nodes/").content.decode()
+    # then: the card, on the page and as the live fragment, counts Team A only in the fleet's totals
+    expected = {
+        "stats": {"gpus": "16", "in-use": "2", "pending": "0", "fragmentation": "0 of 108 free "},
+        "usage": ["Team B: 1 slice (1 compute)"],
+    }
+    assert pool_card_parts(card) == expected
+    assert pool_card_parts(page) == expected
+    assert "Pending requests (your tenants)" in card
+    assert "In use by your tenants" in card
+    # Team A's slice is drawn, as "occupied" and nothing more
+    assert sorted(d["owner"] for d in slot_buttons(nodes)) == ["Team B", "occupied"]
+    assert slot_buttons(nodes) == slot_buttons(page)
+    for html in (page, card, nodes):
+        for secret in ("Team A", "Other tenants", "Project Nightingale", "Fine-tune", mine.claim_name, "alice"):
+            assert secret not in html
+
+
+def test_root_sees_every_tenants_usage_and_pending_requests_on_the_card(world: World):
+    # given
+    active_slices(world, world.alice, world.tenant_a, profile="3g.40gb")
+    active_slices(world, world.charlie, world.tenant_b, profile="1g.10gb")
+    services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="7g.80gb",
+        count=1,
+        lease_hours=8,
+        purpose="Fine-tune",
+        actor=world.alice,
+    )
+    # when
+    card = client_for(world.root).get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
     # then
-    assert [(u.label, u.slices, u.mine) for u in pool.usage] == [("Team B", 1, True), ("Other tenants", 1, False)]
+    assert pool_card_parts(card) == {
+        "stats": {"gpus": "16", "in-use": "2", "pending": "1", "fragmentation": "0 of 108 free "},
+        "usage": ["Team A: 1 slice (3 compute)", "Team B: 1 slice (1 compute)"],
+    }
+    assert "Pending requests</dt>" in card
+
+
+def test_the_pool_card_explains_fragmentation_in_visible_text(world: World):
+    """Issue 9: the explanation was only a tooltip (a title attribute)."""
+    # when
+    card = client_for(world.alice).get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
+    # then
+    explanation = (
+        f'<p class="dash-explain" id="pool-{world.pool.pk}-fragmentation">Fragmentation: free compute slices on '
+        "ready GPUs that no mix of the profiles requested in this pool can use; 0% means every free slice can "
+        "still be handed out.</p>"
+    )
+    assert explanation in card
+    assert f'<dd data-stat="fragmentation" aria-describedby="pool-{world.pool.pk}-fragmentation">' in card
+    assert "title=" not in card
 
 
 def test_alice_sees_her_slices_drawn_at_their_recorded_slots(world: World):
@@ -227,8 +332,8 @@ def test_the_fragments_answer_404_for_a_missing_pool_and_redirect_anonymous_user
         assert response["Location"].startswith("/login/")
 
 
-def test_the_pool_card_fragment_shows_pending_requests(world: World):
-    # given
+def test_the_pool_card_fragment_shows_pending_requests_of_the_viewers_tenants(world: World):
+    # given: a Team A request waits
     services.request_allocation(
         tenant_id=world.tenant_a.pk,
         pool_id=world.pool.pk,
@@ -238,11 +343,14 @@ def test_the_pool_card_fragment_shows_pending_requests(world: World):
         purpose="big",
         actor=world.alice,
     )
-    # when
-    html = client_for(world.charlie).get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
-    # then
-    assert '<dd data-stat="pending">1</dd>' in html
-    assert f'id="pool-{world.pool.pk}"' in html
+
+    def pending(user) -> str:
+        html = client_for(user).get(f"/dashboard/pools/{world.pool.pk}/summary/").content.decode()
+        assert f'id="pool-{world.pool.pk}"' in html
+        return re.findall(r'<dd data-stat="pending">([^<]*)</dd>', html)[0]
+
+    # then: Team A's member and manager, and staff, see it; Team B's charlie does not (issue 9)
+    assert [pending(u) for u in (world.alice, world.mallory, world.root, world.charlie)] == ["1", "1", "1", "0"]
 
 
 class FakeClock:

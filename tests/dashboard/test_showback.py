@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import csv as csv_module
+import io
+import re
+from datetime import UTC, date, datetime, timedelta
 
+import pytest
+import time_machine
 from django.test import Client
 from django.utils import timezone
 
 from allocations import services
+from allocations.dashboard import axis_ticks
 from allocations.models import Allocation
 from allocations.selectors import showback_for_user
 from tests.conftest import World
@@ -84,6 +90,110 @@ def test_the_usage_page_and_csv_export(world: World):
     assert csv["Content-Disposition"] == 'attachment; filename="fatia-showback-7d.csv"'
     lines = csv.content.decode().splitlines()
     assert lines[0] == "day,tenant,gpu_equivalent_hours,slice_hours"
-    assert len(lines) == 1 + 7 + 1
+    assert len(lines) == 1 + 7
     assert all(",Team B," in line for line in lines[1:])
-    assert lines[-1].startswith("total,Team B,")
+
+
+def csv_rows(response) -> list[list[str]]:
+    return list(csv_module.reader(io.StringIO(response.content.decode())))
+
+
+def test_the_csv_has_one_row_per_tenant_and_day_with_a_date_in_every_day_cell(world: World):
+    """Issue 9: the CSV put `total` rows in the `day` column."""
+    # given
+    with time_machine.travel(NOW, tick=False):
+        seed(world)
+        # when
+        response = client_for(world.root).get("/dashboard/usage.csv", {"days": "7"})
+
+    # then: per-day rows only, so a column's sum is the period's total
+    def row(day: str, tenant: str, busy: str, hours: tuple[str, str]) -> list[str]:
+        return [day, tenant, *(hours if day == busy else ("0.00", "0.00"))]
+
+    days = [f"2026-11-{d}" for d in range(24, 31)]
+    assert csv_rows(response) == [
+        ["day", "tenant", "gpu_equivalent_hours", "slice_hours"],
+        *[row(d, "Team A", "2026-11-29", ("1.71", "12.00")) for d in days],
+        *[row(d, "Team B", "2026-11-30", ("0.29", "2.00")) for d in days],
+    ]
+    for line in csv_rows(response)[1:]:
+        date.fromisoformat(line[0])
+
+
+def test_the_totals_csv_names_the_period_by_its_first_and_last_day(world: World):
+    # given
+    with time_machine.travel(NOW, tick=False):
+        seed(world)
+        # when
+        response = client_for(world.root).get("/dashboard/usage.csv", {"days": "7", "rows": "totals"})
+        mine = client_for(world.charlie).get("/dashboard/usage.csv", {"days": "7", "rows": "totals"})
+    # then
+    assert response["Content-Disposition"] == 'attachment; filename="fatia-showback-7d-totals.csv"'
+    assert csv_rows(response) == [
+        ["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours"],
+        ["2026-11-24", "2026-11-30", "Team A", "1.71", "12.00"],
+        ["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00"],
+    ]
+    assert csv_rows(mine)[1:] == [["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00"]]
+
+
+@pytest.mark.parametrize(
+    ("maximum", "ticks"),
+    [
+        (0.0, [0, 0.25, 0.5, 0.75, 1]),
+        (1.71, [0, 0.5, 1, 1.5, 2]),
+        (7.2, [0, 2, 4, 6, 8]),
+        (100.0, [0, 25, 50, 75, 100]),
+        (4350.0, [0, 2000, 4000, 6000, 8000]),
+    ],
+)
+def test_the_chart_axis_has_round_ticks_from_zero_to_at_least_the_highest_day(maximum: float, ticks: list[float]):
+    assert axis_ticks(maximum) == ticks
+
+
+def test_the_chart_has_labelled_axes_and_a_table_of_its_numbers(world: World):
+    """Issue 9: the chart had no axes and was hidden from screen readers."""
+    # given
+    with time_machine.travel(NOW, tick=False):
+        seed(world)
+        # when
+        html = client_for(world.root).get("/dashboard/usage/", {"days": "7"}).content.decode()
+    # then: a y axis titled and ticked, days under the bars, and a caption the chart is described by
+    assert '<span class="usage-plot__y-title" aria-hidden="true">GPU-equivalent-hours</span>' in html
+    assert re.findall(r'<span class="usage-plot__tick" style="bottom: ([\d.]+)%">([^<]+)</span>', html) == [
+        ("0.0", "0"),
+        ("25.0", "0.5"),
+        ("50.0", "1"),
+        ("75.0", "1.5"),
+        ("100.0", "2"),
+    ]
+    assert re.findall(r'<span class="usage-plot__day">([^<]*)</span>', html) == [
+        "11-24",
+        "11-25",
+        "11-26",
+        "11-27",
+        "11-28",
+        "11-29",
+        "11-30",
+    ]
+    assert 'role="img" aria-labelledby="chart-title" aria-describedby="chart-summary"' in html
+    assert (
+        '<figcaption class="usage-plot__x-title" id="chart-summary">Day (UTC), 2026-11-24 to 2026-11-30; bars stack '
+        "each tenant’s GPU-equivalent-hours, the axis runs from 0 to 2. The table below has every number.</figcaption>"
+    ) in html
+    # the same numbers as a table: a row per day, a column per tenant and one for all of them
+    table = html[html.index('<table class="table table--compact" id="showback-daily">') :]
+    table = table[: table.index("</table>")]
+    rows = [
+        re.findall(r"<t[hd][^>]*>(?:<time[^>]*>)?([^<]*)", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    ]
+    assert rows == [
+        ["Day (UTC)", "Team A", "Team B", "All shown tenants"],
+        ["2026-11-24", "0.00", "0.00", "0.00"],
+        ["2026-11-25", "0.00", "0.00", "0.00"],
+        ["2026-11-26", "0.00", "0.00", "0.00"],
+        ["2026-11-27", "0.00", "0.00", "0.00"],
+        ["2026-11-28", "0.00", "0.00", "0.00"],
+        ["2026-11-29", "1.71", "0.00", "1.71"],
+        ["2026-11-30", "0.00", "0.29", "0.29"],
+    ]

@@ -3,6 +3,7 @@ slices anonymous, and an approval in another browser reaching an open page witho
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.utils import timezone
@@ -162,3 +163,36 @@ def test_root_reads_the_showback_and_downloads_it(world: World, signed_in, scree
         root.get_by_role("link", name="Download CSV").click()
     assert download.value.suggested_filename == "fatia-showback-14d.csv"
     screenshot(root, "dashboard-usage")
+
+
+def test_the_showback_chart_has_axes_and_its_numbers_as_a_table(world: World, signed_in, screenshot):
+    """Issue 9: the chart had no axes and was hidden from screen readers."""
+    # given: Team B has held a 1g.10gb (1/7 of a GPU) for 50 hours
+    allocation = _active(world, world.charlie, world.tenant_b, "1g.10gb")
+    Allocation.objects.filter(pk=allocation.pk).update(activated_at=timezone.now() - timedelta(hours=50))
+    charlie = signed_in(world.charlie)
+    for width in (1440, 390):
+        charlie.set_viewport_size({"width": width, "height": 900})
+        charlie.goto("/dashboard/usage/?days=7")
+        # then: the chart is an image named by its title and described by its axes' caption
+        chart = charlie.get_by_role("img", name="GPU-equivalent-hours per day")
+        expect(chart).to_be_visible()
+        expect(chart).to_have_accessible_description(re.compile(r"^Day \(UTC\), \d{4}-\d\d-\d\d to \d{4}-\d\d-\d\d; "))
+        expect(charlie.locator(".usage-plot__y-title")).to_have_text("GPU-equivalent-hours")
+        expect(charlie.locator(".usage-plot__tick")).to_have_text(["0", "1", "2", "3", "4"])
+        ticks = charlie.locator(".usage-plot__tick")
+        top, bottom = ticks.nth(4).bounding_box(), ticks.nth(0).bounding_box()
+        assert top is not None and bottom is not None and top["y"] < bottom["y"]
+        days = charlie.locator(".usage-plot__day")
+        expect(days).to_have_count(7)
+        expect(days.last).to_be_visible()
+        assert charlie.evaluate("document.documentElement.scrollWidth") == width
+        # when: the table alternative is opened
+        charlie.get_by_text("Show the chart’s numbers as a table").click()
+        # then: a real table, a row per day, reachable by role and name
+        table = charlie.get_by_role("table", name="GPU-equivalent-hours per day and tenant")
+        expect(table).to_be_visible()
+        expect(table.get_by_role("row")).to_have_count(1 + 7)
+        expect(table.get_by_role("columnheader")).to_have_text(["Day (UTC)", "Team B", "All shown tenants"])
+        assert charlie.evaluate("document.documentElement.scrollWidth") == width
+        screenshot(charlie, f"usage-chart-and-table-{width}")

@@ -1,0 +1,81 @@
+"""The portal's main pages with something on each, for the layout tests (tests/browser/test_mobile.py,
+tests/web/test_table_labels.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocations import services
+from allocations.models import Allocation, SlicePlacement
+from tenants.services import create_api_token
+from tests.conftest import World
+
+
+@dataclass(frozen=True)
+class Ids:
+    active: int
+    pending: int
+    node: int
+
+
+def seed(world: World) -> Ids:
+    """Something on every page: active and pending requests, a quota change, a token per user."""
+    active, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="1g.10gb",
+        count=2,
+        lease_hours=8,
+        purpose="Evaluate a 7B model on the nightly benchmark suite with a long description",
+        actor=world.alice,
+    )
+    services.provision_allocation(allocation_id=active.pk)
+    pending, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="3g.40gb",
+        count=1,
+        lease_hours=8,
+        purpose="Fine-tune",
+        actor=world.alice,
+    )
+    assert pending.status == Allocation.Status.PENDING
+    services.request_quota_change(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        compute_slices_limit=28,
+        memory_slices_limit=32,
+        justification="The nightly benchmark suite grows",
+        actor=world.mallory,
+    )
+    for user in (world.alice, world.mallory, world.root):
+        create_api_token(user=user, name="ci-pipeline-nightly-benchmarks", scope="write", expires_at=None, actor=user)
+    node = SlicePlacement.objects.filter(allocation=active).values_list("gpu__node_id", flat=True).first()
+    assert node is not None
+    return Ids(active=active.pk, pending=pending.pk, node=node)
+
+
+def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
+    pages = [
+        ("my-requests", "/"),
+        ("new-request", "/requests/new/"),
+        ("request-detail", f"/requests/{ids.active}/"),
+        ("quotas", "/quotas/"),
+        ("dashboard", "/dashboard/"),
+        ("fleet-overview", "/dashboard/fleet/"),
+        ("node-slots", f"/dashboard/nodes/{ids.node}/"),
+        ("usage", "/dashboard/usage/"),
+        ("tokens", "/tokens/"),
+    ]
+    if who in ("mallory", "root"):
+        pages.append(("approvals", "/approvals/"))
+    if who == "root":
+        pages += [
+            ("admin-tenants", "/manage/tenants/"),
+            ("admin-tenant", f"/manage/tenants/{world.tenant_a.pk}/"),
+            ("admin-pools", "/manage/pools/"),
+            ("admin-quotas", "/manage/quotas/"),
+            ("admin-quota-changes", "/manage/quota-changes/"),
+            ("admin-audit-log", "/manage/audit/"),
+        ]
+    return pages

@@ -215,9 +215,9 @@ def test_a_one_slot_instance_reads_slot_0_not_slots_0_0(world: World):
     # then
     start = small.placements.get().start
     big_start = big.placements.get().start
-    assert f"<td>slot {start}</td>" in small_html
-    assert f"<td>slots {start}–{start}</td>" not in small_html
-    assert f"<td>slots {big_start}–{big_start + 3}</td>" in big_html
+    assert f'<td data-label="Memory slots">slot {start}</td>' in small_html
+    assert f"slots {start}–{start}" not in small_html
+    assert f'<td data-label="Memory slots">slots {big_start}–{big_start + 3}</td>' in big_html
 
 
 # --- Timeline and audit log in words -------------------------------------------------------------------
@@ -340,9 +340,9 @@ def test_the_quota_change_review_shows_current_limits_usage_and_warns_about_a_cu
     assert (current.compute_limit, current.memory_limit, current.compute_used, current.memory_used) == (14, 16, 6, 8)
     html = response.content.decode()
     row = html[html.index(f'id="quota-change-{cut.pk}"') : html.index(f'id="quota-change-{grow.pk}"')]
-    assert '<td class="num">14 / 16</td>' in row
-    assert '<td class="num">6 / 8</td>' in row
-    assert '<td class="num"><strong>4 / 16</strong></td>' in row
+    assert '<td data-label="Now: limits (compute / memory)" class="num">14 / 16</td>' in row
+    assert '<td data-label="Now: in use" class="num">6 / 8</td>' in row
+    assert '<td data-label="Requested limits" class="num"><strong>4 / 16</strong></td>' in row
     assert "Below current usage." in row
     assert "Below current usage." not in html[html.index(f'id="quota-change-{grow.pk}"') :]
 

@@ -228,6 +228,7 @@ class Server:
     port: int
     command: str
     log: Path
+    pid: int
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -235,7 +236,12 @@ class Server:
 
 def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Server:
     port = free_port()
-    if kind.startswith("gunicorn"):
+    if kind == "asgi":
+        # The production server (README): gunicorn managing uvicorn workers, portal.asgi's handler.
+        cmd = [sys.executable, "-m", "gunicorn", "portal.asgi:application", "--workers", str(workers)]
+        cmd += ["--worker-class", "uvicorn_worker.UvicornWorker", "--bind", f"127.0.0.1:{port}"]
+        cmd += ["--log-level", "warning"]
+    elif kind.startswith("gunicorn"):
         # gthread keeps connections alive (sync workers close each one after a response).
         worker = (
             ["--worker-class", "gthread", "--threads", "2"]
@@ -249,7 +255,7 @@ def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Ser
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True)
-    server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log)
+    server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log, proc.pid)
 
     def stop() -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -676,7 +682,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--list-rows", type=int, default=1000, help="requests in the listed tenant")
-    parser.add_argument("--server", choices=["gunicorn", "gunicorn-gthread", "uvicorn"], default="gunicorn")
+    parser.add_argument("--server", choices=["asgi", "gunicorn", "gunicorn-gthread", "uvicorn"], default="gunicorn")
     parser.add_argument("--workers", type=int, default=3, help="server worker processes")
     parser.add_argument(
         "--load",

@@ -1,11 +1,106 @@
-"""ASGI entry point (uvicorn portal.asgi:application)."""
+"""ASGI entry point, the production server:
+
+    gunicorn -k uvicorn_worker.UvicornWorker -w 3 portal.asgi:application
+
+Why not Django's stock ASGIHandler: every view of the portal is synchronous. Stock Django runs each request's
+synchronous middleware and view on a fresh thread of its own (asgiref's per-request ThreadSensitiveContext),
+hopping between that thread and the event loop around every middleware, and each fresh thread opens its own
+database connection instead of reusing a persistent one. A plain request then costs several times what it
+costs under WSGI (docs/api-performance.md), and an open event stream keeps its thread and its database
+connection for its whole life.
+
+PortalASGIHandler keeps ASGI for what it is good at, many long-lived streams on one event loop, and serves
+everything else the way a WSGI worker does: the whole middleware chain and the view run as one call, on one of
+a few long-lived threads per process ("lanes"), each with its persistent database connection. A view that
+returns a streaming response with an asynchronous iterator (the live event stream, allocations/live.py) gives
+its thread back as soon as it has returned; the events are then sent from the event loop.
+
+Each request is pinned to one lane for its thread-sensitive work (middleware, view, the request_started and
+request_finished signals that close stale connections), chosen as the lane with the fewest requests in its
+synchronous part. asgiref asks that an executor serve one ThreadSensitiveContext at a time; here several
+requests share a lane, which is safe because each request's synchronous work is a single call that never
+waits on another request (no async_to_sync bridge to a coroutine that needs the same lane).
+"""
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.http import FileResponse, HttpRequest, HttpResponseBase
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+django.setup(set_prefix=False)
 
-application = get_asgi_application()
+Scope = dict[str, Any]
+
+
+class _Lane:
+    """One long-lived thread for synchronous work, and how many requests are in their synchronous part on it."""
+
+    def __init__(self, number: int) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fatia-lane-{number}")
+        self.busy = 0
+
+
+_lane: ContextVar[_Lane] = ContextVar("fatia_lane")
+
+
+class PortalASGIHandler(ASGIHandler):
+    def __init__(self, lanes: int = 1) -> None:
+        BaseHandler.__init__(self)
+        # The synchronous middleware chain, as under WSGI: run whole on a lane by run_get_response.
+        self.load_middleware(is_async=False)
+        self.lanes = [_Lane(n) for n in range(max(lanes, 1))]
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        lane = min(self.lanes, key=lambda lane: lane.busy)
+        _lane.set(lane)
+        async with ThreadSensitiveContext(executor=lane.executor):
+            await self.handle(scope, receive, send)
+
+    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
+        lane = _lane.get()
+        lane.busy += 1
+        try:
+            response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        finally:
+            lane.busy -= 1
+        response._handler_class = self.__class__  # type: ignore[attr-defined]  # as ASGIHandler does
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        return response
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def aclose(self) -> None:
+        """Close every lane's database connection and the live stream's (on shutdown)."""
+        from django.db import connections
+
+        from allocations import live
+
+        for lane in self.lanes:
+            await sync_to_async(connections.close_all, thread_sensitive=False, executor=lane.executor)()
+        await sync_to_async(live.versions.close, thread_sensitive=False)()
+
+
+application = PortalASGIHandler(lanes=int(os.environ.get("FATIA_ASGI_THREADS", "1")))

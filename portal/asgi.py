@@ -103,4 +103,5 @@ class PortalASGIHandler(ASGIHandler):
         await sync_to_async(live.versions.close, thread_sensitive=False)()
 
 
-application = PortalASGIHandler(lanes=int(os.environ.get("FATIA_ASGI_THREADS", "1")))
+# One lane per process, like a sync worker: run more processes for more concurrency (README, gunicorn -w).
+application = PortalASGIHandler(lanes=1)

@@ -15,15 +15,18 @@ a few long-lived threads per process ("lanes"), each with its persistent databas
 returns a streaming response with an asynchronous iterator (the live event stream, allocations/live.py) gives
 its thread back as soon as it has returned; the events are then sent from the event loop.
 
-Each request is pinned to one lane for its thread-sensitive work (middleware, view, the request_started and
-request_finished signals that close stale connections), chosen as the lane with the fewest requests in its
-synchronous part. asgiref asks that an executor serve one ThreadSensitiveContext at a time; here several
-requests share a lane, which is safe because each request's synchronous work is a single call that never
-waits on another request (no async_to_sync bridge to a coroutine that needs the same lane).
+There are FATIA_ASGI_THREADS lanes per process (2). Each request is pinned to one lane for its thread-sensitive
+work (middleware, view, the request_started and request_finished signals that close stale connections), the
+lane with the fewest requests in their synchronous part. asgiref asks that an executor serve one
+ThreadSensitiveContext at a time; here several requests share a lane, which is safe because each request's
+synchronous work is a single call that never waits on another request (no async_to_sync bridge to a
+coroutine that needs the same lane).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -31,9 +34,13 @@ from typing import Any
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
 from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import set_script_prefix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django.setup(set_prefix=False)
@@ -55,7 +62,7 @@ _lane: ContextVar[_Lane] = ContextVar("fatia_lane")
 class PortalASGIHandler(ASGIHandler):
     def __init__(self, lanes: int = 1) -> None:
         BaseHandler.__init__(self)
-        # The synchronous middleware chain, as under WSGI: run whole on a lane by run_get_response.
+        # The synchronous middleware chain, as under WSGI: run whole on a lane by handle().
         self.load_middleware(is_async=False)
         self.lanes = [_Lane(n) for n in range(max(lanes, 1))]
 
@@ -70,17 +77,62 @@ class PortalASGIHandler(ASGIHandler):
         async with ThreadSensitiveContext(executor=lane.executor):
             await self.handle(scope, receive, send)
 
-    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
+        """Django's ASGIHandler.handle, with the synchronous part of a request in one call on its lane.
+
+        Django's version hops to a thread and back for request_started, for the response and for
+        response.close(), and races every response against a disconnect listener. Here an ordinary response
+        is made and closed in one call on the lane (as a WSGI worker does) and then sent; only a streaming
+        response is sent while listening for the client leaving, which cancels the stream."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
         lane = _lane.get()
         lane.busy += 1
         try:
-            response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+            response = await sync_to_async(self._respond, thread_sensitive=True)(scope, request, error_response)
         finally:
             lane.busy -= 1
+        try:
+            if response.streaming:
+                await self._stream(response, receive, send)
+            else:
+                await self.send_response(response, send)
+        finally:
+            body_file.close()
+
+    def _respond(
+        self, scope: Scope, request: HttpRequest | None, error_response: HttpResponseBase | None
+    ) -> HttpResponseBase:
+        """On the request's lane: request_started, the response, and closing it (request_finished, which
+        closes a stale database connection) unless it streams: its content is already in memory."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        # create_request returns a request, or else an error response.
+        response = self.get_response(request) if request is not None else error_response
+        if response is None:
+            raise RuntimeError("create_request returned neither a request nor a response")
         response._handler_class = self.__class__  # type: ignore[attr-defined]  # as ASGIHandler does
         if isinstance(response, FileResponse):
             response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
         return response
+
+    async def _stream(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
+        """Send a streaming response until it ends or the client leaves (then the stream's iterator is
+        cancelled at its next await and closed), then close it on the lane."""
+        sending = asyncio.create_task(self.send_response(response, send))
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        await asyncio.wait([sending, listening], return_when=asyncio.FIRST_COMPLETED)
+        for task in (listening, sending):
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                await task
+        await sync_to_async(response.close, thread_sensitive=True)()
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -103,5 +155,8 @@ class PortalASGIHandler(ASGIHandler):
         await sync_to_async(live.versions.close, thread_sensitive=False)()
 
 
-# One lane per process, like a sync worker: run more processes for more concurrency (README, gunicorn -w).
-application = PortalASGIHandler(lanes=1)
+# Lanes per process (FATIA_ASGI_THREADS, 2 by default). One would make a worker serve one request at a time,
+# like a sync worker; but a client keeps its connection to the worker that accepted it (keep-alive), and with
+# few connections some workers got two or three times as many as others: with one lane those queued while
+# others idled, and bench/api.py measured half the throughput of gunicorn's sync workers (docs/api-performance.md).
+application = PortalASGIHandler(lanes=settings.FATIA_ASGI_THREADS)

@@ -55,6 +55,8 @@ def asgi_server(workers: int) -> Iterator[tuple[int, int]]:
         # application_name tells the server's database connections apart from the test's own.
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}?application_name={APP_NAME}",
         "PYTHONPATH": str(ROOT),
+        # One lane: the thread and connection counts below are then exact.
+        "FATIA_ASGI_THREADS": "1",
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "portal.asgi:application", "--workers", str(workers)]

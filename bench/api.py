@@ -11,9 +11,12 @@ What it does, in order:
    needs CREATEDB) and drops it on exit, so an existing database is never touched.
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
-3. A real server on 127.0.0.1 and a free port: gunicorn portal.wsgi with sync workers (default 3; see
-   docs/api-performance.md for why not uvicorn), DEBUG=False, CELERY_BROKER_URL=memory://. Tasks the
-   services queue on commit go to that in-memory broker and nowhere else: no worker provisions anything.
+3. A real server on 127.0.0.1 and a free port: the production server of the README by default
+   (gunicorn -k uvicorn_worker.UvicornWorker portal.asgi:application, 3 workers; --server gunicorn for
+   sync workers on portal.wsgi, docs/api-performance.md compares them), DEBUG=False,
+   CELERY_BROKER_URL=memory://, throttles opened wide (FATIA_THROTTLE_RATE_USER/TOKEN=1000000/min) so
+   their cost is measured but nothing is refused. Tasks the services queue on commit go to that in-memory
+   broker and nowhere else: no worker provisions anything.
 4. Load from separate processes (Python threads, one http.client connection each, loopback only),
    bounded by time and by request count: GET /api/v1/allocations/ (a page of 50, token auth, the tenant
    with ~1000 requests) and POST /api/v1/allocations/ (token auth, spread over the N tenants, an
@@ -640,9 +643,14 @@ def render(
         *[f"| {k} | {v} |" for k, v in facts.items()],
         "",
         f"Server: `{server_cmd}` (DEBUG=False, CELERY_BROKER_URL=memory://: the tasks the services queue on "
-        "commit go to an in-memory broker and nowhere else). Load: "
-        f"{args.processes} processes x {args.threads} threads of http.client on loopback, "
-        f"{args.warmup:g} s warm-up then {args.duration:g} s (at most {args.max_requests} requests) per endpoint; "
+        "commit go to an in-memory broker and nowhere else; throttles at 1000000/min: measured, never refusing). "
+        "Load: "
+        + (
+            f"wrk, {args.processes * args.threads} keep-alive connections on loopback, "
+            if args.load == "wrk"
+            else f"{args.processes} processes x {args.threads} threads of http.client on loopback, "
+        )
+        + f"{args.warmup:g} s warm-up then {args.duration:g} s (at most {args.max_requests} requests) per endpoint; "
         "the load generator runs on the same cores as the server and PostgreSQL.",
         "",
         f"Data: {world.tenants} tenants, one member and one write token each; the listed tenant holds "
@@ -682,7 +690,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--list-rows", type=int, default=1000, help="requests in the listed tenant")
-    parser.add_argument("--server", choices=["asgi", "gunicorn", "gunicorn-gthread", "uvicorn"], default="gunicorn")
+    parser.add_argument(
+        "--server",
+        choices=["asgi", "gunicorn", "gunicorn-gthread", "uvicorn"],
+        default="asgi",
+        help="asgi: the production server (README); gunicorn: sync workers on portal.wsgi; uvicorn: plain uvicorn",
+    )
     parser.add_argument("--workers", type=int, default=3, help="server worker processes")
     parser.add_argument(
         "--load",
@@ -727,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
+        # Measure the throttles' cost without being refused (harmless where they are not configurable).
+        "FATIA_THROTTLE_RATE_USER": "1000000/min",
+        "FATIA_THROTTLE_RATE_TOKEN": "1000000/min",
     }
     os.environ.update(env)
     import logging

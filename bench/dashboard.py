@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from allocations.selectors import dashboard_versions
+    from allocations.selectors import fleet_versions
 
     try:
         seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             measure("GET /dashboard/ (member)", lambda: member.get("/dashboard/"), args.runs),
             measure("pool summary fragment", lambda: member.get(f"/dashboard/pools/{pool}/summary/"), args.runs),
             measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page=7"), args.runs),
-            measure("stream version poll (selector)", dashboard_versions, args.runs),
+            measure("stream version poll (selector)", fleet_versions, args.runs),
         ]
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -20,4 +20,8 @@ def live_since(context: dict[str, Any]) -> str:
     user = getattr(request, "user", None)
     if not isinstance(user, User):
         return ""
+    # From the process's shared read (at most a second old), so a page costs no extra aggregate queries as a
+    # rule. A change between that read and the page's own queries makes the stream announce it once more on
+    # connect: one refetch too many, never one missed, unless the read is refreshed by this very call after
+    # the view's queries, which leaves a window of the template's render time.
     return live.encode_event_id(live.viewer_versions(selectors.viewer_scope(user)))

@@ -69,6 +69,8 @@ GPU_MODEL = "NVIDIA H100 80GB HBM3"
 LIST_PATH = "/api/v1/allocations/"
 
 _cleanups: list[Any] = []
+# The private PostgreSQL's data directory (its postmaster.pid names the server process), when we started one.
+_pg_data: list[Path] = []
 
 
 def log(message: str) -> None:
@@ -116,6 +118,7 @@ def start_private_postgres() -> str:
         shutil.chown(data, user="postgres")
         as_postgres = ["runuser", "-u", "postgres", "--"]
     port = free_port()
+    _pg_data.append(data)
 
     def stop() -> None:
         subprocess.run(
@@ -386,6 +389,61 @@ class Measurement:
     statuses: dict[int, int]
     errors: int
     first_error: str
+    # CPU milliseconds per request of the server, PostgreSQL and the load generator (wrk runs only): unlike
+    # throughput, this hardly depends on what else the machine is doing.
+    cpu_ms: dict[str, float] | None = None
+
+    def cpu_text(self) -> str:
+        if not self.cpu_ms:
+            return "-"
+        total = sum(self.cpu_ms.values())
+        return " + ".join(f"{v:.1f}" for v in self.cpu_ms.values()) + f" = {total:.1f}"
+
+
+def _process_cpu_ms(root: int) -> dict[int, float]:
+    """CPU time (user + system, ms) of a process and all its descendants, by pid."""
+    out: dict[int, float] = {}
+    todo = [root]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) * 1000 / tick
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+class CpuMeter:
+    """CPU used by the server's and PostgreSQL's processes, and by this process's children (wrk), between
+    start() and stop(). Processes that ended in between are not counted (PostgreSQL's autovacuum workers)."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.pg_pid = int(_pg_data[0].joinpath("postmaster.pid").read_text().split()[0]) if _pg_data else None
+
+    def start(self) -> None:
+        self.server0 = _process_cpu_ms(self.server_pid)
+        self.pg0 = _process_cpu_ms(self.pg_pid) if self.pg_pid else {}
+        self.children0 = os.times()
+
+    def stop(self, requests: int) -> dict[str, float]:
+        def used(before: dict[int, float], after: dict[int, float]) -> float:
+            return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
+
+        children = os.times()
+        load = (children.children_user + children.children_system) - (
+            self.children0.children_user + self.children0.children_system
+        )
+        n = max(requests, 1)
+        out = {"server": used(self.server0, _process_cpu_ms(self.server_pid)) / n}
+        if self.pg_pid:
+            out["postgres"] = used(self.pg0, _process_cpu_ms(self.pg_pid)) / n
+        out["wrk"] = load * 1000 / n
+        return out
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -455,7 +513,9 @@ end
 """
 
 
-def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float | None) -> Measurement:
+def measure_wrk(
+    name: str, spec: LoadSpec, connections: int, target_rps: float | None, meter: CpuMeter | None = None
+) -> Measurement:
     """Same measurement with wrk (C, one process): it takes far less CPU than Python clients, so on a
     2-core machine more of the cores go to the server and PostgreSQL."""
     lua = (
@@ -475,9 +535,12 @@ def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float |
 
     if spec.warmup_s > 0:
         run(spec.warmup_s)
+    if meter:
+        meter.start()
     out = run(spec.duration_s)
     line = next(ln for ln in out.splitlines() if ln.startswith("FATIA "))
     requests, bad_status, socket_errors, micros, p50, p99, worst = line.split()[1:]
+    cpu = meter.stop(int(requests)) if meter else None
     seconds = int(micros) / 1e6
     ok = int(requests) - int(bad_status)
     return Measurement(
@@ -493,6 +556,7 @@ def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float |
         statuses={200 if spec.method == "GET" else 201: ok, **({500: int(bad_status)} if int(bad_status) else {})},
         errors=int(socket_errors),
         first_error="" if not int(bad_status) else "non-2xx answers (see the server log)",
+        cpu_ms=cpu,
     )
 
 
@@ -604,15 +668,15 @@ def target_text(m: Measurement) -> str:
 
 def results_table(ms: list[Measurement]) -> str:
     rows = [
-        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors | target "
-        "| verdict |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
+        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors "
+        "| CPU ms/request: server + PostgreSQL + wrk | target | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |",
     ]
     for m in ms:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(m.statuses.items()))
         rows.append(
             f"| {m.name} | {m.connections} | {m.requests} | {m.rps:.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
-            f"{m.max_ms:.1f} | {statuses} | {m.errors} | {target_text(m)} | {verdict(m)} |"
+            f"{m.max_ms:.1f} | {statuses} | {m.errors} | {m.cpu_text()} | {target_text(m)} | {verdict(m)} |"
         )
     return "\n".join(rows)
 
@@ -657,7 +721,9 @@ def render(
         f"{world.list_rows} requests (the list is measured before any create). "
         "Creates rotate over every tenant's token, 1x 1g.10gb, auto-approved inside a large quota. "
         "Each endpoint runs twice: under load (the targets apply) and over one connection, which shows what one "
-        "request costs with nothing queued ahead of it.",
+        "request costs with nothing queued ahead of it. The CPU column is the processes' CPU time in the measured "
+        "window divided by the requests answered: it hardly depends on what else the machine runs, so on a busy "
+        "machine it says more than req/s; 2,000 divided by its total is what two idle cores could serve.",
         "",
         results_table(measurements),
         "",
@@ -787,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
                 body=payload,
             )
             if args.load == "wrk":
-                measurements.append(measure_wrk(name, spec, processes * threads, goal))
+                measurements.append(measure_wrk(name, spec, processes * threads, goal, CpuMeter(server.pid)))
             else:
                 measurements.append(measure(name, spec, processes, goal))
     facts["after"] = f"load {os.getloadavg()[0]:.2f} (1 min), cpu pressure {cpu_pressure()}"
@@ -807,6 +873,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.name:<28} {m.connections:>5} {m.requests:>8} {m.rps:>7.0f} {m.p50_ms:>7.1f} {m.p99_ms:>7.1f} "
             f"{m.max_ms:>7.1f} {m.errors:>6}  {verdict(m)}  statuses {dict(sorted(m.statuses.items()))}"
         )
+        if m.cpu_ms:
+            print(f"{'':<28} CPU ms per request (server + PostgreSQL + wrk): {m.cpu_text()}")
         if m.first_error:
             print(f"{'':<28} first error: {m.first_error}")
     if any(status >= 500 for m in measurements for status in m.statuses):

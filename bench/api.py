@@ -419,7 +419,8 @@ def _process_cpu_ms(root: int) -> dict[int, float]:
 
 class CpuMeter:
     """CPU used by the server's and PostgreSQL's processes, and by this process's children (wrk), between
-    start() and stop(). Processes that ended in between are not counted (PostgreSQL's autovacuum workers)."""
+    start() and stop(). Processes that ended in between are not counted (PostgreSQL's autovacuum workers); those
+    that started are counted whole (a database connection opened meanwhile)."""
 
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
@@ -432,7 +433,7 @@ class CpuMeter:
 
     def stop(self, requests: int) -> dict[str, float]:
         def used(before: dict[int, float], after: dict[int, float]) -> float:
-            return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
+            return sum(after[pid] - before.get(pid, 0.0) for pid in after)
 
         children = os.times()
         load = (children.children_user + children.children_system) - (

@@ -249,3 +249,15 @@ def test_under_asgi_the_view_streams_asynchronously(world: World, fresh_versions
         + f'"requests":"{current.requests}"}}\n\n',
         "event: bye\ndata: {}\n\n",
     ]
+
+
+def test_the_dashboard_page_carries_no_counts_or_times_in_its_pool_versions(world: World):
+    # given: Team A has requests (issue 9: the card's data-version spelled out every tenant's request count and
+    # the time of its last change, e.g. "a3:1764500000.123|n2:...")
+    request_slices(world, world.alice, world.tenant_a)
+    # when
+    html = client_for(world.charlie).get("/dashboard/").content.decode()
+    # then
+    versions = re.findall(r'data-version="([^"]*)"', html)
+    assert len(versions) == 1
+    assert HASH.fullmatch(versions[0])

@@ -11,9 +11,9 @@ What it does, in order:
    needs CREATEDB) and drops it on exit, so an existing database is never touched.
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
-3. A real server on 127.0.0.1 and a free port: the production server of the README by default
-   (gunicorn -k uvicorn_worker.UvicornWorker portal.asgi:application, 3 workers; --server gunicorn for
-   sync workers on portal.wsgi, docs/api-performance.md compares them), DEBUG=False,
+3. A real server on 127.0.0.1 and a free port: the API's production server of the README by default
+   (gunicorn portal.wsgi, 3 sync workers; --server asgi for portal.asgi under gunicorn's uvicorn workers,
+   the server of the event streams, which docs/api-performance.md compares), DEBUG=False,
    CELERY_BROKER_URL=memory://, throttles opened wide (FATIA_THROTTLE_RATE_USER/TOKEN=1000000/min) so
    their cost is measured but nothing is refused. Tasks the services queue on commit go to that in-memory
    broker and nowhere else: no worker provisions anything.
@@ -760,8 +760,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--server",
         choices=["asgi", "gunicorn", "gunicorn-gthread", "uvicorn"],
-        default="asgi",
-        help="asgi: the production server (README); gunicorn: sync workers on portal.wsgi; uvicorn: plain uvicorn",
+        default="gunicorn",
+        help="gunicorn: sync workers on portal.wsgi, which serve the API in production (README); asgi: "
+        "portal.asgi under gunicorn's uvicorn workers, the event streams' server; uvicorn: plain uvicorn",
     )
     parser.add_argument("--workers", type=int, default=3, help="server worker processes")
     parser.add_argument(

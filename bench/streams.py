@@ -1,5 +1,5 @@
-"""Live-stream benchmark: hundreds of open event streams on the production ASGI server while the API list is
-under load.
+"""Live-stream benchmark: hundreds of open event streams on the ASGI server while the API list is under load,
+deployed as the README says: sync workers for pages and the API, an ASGI server for /dashboard/events/.
 
     python bench/streams.py                                  # python: a venv with `pip install -e ".[dev]"`
     python bench/streams.py --streams 100 --no-write         # a quick look, docs left alone
@@ -8,9 +8,12 @@ What it does, in order:
 
 1. A database and data exactly as bench/api.py does (a private PostgreSQL unless DATABASE_URL is set; 20
    tenants with one member and one write token each, ~1000 requests in the first tenant).
-2. The production server (README): `gunicorn -k uvicorn_worker.UvicornWorker portal.asgi:application` on
-   127.0.0.1 and a free port, DEBUG=False, CELERY_BROKER_URL=memory://, throttles opened wide
-   (FATIA_THROTTLE_RATE_USER/TOKEN) so their cost is measured but nothing is refused.
+2. The two production servers (README), each on 127.0.0.1 and a free port: `gunicorn portal.wsgi` (3 sync
+   workers) for the API, and `gunicorn -k uvicorn_worker.UvicornWorker portal.asgi:application` (1 worker)
+   for the streams; the clients go to each directly, as the README's proxy rule sends them. DEBUG=False,
+   CELERY_BROKER_URL=memory://, throttles opened wide (FATIA_THROTTLE_RATE_USER/TOKEN) so their cost is
+   measured but nothing is refused. `--streams-on-api-server` puts the streams on one ASGI server that also
+   serves the API instead (the single-server deployment, docs/api-performance.md).
 3. The API list alone: GET /api/v1/allocations/, the same request and load generator as bench/api.py
    (wrk, 8 connections, token auth, a page of 50).
 4. Stream clients in a separate process (asyncio sockets, HTTP/1.1, one connection per stream), signed in
@@ -20,8 +23,8 @@ What it does, in order:
    spread too; enough clients are started that at least --streams are open at every moment despite the
    reconnect gaps (the report gives the lowest count seen). Meanwhile one request a second is created
    through the API, so streams have something to announce.
-5. The API list again, the same way, while the streams are open. Also: threads of each server worker and
-   database connections, to show that a stream holds neither.
+5. The API list again, the same way, while the streams are open. Also: threads of each ASGI worker and the
+   database connections of both servers, to show that a stream holds neither.
 6. A table on stdout, and the "streams" section of docs/benchmarks.md rewritten unless --no-write.
 
 Everything shares the machine's cores: server, PostgreSQL, wrk and the stream clients.
@@ -219,7 +222,13 @@ def list_load(port: int, world: api.World, args: argparse.Namespace) -> api.Meas
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--streams", type=int, default=500, help="streams open at every moment")
-    parser.add_argument("--workers", type=int, default=3, help="server worker processes")
+    parser.add_argument("--workers", type=int, default=3, help="API server (sync) worker processes")
+    parser.add_argument("--stream-workers", type=int, default=1, help="ASGI server worker processes")
+    parser.add_argument(
+        "--streams-on-api-server",
+        action="store_true",
+        help="one ASGI server (--workers) for the API and the streams, instead of two servers",
+    )
     parser.add_argument("--connections", type=int, default=8, help="wrk connections on the API list")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of list load before measuring")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds the list is measured, each time")
@@ -275,9 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
 
     connections.close_all()
-    server = api.start_server("asgi", args.workers, env, data_dir / "server.log")
-    api.log(f"{server.command} on 127.0.0.1:{server.port}")
-    master_pid = server.pid
+    if args.streams_on_api_server:
+        server = streamer = api.start_server("asgi", args.workers, env, data_dir / "server.log")
+    else:
+        server = api.start_server("gunicorn", args.workers, env, data_dir / "server.log")
+        streamer = api.start_server("asgi", args.stream_workers, env, data_dir / "streams.log")
+    servers = [server] if streamer is server else [server, streamer]
+    for s in servers:
+        api.log(f"{s.command} on 127.0.0.1:{s.port}")
+    master_pid = streamer.pid
 
     api.log("measuring the API list without streams ...")
     alone = list_load(server.port, world, args)
@@ -289,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
     clients_proc = ctx.Process(
-        target=client_process, args=(server.port, cookies, clients, STREAM_SECONDS, child_end), daemon=True
+        target=client_process, args=(streamer.port, cookies, clients, STREAM_SECONDS, child_end), daemon=True
     )
     clients_proc.start()
     api._cleanups.append(clients_proc.kill)
@@ -308,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         if status["opened"] >= clients and status["open_now"] >= args.streams:
             break
         if time.monotonic() > deadline:
-            raise SystemExit(f"streams did not open: {status}\n{server.log_tail()}")
+            raise SystemExit(f"streams did not open: {status}\n{streamer.log_tail()}")
     api.log(f"{status['open_now']} streams open; measuring the API list with them ...")
     parent_end.send("sample")
     with_streams = list_load(server.port, world, args)
@@ -353,14 +368,17 @@ def main(argv: list[str] | None = None) -> int:
         f"ended by the server after their {STREAM_SECONDS:.0f} s and reconnected, {stats['errors']} errors"
         + (f" (first: `{stats['first_error']}`)" if stats["first_error"] else "")
         + f"; events received: {events}. Requests created through the API meanwhile: {len(made)} (one a second).",
-        f"Server worker threads: {threads_alone} without streams, {threads_streams} with them; database "
-        f"connections with the streams open: {db_connections} (so no thread and no connection per stream).",
+        f"Threads of each ASGI worker: {threads_alone} without streams, {threads_streams} with them; database "
+        f"connections of the server(s) with the streams open: {db_connections} (so no thread and no connection "
+        "per stream).",
     ]
 
     print()
     for k, v in facts.items():
         print(f"{k:>12}: {v}")
-    print(f"{'server':>12}: {server.command}\n")
+    for s in servers:
+        print(f"{'server':>12}: {s.command}")
+    print()
     print("\n".join(rows))
     print()
     print("\n".join(details))
@@ -374,7 +392,12 @@ def main(argv: list[str] | None = None) -> int:
                 "| --- | --- |",
                 *[f"| {k} | {v} |" for k, v in facts.items()],
                 "",
-                f"Server: `{server.command}` (DEBUG=False, CELERY_BROKER_URL=memory://, throttles at 1000000/min). "
+                (
+                    f"One server for the API and the streams: `{server.command}`"
+                    if streamer is server
+                    else f"API server: `{server.command}`; stream server: `{streamer.command}`"
+                )
+                + " (DEBUG=False, CELERY_BROKER_URL=memory://, throttles at 1000000/min). "
                 f"API list: wrk, {args.connections} connections, the request of bench/api.py, "
                 f"{args.warmup:g} s warm-up then {args.duration:g} s, first alone and then with the streams open.",
                 "",
@@ -385,7 +408,11 @@ def main(argv: list[str] | None = None) -> int:
                 verdict,
             ]
         )
-        print(f"wrote {write_section('streams', body, title='Live event streams on the ASGI server')}")
+        if streamer is server:
+            section, title = "streams-single-server", "Live event streams, one ASGI server for the API too"
+        else:
+            section, title = "streams", "Live event streams on the ASGI server"
+        print(f"wrote {write_section(section, body, title=title)}")
     return 0
 
 

@@ -1,6 +1,9 @@
-"""ASGI entry point, the production server:
+"""ASGI entry point: in production the server of the live event streams (README: the proxy sends it
+/dashboard/events/, sync gunicorn workers on portal.wsgi serve everything else):
 
-    gunicorn -k uvicorn_worker.UvicornWorker -w 3 portal.asgi:application
+    gunicorn -k uvicorn_worker.UvicornWorker -w 1 portal.asgi:application
+
+It serves the whole portal just as well, only less quickly for the ordinary views (docs/api-performance.md).
 
 Why not Django's stock ASGIHandler: every view of the portal is synchronous. Stock Django runs each request's
 synchronous middleware and view on a fresh thread of its own (asgiref's per-request ThreadSensitiveContext),

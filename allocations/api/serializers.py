@@ -208,10 +208,10 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
                 **{f: getattr(instance, f) for f in ROW_FIELDS},
                 "tenant_id": instance.tenant_id,
                 "pool_id": instance.pool_id,
-                "tenant_name": instance.tenant.name,
-                "pool_name": instance.pool.name,
-                "pool_gpu_model": instance.pool.gpu_model,
-                "requested_by_name": instance.requested_by.username,
+                "tenant__name": instance.tenant.name,
+                "pool__name": instance.pool.name,
+                "pool__gpu_model": instance.pool.gpu_model,
+                "requested_by__username": instance.requested_by.username,
             }
         )
 
@@ -238,23 +238,29 @@ ROW_FIELDS = (
     "created_at",
     "updated_at",
 )
-# What the list endpoint reads with queryset.values() (no model instances are built for a page), with the names
-# selectors.with_allocation_names adds: tenant_name, pool_name, pool_gpu_model, requested_by_name.
-ROW_COLUMNS = (*ROW_FIELDS, "tenant_id", "pool_id")
+# What the list endpoint reads with queryset.values(): no model instances are built for a page.
+ROW_COLUMNS = (
+    *ROW_FIELDS,
+    "tenant_id",
+    "pool_id",
+    "tenant__name",
+    "pool__name",
+    "pool__gpu_model",
+    "requested_by__username",
+)
 
 
 def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
-    """AllocationSerializer's output from a `.values(*ROW_COLUMNS)` dict with the names of
-    selectors.with_allocation_names, in the declared field order."""
-    model = gpu_model_for(v["pool_gpu_model"])
+    """AllocationSerializer's output from a `.values(*ROW_COLUMNS)` dict, in the declared field order."""
+    model = gpu_model_for(v["pool__gpu_model"])
     return {
         "id": v["id"],
         "uuid": str(v["uuid"]),
         "tenant": v["tenant_id"],
-        "tenant_name": v["tenant_name"],
+        "tenant_name": v["tenant__name"],
         "pool": v["pool_id"],
-        "pool_name": v["pool_name"],
-        "requested_by": v["requested_by_name"],
+        "pool_name": v["pool__name"],
+        "requested_by": v["requested_by__username"],
         "profile": v["profile"],
         "count": v["count"],
         "lease_hours": v["lease_hours"],

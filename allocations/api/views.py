@@ -217,7 +217,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # A page of plain dicts (values()), not model instances: see AllocationSerializer.
-        rows = selectors.with_allocation_names(self.filter_queryset(self.get_queryset()).values(*s.ROW_COLUMNS))
+        rows = self.filter_queryset(self.get_queryset()).values(*s.ROW_COLUMNS)
         page = self.paginate_queryset(rows)
         return self.get_paginated_response([s.allocation_row(row) for row in page or []])
 

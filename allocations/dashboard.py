@@ -4,31 +4,21 @@ and a Server-Sent Events stream that tells an open page which pool changed.
 Views only parse the query string and call the dashboard selectors (allocations/selectors.py, last
 section), which apply tenancy: members see other tenants' slices as "occupied".
 
-The event stream is bounded: it ends after FATIA_DASHBOARD_STREAM_SECONDS (25 s by default) with a
-`retry:` hint, so the browser's EventSource reconnects by itself. That keeps a gunicorn sync worker
-from being held for ever; under an ASGI server (uvicorn portal.asgi:application) the same view streams
-too. The database is asked for the pools' versions at most once a second per process, whatever the
-number of open pages (a one-second cache shared by every stream of the process).
+The event stream (`events`) is built in allocations/live.py: what it tells each viewer, how little it
+costs under ASGI (portal/asgi.py), and why it ends every 25 s under WSGI.
 """
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import hashlib
-import json
 import math
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import date
-from typing import Protocol
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
@@ -38,12 +28,9 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET
 
-from allocations import selectors
+from allocations import live, selectors
 from allocations.models import Node, NodePool
 from tenants.views import signed_in_user
-
-VERSIONS_CACHE_KEY = "dashboard:pool-versions"
-RETRY_MS = 2000
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -117,135 +104,26 @@ def pool_nodes(request: HttpRequest, pool_id: int) -> HttpResponse:
     )
 
 
-def current_versions() -> dict[int, str]:
-    """Per-pool versions, read from the database at most once a second per process."""
-    versions = cache.get(VERSIONS_CACHE_KEY)
-    if versions is None:
-        versions = selectors.dashboard_versions()
-        cache.set(VERSIONS_CACHE_KEY, versions, timeout=1)
-    return dict(versions)
-
-
-def changed_pools(before: dict[int, str], after: dict[int, str]) -> list[int]:
-    """Pools whose version differs, including pools that appeared or went away."""
-    return sorted(pk for pk in before.keys() | after.keys() if before.get(pk) != after.get(pk))
-
-
-def _event(name: str, data: object) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def version_hashes(versions: dict[int, str]) -> dict[int, str]:
-    """A short hash per pool version: what goes into the event id, so a reconnecting browser's
-    Last-Event-ID says what it had seen."""
-    return {pk: hashlib.blake2s(v.encode(), digest_size=6).hexdigest() for pk, v in versions.items()}
-
-
-def encode_event_id(versions: dict[int, str]) -> str:
-    return ",".join(f"{pk}:{digest}" for pk, digest in sorted(version_hashes(versions).items()))
-
-
-def decode_event_id(value: str) -> dict[int, str] | None:
-    """The per-pool hashes of a Last-Event-ID header; None when there is none (a first connection)."""
-    if not value:
-        return None
-    seen: dict[int, str] = {}
-    for part in value.split(",")[:10_000]:
-        pk, _, digest = part.partition(":")
-        if pk.isdigit():
-            seen[int(pk)] = digest
-    return seen
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-def event_stream(
-    *, duration: float, interval: float, seen: dict[int, str] | None = None, clock: Clock | None = None
-) -> Iterator[str]:
-    """`retry:` and the current versions first, then `changed` events for the pools that changed,
-    checked every `interval` seconds until `duration` has passed, then `bye` (the browser reconnects
-    after `retry` ms). `seen` holds the hashes a reconnecting client had (Last-Event-ID): pools that
-    changed while it was away are announced at once."""
-    clock = clock or _SystemClock()
-    yield f"retry: {RETRY_MS}\n\n"
-    versions = current_versions()
-    if seen is not None:
-        hashes = version_hashes(versions)
-        missed = sorted(pk for pk in hashes.keys() | seen.keys() if hashes.get(pk) != seen.get(pk))
-        yield "".join(_event("changed", {"pool": pk, "version": versions.get(pk, "")}) for pk in missed)
-    yield f"id: {encode_event_id(versions)}\n" + _event("versions", {str(k): v for k, v in versions.items()})
-    deadline = clock.monotonic() + duration
-    while clock.monotonic() < deadline:
-        clock.sleep(interval)
-        latest = current_versions()
-        changed = changed_pools(versions, latest)
-        if changed:
-            events_ = "".join(_event("changed", {"pool": pk, "version": latest.get(pk, "")}) for pk in changed)
-            yield f"id: {encode_event_id(latest)}\n" + events_
-            versions = latest
-        else:
-            # A comment line: keeps proxies from closing an idle connection; EventSource ignores it.
-            yield ": idle\n\n"
-    yield _event("bye", {})
-
-
-class _SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-async def async_event_stream(
-    *, duration: float, interval: float, seen: dict[int, str] | None = None
-) -> AsyncIterator[str]:
-    """event_stream for an ASGI server (uvicorn portal.asgi:application): the same events, but it
-    waits with asyncio.sleep, so an open page holds no thread between polls. Django would buffer a
-    synchronous iterator whole under ASGI (and an asynchronous one under WSGI), hence two of them."""
-    versions_now = sync_to_async(current_versions)
-    yield f"retry: {RETRY_MS}\n\n"
-    versions = await versions_now()
-    if seen is not None:
-        hashes = version_hashes(versions)
-        missed = sorted(pk for pk in hashes.keys() | seen.keys() if hashes.get(pk) != seen.get(pk))
-        yield "".join(_event("changed", {"pool": pk, "version": versions.get(pk, "")}) for pk in missed)
-    yield f"id: {encode_event_id(versions)}\n" + _event("versions", {str(k): v for k, v in versions.items()})
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + duration
-    while loop.time() < deadline:
-        await asyncio.sleep(interval)
-        latest = await versions_now()
-        changed = changed_pools(versions, latest)
-        if changed:
-            events_ = "".join(_event("changed", {"pool": pk, "version": latest.get(pk, "")}) for pk in changed)
-            yield f"id: {encode_event_id(latest)}\n" + events_
-            versions = latest
-        else:
-            yield ": idle\n\n"
-    yield _event("bye", {})
-
-
 @login_required
 @require_GET
 def events(request: HttpRequest) -> StreamingHttpResponse:
-    """Server-Sent Events: `versions` on connect, then `changed` {pool, version} when a pool changes.
+    """Server-Sent Events for the dashboard and the request pages (allocations/live.py): `versions` on connect,
+    then `changed` {pool, version} when a pool changed for this viewer and `requests` {version} when the
+    viewer's tenants' requests changed.
 
-    Carries no tenant data at all (pool ids and opaque versions only); the page refetches the changed
-    pool's fragments through the tenancy-scoped views above."""
-    signed_in_user(request)
+    Carries no tenant data (pool ids and opaque hashes of what the viewer may see); the page refetches what
+    changed through the tenancy-scoped views. A reconnecting browser's Last-Event-ID, or the `since` a page
+    was rendered with, makes the stream announce at once what changed in between."""
+    user = signed_in_user(request)
+    scope = selectors.viewer_scope(user)
     duration = float(getattr(settings, "FATIA_DASHBOARD_STREAM_SECONDS", 25))
     interval = float(getattr(settings, "FATIA_DASHBOARD_POLL_SECONDS", 1))
-    seen = decode_event_id(request.headers.get("Last-Event-ID", ""))
+    seen = live.decode_event_id(request.headers.get("Last-Event-ID") or request.GET.get("since", ""))
     stream: Iterator[str] | AsyncIterator[str]
     if isinstance(request, ASGIRequest):
-        stream = async_event_stream(duration=duration, interval=interval, seen=seen)
+        stream = live.async_event_stream(scope=scope, duration=duration, interval=interval, seen=seen)
     else:
-        stream = event_stream(duration=duration, interval=interval, seen=seen)
+        stream = live.event_stream(scope=scope, duration=duration, interval=interval, seen=seen)
     response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once

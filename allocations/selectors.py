@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, IntegerField, Max, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Max,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -650,23 +662,95 @@ def dashboard_tenant_choices(user: User) -> list[Tenant]:
     return list(Tenant.objects.for_user(user).order_by("name"))
 
 
+# The live stream's versions (allocations/live.py). Every value is an opaque hash: a viewer learns that something
+# it may see changed, never how many requests there are or when another tenant's changed.
+_MIX_PRIME = 2_147_483_647
+# One placement as a number that changes when it moves (GPU or slot); summed with its square per pool, so a
+# placement that moves, appears or goes changes the pool's layout hash (two moves that cancel out in both sums
+# at once are practically impossible).
+_SLOT_MIX = ExpressionWrapper(
+    (F("pk") * 48_271 + F("gpu_id") * 8 + F("start")) % _MIX_PRIME, output_field=BigIntegerField()
+)
+_SLOT_MIX_SQUARED = ExpressionWrapper(_SLOT_MIX * _SLOT_MIX % _MIX_PRIME, output_field=BigIntegerField())
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).hexdigest()
+
+
 def _pool_versions() -> dict[int, str]:
-    """A cheap fingerprint per pool that changes whenever its allocations, placements or nodes change:
-    three aggregate queries over the whole fleet."""
-    parts: dict[int, list[str]] = {}
-    for row in Allocation.objects.values("pool_id").annotate(m=Max("updated_at"), n=Count("pk")).order_by():
-        parts.setdefault(row["pool_id"], []).append(f"a{row['n']}:{row['m'].timestamp() if row['m'] else 0}")
-    for row in Node.objects.values("pool_id").annotate(m=Max("updated_at"), n=Count("pk")).order_by():
-        parts.setdefault(row["pool_id"], []).append(f"n{row['n']}:{row['m'].timestamp() if row['m'] else 0}")
-    for row in SlicePlacement.objects.values("gpu__node__pool_id").annotate(n=Count("pk"), m=Max("pk")).order_by():
-        parts.setdefault(row["gpu__node__pool_id"], []).append(f"p{row['n']}:{row['m']}")
-    return {pool_id: "|".join(sorted(p)) for pool_id, p in parts.items()}
+    """Per pool, an opaque hash of what every viewer sees of it anyway: its nodes with their states and which
+    slots are occupied (not by whom). Requests that change no slot (pending, rejected, a lease extended) do not
+    change it. Three queries whatever the fleet size."""
+    parts: dict[int, list[str]] = {pk: [] for pk in NodePool.objects.values_list("pk", flat=True)}
+    for row in Node.objects.values("pool_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by():
+        parts.setdefault(row["pool_id"], []).append(f"n{row['n']}:{row['m'].isoformat() if row['m'] else ''}")
+    held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
+    for row in (
+        held.values("allocation__pool_id")
+        .annotate(n=Count("pk"), s=Sum(_SLOT_MIX), q=Sum(_SLOT_MIX_SQUARED))
+        .order_by()
+    ):
+        parts.setdefault(row["allocation__pool_id"], []).append(f"p{row['n']}:{row['s']}:{row['q']}")
+    return {pool_id: _digest(*p) for pool_id, p in parts.items()}
 
 
-def dashboard_versions() -> dict[int, str]:
-    """Per-pool version strings for the live stream, for every pool (an empty pool has "")."""
-    versions = _pool_versions()
-    return {pk: versions.get(pk, "") for pk in NodePool.objects.values_list("pk", flat=True)}
+def _tenant_versions() -> dict[int, dict[int, str]]:
+    """Per pool and tenant, an opaque hash of that tenant's requests in the pool: it changes when one is
+    created or changes state (every service saves `updated_at`). One query."""
+    out: dict[int, dict[int, str]] = {}
+    rows = Allocation.objects.values("pool_id", "tenant_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by()
+    for row in rows:
+        out.setdefault(row["pool_id"], {})[row["tenant_id"]] = _digest(row["n"], row["m"].isoformat())
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ViewerVersions:
+    """What the live stream tells one viewer: per pool, a hash of its layout and of the viewer's tenants'
+    requests there; and one hash of all the viewer's tenants' requests (the request pages follow it)."""
+
+    pools: dict[int, str]
+    requests: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetVersions:
+    """One read of everything the live stream watches, before it is cut down to a viewer."""
+
+    layouts: dict[int, str]
+    tenants: dict[int, dict[int, str]]
+
+    def for_viewer(self, scope: frozenset[int] | None) -> ViewerVersions:
+        """The versions a viewer whose visible tenants are `scope` (None: all, for staff) may be told."""
+        pools = {}
+        mine: list[str] = []
+        for pool_id, layout in sorted(self.layouts.items()):
+            by_tenant = self.tenants.get(pool_id, {})
+            own = [f"{t}={v}" for t, v in sorted(by_tenant.items()) if scope is None or t in scope]
+            pools[pool_id] = _digest(layout, *own)
+            mine += (f"{pool_id}/{part}" for part in own)
+        # Requests in a pool that is gone (no layout) still count for the request pages.
+        for pool_id, by_tenant in sorted(self.tenants.items()):
+            if pool_id not in self.layouts:
+                mine += (f"{pool_id}/{t}={v}" for t, v in sorted(by_tenant.items()) if scope is None or t in scope)
+        return ViewerVersions(pools=pools, requests=_digest("requests", *mine))
+
+
+def fleet_versions() -> FleetVersions:
+    """Four aggregate queries over the whole fleet, whatever its size or the number of viewers."""
+    return FleetVersions(layouts=_pool_versions(), tenants=_tenant_versions())
+
+
+def viewer_scope(user: User) -> frozenset[int] | None:
+    """The tenants whose requests the live stream may tell the user about; None: all of them (staff)."""
+    visible = _visible_tenant_ids(user)
+    return None if visible is None else frozenset(visible)
+
+
+def dashboard_versions(user: User) -> ViewerVersions:
+    """The user's live-stream versions, read now (the stream itself shares one read per second per process)."""
+    return fleet_versions().for_viewer(viewer_scope(user))
 
 
 def _requested_mix(pools: list[NodePool]) -> dict[int, dict[str, float]]:

@@ -11,9 +11,12 @@ What it does, in order:
    needs CREATEDB) and drops it on exit, so an existing database is never touched.
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
-3. A real server on 127.0.0.1 and a free port: gunicorn portal.wsgi with sync workers (default 3; see
-   docs/api-performance.md for why not uvicorn), DEBUG=False, CELERY_BROKER_URL=memory://. Tasks the
-   services queue on commit go to that in-memory broker and nowhere else: no worker provisions anything.
+3. A real server on 127.0.0.1 and a free port: the API's production server of the README by default
+   (gunicorn portal.wsgi, 3 sync workers; --server asgi for portal.asgi under gunicorn's uvicorn workers,
+   the server of the event streams, which docs/api-performance.md compares), DEBUG=False,
+   CELERY_BROKER_URL=memory://, throttles opened wide (FATIA_THROTTLE_RATE_USER/TOKEN=1000000/min) so
+   their cost is measured but nothing is refused. Tasks the services queue on commit go to that in-memory
+   broker and nowhere else: no worker provisions anything.
 4. Load from separate processes (Python threads, one http.client connection each, loopback only),
    bounded by time and by request count: GET /api/v1/allocations/ (a page of 50, token auth, the tenant
    with ~1000 requests) and POST /api/v1/allocations/ (token auth, spread over the N tenants, an
@@ -66,6 +69,8 @@ GPU_MODEL = "NVIDIA H100 80GB HBM3"
 LIST_PATH = "/api/v1/allocations/"
 
 _cleanups: list[Any] = []
+# The private PostgreSQL's data directory (its postmaster.pid names the server process), when we started one.
+_pg_data: list[Path] = []
 
 
 def log(message: str) -> None:
@@ -113,6 +118,7 @@ def start_private_postgres() -> str:
         shutil.chown(data, user="postgres")
         as_postgres = ["runuser", "-u", "postgres", "--"]
     port = free_port()
+    _pg_data.append(data)
 
     def stop() -> None:
         subprocess.run(
@@ -228,6 +234,7 @@ class Server:
     port: int
     command: str
     log: Path
+    pid: int
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -235,7 +242,12 @@ class Server:
 
 def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Server:
     port = free_port()
-    if kind.startswith("gunicorn"):
+    if kind == "asgi":
+        # The production server (README): gunicorn managing uvicorn workers, portal.asgi's handler.
+        cmd = [sys.executable, "-m", "gunicorn", "portal.asgi:application", "--workers", str(workers)]
+        cmd += ["--worker-class", "uvicorn_worker.UvicornWorker", "--bind", f"127.0.0.1:{port}"]
+        cmd += ["--log-level", "warning"]
+    elif kind.startswith("gunicorn"):
         # gthread keeps connections alive (sync workers close each one after a response).
         worker = (
             ["--worker-class", "gthread", "--threads", "2"]
@@ -249,7 +261,7 @@ def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Ser
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True)
-    server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log)
+    server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log, proc.pid)
 
     def stop() -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -377,6 +389,62 @@ class Measurement:
     statuses: dict[int, int]
     errors: int
     first_error: str
+    # CPU milliseconds per request of the server, PostgreSQL and the load generator (wrk runs only): unlike
+    # throughput, this hardly depends on what else the machine is doing.
+    cpu_ms: dict[str, float] | None = None
+
+    def cpu_text(self) -> str:
+        if not self.cpu_ms:
+            return "-"
+        total = sum(self.cpu_ms.values())
+        return " + ".join(f"{v:.1f}" for v in self.cpu_ms.values()) + f" = {total:.1f}"
+
+
+def _process_cpu_ms(root: int) -> dict[int, float]:
+    """CPU time (user + system, ms) of a process and all its descendants, by pid."""
+    out: dict[int, float] = {}
+    todo = [root]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) * 1000 / tick
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+class CpuMeter:
+    """CPU used by the server's and PostgreSQL's processes, and by this process's children (wrk), between
+    start() and stop(). Processes that ended in between are not counted (PostgreSQL's autovacuum workers); those
+    that started are counted whole (a database connection opened meanwhile)."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.pg_pid = int(_pg_data[0].joinpath("postmaster.pid").read_text().split()[0]) if _pg_data else None
+
+    def start(self) -> None:
+        self.server0 = _process_cpu_ms(self.server_pid)
+        self.pg0 = _process_cpu_ms(self.pg_pid) if self.pg_pid else {}
+        self.children0 = os.times()
+
+    def stop(self, requests: int) -> dict[str, float]:
+        def used(before: dict[int, float], after: dict[int, float]) -> float:
+            return sum(after[pid] - before.get(pid, 0.0) for pid in after)
+
+        children = os.times()
+        load = (children.children_user + children.children_system) - (
+            self.children0.children_user + self.children0.children_system
+        )
+        n = max(requests, 1)
+        out = {"server": used(self.server0, _process_cpu_ms(self.server_pid)) / n}
+        if self.pg_pid:
+            out["postgres"] = used(self.pg0, _process_cpu_ms(self.pg_pid)) / n
+        out["wrk"] = load * 1000 / n
+        return out
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -446,7 +514,9 @@ end
 """
 
 
-def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float | None) -> Measurement:
+def measure_wrk(
+    name: str, spec: LoadSpec, connections: int, target_rps: float | None, meter: CpuMeter | None = None
+) -> Measurement:
     """Same measurement with wrk (C, one process): it takes far less CPU than Python clients, so on a
     2-core machine more of the cores go to the server and PostgreSQL."""
     lua = (
@@ -466,9 +536,12 @@ def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float |
 
     if spec.warmup_s > 0:
         run(spec.warmup_s)
+    if meter:
+        meter.start()
     out = run(spec.duration_s)
     line = next(ln for ln in out.splitlines() if ln.startswith("FATIA "))
     requests, bad_status, socket_errors, micros, p50, p99, worst = line.split()[1:]
+    cpu = meter.stop(int(requests)) if meter else None
     seconds = int(micros) / 1e6
     ok = int(requests) - int(bad_status)
     return Measurement(
@@ -484,6 +557,7 @@ def measure_wrk(name: str, spec: LoadSpec, connections: int, target_rps: float |
         statuses={200 if spec.method == "GET" else 201: ok, **({500: int(bad_status)} if int(bad_status) else {})},
         errors=int(socket_errors),
         first_error="" if not int(bad_status) else "non-2xx answers (see the server log)",
+        cpu_ms=cpu,
     )
 
 
@@ -595,15 +669,15 @@ def target_text(m: Measurement) -> str:
 
 def results_table(ms: list[Measurement]) -> str:
     rows = [
-        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors | target "
-        "| verdict |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
+        "| endpoint | connections | requests | req/s | p50 ms | p99 ms | max ms | statuses | errors "
+        "| CPU ms/request: server + PostgreSQL + wrk | target | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |",
     ]
     for m in ms:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(m.statuses.items()))
         rows.append(
             f"| {m.name} | {m.connections} | {m.requests} | {m.rps:.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
-            f"{m.max_ms:.1f} | {statuses} | {m.errors} | {target_text(m)} | {verdict(m)} |"
+            f"{m.max_ms:.1f} | {statuses} | {m.errors} | {m.cpu_text()} | {target_text(m)} | {verdict(m)} |"
         )
     return "\n".join(rows)
 
@@ -634,16 +708,23 @@ def render(
         *[f"| {k} | {v} |" for k, v in facts.items()],
         "",
         f"Server: `{server_cmd}` (DEBUG=False, CELERY_BROKER_URL=memory://: the tasks the services queue on "
-        "commit go to an in-memory broker and nowhere else). Load: "
-        f"{args.processes} processes x {args.threads} threads of http.client on loopback, "
-        f"{args.warmup:g} s warm-up then {args.duration:g} s (at most {args.max_requests} requests) per endpoint; "
+        "commit go to an in-memory broker and nowhere else; throttles at 1000000/min: measured, never refusing). "
+        "Load: "
+        + (
+            f"wrk, {args.processes * args.threads} keep-alive connections on loopback, "
+            if args.load == "wrk"
+            else f"{args.processes} processes x {args.threads} threads of http.client on loopback, "
+        )
+        + f"{args.warmup:g} s warm-up then {args.duration:g} s (at most {args.max_requests} requests) per endpoint; "
         "the load generator runs on the same cores as the server and PostgreSQL.",
         "",
         f"Data: {world.tenants} tenants, one member and one write token each; the listed tenant holds "
         f"{world.list_rows} requests (the list is measured before any create). "
         "Creates rotate over every tenant's token, 1x 1g.10gb, auto-approved inside a large quota. "
         "Each endpoint runs twice: under load (the targets apply) and over one connection, which shows what one "
-        "request costs with nothing queued ahead of it.",
+        "request costs with nothing queued ahead of it. The CPU column is the processes' CPU time in the measured "
+        "window divided by the requests answered: it hardly depends on what else the machine runs, so on a busy "
+        "machine it says more than req/s; 2,000 divided by its total is what two idle cores could serve.",
         "",
         results_table(measurements),
         "",
@@ -676,7 +757,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--list-rows", type=int, default=1000, help="requests in the listed tenant")
-    parser.add_argument("--server", choices=["gunicorn", "gunicorn-gthread", "uvicorn"], default="gunicorn")
+    parser.add_argument(
+        "--server",
+        choices=["asgi", "gunicorn", "gunicorn-gthread", "uvicorn"],
+        default="gunicorn",
+        help="gunicorn: sync workers on portal.wsgi, which serve the API in production (README); asgi: "
+        "portal.asgi under gunicorn's uvicorn workers, the event streams' server; uvicorn: plain uvicorn",
+    )
     parser.add_argument("--workers", type=int, default=3, help="server worker processes")
     parser.add_argument(
         "--load",
@@ -721,6 +808,9 @@ def main(argv: list[str] | None = None) -> int:
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
+        # Measure the throttles' cost without being refused (harmless where they are not configurable).
+        "FATIA_THROTTLE_RATE_USER": "1000000/min",
+        "FATIA_THROTTLE_RATE_TOKEN": "1000000/min",
     }
     os.environ.update(env)
     import logging
@@ -765,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
                 body=payload,
             )
             if args.load == "wrk":
-                measurements.append(measure_wrk(name, spec, processes * threads, goal))
+                measurements.append(measure_wrk(name, spec, processes * threads, goal, CpuMeter(server.pid)))
             else:
                 measurements.append(measure(name, spec, processes, goal))
     facts["after"] = f"load {os.getloadavg()[0]:.2f} (1 min), cpu pressure {cpu_pressure()}"
@@ -785,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.name:<28} {m.connections:>5} {m.requests:>8} {m.rps:>7.0f} {m.p50_ms:>7.1f} {m.p99_ms:>7.1f} "
             f"{m.max_ms:>7.1f} {m.errors:>6}  {verdict(m)}  statuses {dict(sorted(m.statuses.items()))}"
         )
+        if m.cpu_ms:
+            print(f"{'':<28} CPU ms per request (server + PostgreSQL + wrk): {m.cpu_text()}")
         if m.first_error:
             print(f"{'':<28} first error: {m.first_error}")
     if any(status >= 500 for m in measurements for status in m.statuses):

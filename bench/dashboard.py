@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
 
     from allocations.models import Node
-    from allocations.selectors import dashboard_versions
+    from allocations.selectors import fleet_versions
 
     load_before = " ".join(f"{n:.2f}" for n in os.getloadavg())
     try:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             measure("GET /dashboard/ (member)", lambda: member.get("/dashboard/"), args.runs),
             measure("pool summary fragment", lambda: member.get(f"/dashboard/pools/{pool}/summary/"), args.runs),
             measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page=7"), args.runs),
-            measure("stream version poll (selector)", dashboard_versions, args.runs),
+            measure("stream version poll (selector)", fleet_versions, args.runs),
             measure("GET /dashboard/fleet/ (admin)", lambda: admin.get("/dashboard/fleet/"), args.runs),
             measure("GET /dashboard/fleet/ (member)", lambda: member.get("/dashboard/fleet/"), args.runs),
             measure(

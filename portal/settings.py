@@ -131,6 +131,8 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "portal.wsgi.application"
 ASGI_APPLICATION = "portal.asgi.application"
+# Threads per ASGI worker for the synchronous views (portal/asgi.py): how many requests one worker serves at once.
+FATIA_ASGI_THREADS = env_int("FATIA_ASGI_THREADS", 2)
 
 DATA_DIR = Path(os.environ.get("FATIA_DATA_DIR", BASE_DIR / "var"))
 DATABASES = {

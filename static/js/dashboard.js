@@ -1,10 +1,14 @@
 // Live fleet dashboard: listen to the server's event stream and refetch only what changed.
-//  - "versions" (on connect) and "changed" {pool, version} events come from /dashboard/events/;
+//  - "versions" (on connect) and "changed" {pool, version} events come from /dashboard/events/; a pool's
+//    version covers what this viewer may see of it (its slot layout, the viewer's tenants' requests);
+//  - the stream is opened with the event id the page was rendered with (data-live-since), so a change
+//    made between rendering and connecting arrives as "changed" at once;
 //  - a changed pool's summary card and, if it is the pool on screen, its node list are refetched as
 //    HTML fragments through the same tenancy-scoped views that rendered the page;
 //  - EventSource reconnects by itself (the server ends each stream after ~25 s with a retry hint, and
-//    a restarted server is simply reconnected to); fetches are coalesced, never more than one per pool
-//    at a time. Without JavaScript the page is a plain, complete server-rendered page.
+//    a restarted server is simply reconnected to), sending the last event id, so nothing is missed in
+//    between; fetches are coalesced, never more than one per pool at a time. Without JavaScript the page
+//    is a plain, complete server-rendered page.
 (function () {
   "use strict";
 
@@ -12,7 +16,6 @@
   if (!status || !window.EventSource) {
     return;
   }
-  var versions = {};
   var inFlight = {};
   var again = {};
 
@@ -82,7 +85,9 @@
       });
   }
 
-  var source = new EventSource(status.getAttribute("data-events-url"));
+  var url = status.getAttribute("data-events-url");
+  var since = status.getAttribute("data-live-since");
+  var source = new EventSource(since ? url + "?since=" + encodeURIComponent(since) : url);
   source.addEventListener("open", function () {
     say("live", "Live: changes appear within a couple of seconds.");
   });
@@ -90,21 +95,10 @@
     // EventSource retries on its own; say so rather than reconnecting by hand.
     say("down", "Reconnecting to live updates…");
   });
-  source.addEventListener("versions", function (event) {
-    var latest = JSON.parse(event.data);
-    Object.keys(latest).forEach(function (pool) {
-      var card = document.getElementById("pool-" + pool);
-      var shown = card ? card.getAttribute("data-version") : versions[pool];
-      if (shown !== undefined && shown !== null && shown !== latest[pool]) {
-        refreshPool(pool);
-      }
-      versions[pool] = latest[pool];
-    });
+  source.addEventListener("versions", function () {
     say("live", "Live: changes appear within a couple of seconds.");
   });
   source.addEventListener("changed", function (event) {
-    var data = JSON.parse(event.data);
-    versions[data.pool] = data.version;
-    refreshPool(data.pool);
+    refreshPool(JSON.parse(event.data).pool);
   });
 })();

@@ -1,5 +1,5 @@
-"""The fleet dashboard through Django's test client: what each user sees, filters, query counts, and
-the live event stream.
+"""The fleet dashboard through Django's test client: what each user sees, filters and query counts (the live
+event stream: test_live.py).
 
 alice is a member of Team A, mallory its manager, charlie a member of Team B, root a platform admin;
 the pool has 2 nodes x 8 H100 (7 compute slices, 8 memory slots each).
@@ -7,19 +7,16 @@ the pool has 2 nodes x 8 H100 (7 compute slices, 8 memory slots each).
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from allocations import services
-from allocations.dashboard import decode_event_id, encode_event_id, event_stream
+from allocations import live, services
 from allocations.models import Allocation, Node, SlicePlacement
-from allocations.selectors import DashboardFilters, dashboard_nodes, dashboard_overview, dashboard_versions
+from allocations.selectors import DashboardFilters, dashboard_nodes, dashboard_overview
 from tests.conftest import World
 
 Status = Allocation.Status
@@ -297,6 +294,7 @@ def test_node_states_show_as_labelled_badges(world: World):
 
 def _dashboard_queries(user) -> int:
     client = client_for(user)
+    live.versions.clear()  # the page's live-stream event id reads the fleet's versions afresh, every time
     with CaptureQueriesContext(connection) as queries:
         assert client.get("/dashboard/").status_code == 200
     return len(queries)
@@ -317,8 +315,9 @@ def test_the_page_runs_the_same_number_of_queries_for_2_and_20_nodes(world: Worl
     large = _dashboard_queries(user)
     # then: session, user; overview 11 (pools, tenants x2, GPUs, placements, pending, mix, 3 versions,
     # + memberships for a member); node page 6 (pool, count, nodes, GPUs, colours, placements, + memberships);
-    # tenant choices; the navigation's managed tenants (+ nothing for staff, who skip memberships)
-    expected = {"alice": 22, "root": 20}[who]
+    # tenant choices; the navigation's managed tenants (+ nothing for staff, who skip memberships);
+    # the live stream's event id: the fleet's versions (4, once a second per process) + memberships for a member
+    expected = {"alice": 27, "root": 24}[who]
     assert (small, large) == (expected, expected)
 
 
@@ -351,123 +350,3 @@ def test_the_pool_card_fragment_shows_pending_requests_of_the_viewers_tenants(wo
 
     # then: Team A's member and manager, and staff, see it; Team B's charlie does not (issue 9)
     assert [pending(u) for u in (world.alice, world.mallory, world.root, world.charlie)] == ["1", "1", "1", "0"]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def fresh_versions() -> Iterator[None]:
-    from django.core.cache import cache
-
-    cache.clear()  # the one-second versions cache must not carry state between steps
-    yield
-    cache.clear()
-
-
-def test_the_stream_announces_a_pool_that_changed_and_then_ends(world: World, fresh_versions):
-    # given
-    from django.core.cache import cache
-
-    clock = FakeClock()
-    stream = event_stream(duration=2, interval=1, clock=clock)
-    assert next(stream) == "retry: 2000\n\n"
-    first = next(stream)
-    assert first.startswith(f"id: {world.pool.pk}:")
-    assert "event: versions\n" in first
-    # when: a request arrives in the pool
-    services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="7g.80gb",
-        count=1,
-        lease_hours=8,
-        purpose="big",
-        actor=world.alice,
-    )
-    cache.clear()
-    # then
-    changed = next(stream)
-    assert f'event: changed\ndata: {{"pool":{world.pool.pk},"version":' in changed
-    cache.clear()
-    assert next(stream) == ": idle\n\n"
-    assert next(stream) == "event: bye\ndata: {}\n\n"
-    assert list(stream) == []
-    assert clock.sleeps == [1, 1]
-
-
-def test_a_reconnecting_client_hears_at_once_what_changed_while_it_was_away(world: World, fresh_versions):
-    # given: the id the client last saw
-    from django.core.cache import cache
-
-    seen = decode_event_id(encode_event_id(dashboard_versions()))
-    services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="7g.80gb",
-        count=1,
-        lease_hours=8,
-        purpose="big",
-        actor=world.alice,
-    )
-    cache.clear()
-    # when
-    stream = event_stream(duration=0, interval=1, seen=seen, clock=FakeClock())
-    chunks = list(stream)
-    # then
-    assert chunks[0] == "retry: 2000\n\n"
-    assert chunks[1].startswith(f'event: changed\ndata: {{"pool":{world.pool.pk},')
-    assert "event: versions" in chunks[2]
-    assert chunks[-1] == "event: bye\ndata: {}\n\n"
-
-
-def test_the_events_endpoint_streams_server_sent_events(world: World, settings, fresh_versions):
-    # given
-    settings.FATIA_DASHBOARD_STREAM_SECONDS = 0
-    # when
-    response = client_for(world.charlie).get("/dashboard/events/")
-    # then
-    assert response["Content-Type"] == "text/event-stream"
-    assert response["Cache-Control"] == "no-cache"
-    body = b"".join(response.streaming_content).decode()
-    assert body.startswith("retry: 2000\n\n")
-    assert "event: versions\n" in body
-    assert body.endswith("event: bye\ndata: {}\n\n")
-    assert "Team" not in body
-
-
-def test_under_asgi_the_stream_is_asynchronous_and_says_the_same(world: World, fresh_versions):
-    # given: versions already read this second (so the stream needs no database from another thread)
-    from django.core.cache import cache
-    from django.test import AsyncRequestFactory
-
-    from allocations.dashboard import VERSIONS_CACHE_KEY, async_event_stream, events
-
-    cache.set(VERSIONS_CACHE_KEY, {world.pool.pk: "v1"}, timeout=60)
-    request = AsyncRequestFactory().get("/dashboard/events/")
-    request.user = world.charlie
-    # when
-    response = events(request)
-
-    async def collect() -> list[str]:
-        return [chunk async for chunk in async_event_stream(duration=0, interval=0)]
-
-    chunks = asyncio.run(collect())
-    # then
-    assert response.is_async is True
-    assert response["Content-Type"] == "text/event-stream"
-    assert chunks == [
-        "retry: 2000\n\n",
-        f"id: {encode_event_id({world.pool.pk: 'v1'})}\n" + f'event: versions\ndata: {{"{world.pool.pk}":"v1"}}\n\n',
-        "event: bye\ndata: {}\n\n",
-    ]

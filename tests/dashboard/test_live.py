@@ -190,7 +190,7 @@ def test_another_tenants_slice_changes_a_members_pool_version_but_not_her_reques
     assert after.pools[world.pool.pk] != before.pools[world.pool.pk]
     assert after.requests == before.requests
     # when: its lease is extended (nothing alice may see changes)
-    services.extend_allocation_lease(allocation_id=allocation.pk, hours=1, actor=world.charlie)
+    services.request_lease_extension(allocation_id=allocation.pk, hours=1, actor=world.charlie)
     # then
     assert dashboard_versions(world.alice) == after
 

@@ -46,6 +46,7 @@ import os
 import platform
 import pstats
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -801,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         **os.environ,
         "DATABASE_URL": database_url,
         "DEBUG": "False",
-        "SECRET_KEY": f"bench-{uuid.uuid4().hex}",
+        "SECRET_KEY": secrets.token_urlsafe(50),
         "CELERY_BROKER_URL": "memory://",
         "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
         "FATIA_DATA_DIR": str(data_dir),

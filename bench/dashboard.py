@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import secrets
 import shutil
 import signal
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "DATABASE_URL": database_url,
             "DEBUG": "False",
-            "SECRET_KEY": f"bench-{uuid.uuid4().hex}",
+            "SECRET_KEY": secrets.token_urlsafe(50),
             "CELERY_BROKER_URL": "memory://",
             "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
             "FATIA_DATA_DIR": str(data_dir),

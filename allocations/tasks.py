@@ -15,10 +15,12 @@ from django.conf import settings
 from django.db import OperationalError
 
 from allocations import notifications
-from allocations.kube import KubeUnavailable
+from allocations.cluster import reconcile
+from allocations.cluster import sync as kube_sync
+from allocations.cluster.kube import KubeUnavailable
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import kube_sync, leases, provisioning, reconcile, requeue
+from allocations.services import leases, provisioning, requeue
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
 # work again (services/requeue.py), so an outage of any length converges.
@@ -74,7 +76,7 @@ def onboard_tenant_task(tenant_id: int) -> None:
 
 @shared_task(acks_late=True)
 def reconcile_cluster_task() -> None:
-    """One reconcile pass (Kubernetes: services/reconcile.py; simulated: requeue requests whose task was lost);
+    """One reconcile pass (Kubernetes: cluster/reconcile.py; simulated: requeue requests whose task was lost);
     the next beat tick retries."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         reconcile.reconcile_cluster()

@@ -8,7 +8,7 @@ What it does, in order:
 1. PostgreSQL as bench/api.py starts it (private, or a fresh database on DATABASE_URL's server), a private Redis,
    and the local Kubernetes control plane (deploy/control-plane.sh: etcd, kube-apiserver, kube-scheduler,
    kube-controller-manager with DRA; no kubelet).
-2. The fleet: N fake nodes with 8 H100 80GB each (allocations/fake_fleet.py: NVIDIA's DynamicMIG slices), the
+2. The fleet: N fake nodes with 8 H100 80GB each (allocations/cluster/fake_fleet.py: NVIDIA's DynamicMIG slices), the
    driver's DeviceClasses, and the same nodes and GPU UUIDs registered in one pool of the portal; 10 tenants
    with ample quota, onboarded (namespace, RBAC, device quota).
 3. W Celery worker processes (--pool=solo) with FATIA_CLUSTER_BACKEND=kubernetes.
@@ -201,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
     from kubernetes import client, config
 
-    from allocations import fake_fleet, kube, services
+    from allocations import services
+    from allocations.cluster import fake_fleet, kube
+    from allocations.cluster import placements as cluster_placements
+    from allocations.cluster import sync as kube_sync
     from allocations.mig.catalog import load_catalog
     from allocations.mig.engine import fits_now
     from allocations.mig.fleet import Fleet, Gpu, Instance, Node
     from allocations.models import Allocation, SlicePlacement
-    from allocations.services import cluster_placements, kube_sync
     from tenants import services as tenant_services
     from tenants.models import AuditEvent
 

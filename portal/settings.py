@@ -331,7 +331,7 @@ FATIA_MAX_SLICES_PER_REQUEST = env_int("FATIA_MAX_SLICES_PER_REQUEST", 56)
 FATIA_LEASE_WARNING_HOURS = env_int("FATIA_LEASE_WARNING_HOURS", 24)
 # Which cluster the workers drive: "simulated" (demo and unit tests) or "kubernetes".
 FATIA_CLUSTER_BACKEND = os.environ.get("FATIA_CLUSTER_BACKEND", "simulated")
-# The Kubernetes backend (allocations/kube.py): the portal's kubeconfig, call timeouts, where tenants live.
+# The Kubernetes backend (allocations/cluster/kube.py): the portal's kubeconfig, call timeouts, where tenants live.
 FATIA_KUBECONFIG = os.environ.get("FATIA_KUBECONFIG", "")
 FATIA_KUBE_CONNECT_TIMEOUT_S = env_int("FATIA_KUBE_CONNECT_TIMEOUT_S", 3)
 FATIA_KUBE_READ_TIMEOUT_S = env_int("FATIA_KUBE_READ_TIMEOUT_S", 10)

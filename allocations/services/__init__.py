@@ -8,9 +8,10 @@ from allocations.services.extensions import (
     request_lease_extension,
 )
 from allocations.services.leases import expire_due_leases, warn_expiring_leases
+from allocations.services.lifecycle import finish_release, mark_allocation_failed
 from allocations.services.notifications import mark_all_notifications_read, mark_notification_read
 from allocations.services.pools import create_node_pool, register_node, update_node_pool
-from allocations.services.provisioning import finish_release, mark_allocation_failed, provision_allocation
+from allocations.services.provisioning import provision_allocation
 from allocations.services.quotas import (
     approve_quota_change,
     reject_quota_change,

@@ -3,7 +3,8 @@
 The portal chooses the GPU and slot itself (fragmentation-aware placement, allocations/mig), records
 the choice, then realises it on the cluster backend. The simulated backend (demo, unit tests) has
 nothing to build, so the request becomes ACTIVE in the same transaction; the Kubernetes backend
-(allocations/kube.py, issue #4) applies a ResourceClaim and a holder pod instead.
+(allocations/cluster/sync.py) applies a ResourceClaim and a holder pod instead. The end states both backends
+record (placements saved, release finished, failure) are in services/lifecycle.py.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from allocations.models import Allocation, SlicePlacement
-from allocations.placement import PlannedSlice, plan_slices
+from allocations.models import Allocation
+from allocations.placement import plan_slices
+from allocations.services.lifecycle import fail_locked_allocation, finish_release, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
-from allocations.services.quotas import free_quota
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -25,15 +26,15 @@ Status = Allocation.Status
 
 def provision_allocation(*, allocation_id: int) -> Allocation:
     """APPROVED -> ACTIVE (simulated backend) or APPROVED -> PROVISIONING with the claim and holder pod
-    applied (Kubernetes backend, services/kube_sync.py), or -> FAILED (quota freed) when the pool has no room.
+    applied (Kubernetes backend, cluster/sync.py), or -> FAILED (quota freed) when the pool has no room.
 
     Idempotent: a redelivered task finds the allocation past APPROVED and does nothing more than the
     cluster backend's idempotent re-apply. Raises KubeUnavailable (retry) from the Kubernetes backend.
     """
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
-        from allocations.services import kube_sync
+        from allocations.cluster import sync
 
-        return kube_sync.provision_on_cluster(allocation_id=allocation_id)
+        return sync.provision_on_cluster(allocation_id=allocation_id)
     return _provision_simulated(allocation_id=allocation_id)
 
 
@@ -41,9 +42,9 @@ def teardown_allocation(*, allocation_id: int) -> Allocation:
     """RELEASING -> RELEASED / EXPIRED: on the Kubernetes backend the holder pod and the claim are deleted
     first (404 counts as done), then finish_release. Idempotent. Raises KubeUnavailable (retry)."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
-        from allocations.services import kube_sync
+        from allocations.cluster import sync
 
-        return kube_sync.release_on_cluster(allocation_id=allocation_id)
+        return sync.release_on_cluster(allocation_id=allocation_id)
     return finish_release(allocation_id=allocation_id)
 
 
@@ -60,7 +61,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     pool = lock_pool(pool_id=allocation.pool_id)
     slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
     if slices is None:
-        return _fail(
+        return fail_locked_allocation(
             allocation,
             f"No room in {pool.name} for {allocation.count} x {allocation.profile} right now; "
             "the quota was given back. Try fewer slices or a smaller profile.",
@@ -86,76 +87,5 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
             "claim": allocation.claim_name,
             "placements": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
         },
-    )
-    return allocation
-
-
-def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> None:
-    """Save the planned slices of an allocation; the caller holds its pool's lock."""
-    SlicePlacement.objects.bulk_create(
-        [
-            SlicePlacement(
-                allocation=allocation,
-                gpu_id=s.gpu_id,
-                profile=allocation.profile,
-                start=s.start,
-                size=s.size,
-                device_name=s.device_name,
-                blocked_starts=list(s.blocked_starts),
-            )
-            for s in slices
-        ]
-    )
-
-
-@transaction.atomic
-def finish_release(*, allocation_id: int) -> Allocation:
-    """RELEASING -> RELEASED or EXPIRED: delete the placements and give the quota back. Idempotent."""
-    allocation = lock_allocation(allocation_id=allocation_id)
-    if allocation.status != Status.RELEASING:
-        return allocation
-    SlicePlacement.objects.filter(allocation=allocation).delete()
-    free_quota(allocation=allocation)
-    final = allocation.end_state or Status.RELEASED
-    allocation.status = final
-    allocation.ended_at = timezone.now()
-    allocation.status_message = "Lease ended; slices released." if final == Status.EXPIRED else "Released."
-    allocation.save(update_fields=["status", "ended_at", "status_message", "updated_at"])
-    record_audit_event(
-        actor=None,
-        verb="finish_release",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before={"status": Status.RELEASING},
-        after={"status": final},
-    )
-    return allocation
-
-
-@transaction.atomic
-def mark_allocation_failed(*, allocation_id: int, reason: str) -> Allocation:
-    """Any live state -> FAILED with a message for the requester; quota is given back once."""
-    allocation = lock_allocation(allocation_id=allocation_id)
-    if allocation.status in Allocation.TERMINAL:
-        return allocation
-    return _fail(allocation, reason)
-
-
-def _fail(allocation: Allocation, reason: str) -> Allocation:
-    previous = allocation.status
-    if previous in Allocation.QUOTA_HOLDING:
-        SlicePlacement.objects.filter(allocation=allocation).delete()
-        free_quota(allocation=allocation)
-    allocation.status = Status.FAILED
-    allocation.status_message = reason
-    allocation.ended_at = timezone.now()
-    allocation.save(update_fields=["status", "status_message", "ended_at", "updated_at"])
-    record_audit_event(
-        actor=None,
-        verb="fail",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before={"status": previous},
-        after={"status": Status.FAILED, "reason": reason},
     )
     return allocation

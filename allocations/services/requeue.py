@@ -3,7 +3,7 @@
 A request stays APPROVED, PROVISIONING or RELEASING only while a task works on it. When the message is lost (a
 worker killed before it acknowledged, a broker restart without persistence) or the task ran out of retries, the
 request would hold its quota for good. Both backends' beat passes call this sweep: the Kubernetes reconcile
-(services/reconcile.py) and, for the simulated backend, `sweep_stuck_requests` below.
+(cluster/reconcile.py) and, for the simulated backend, `sweep_stuck_requests` below.
 """
 
 from __future__ import annotations

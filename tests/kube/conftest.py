@@ -32,9 +32,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from allocations import services
-from allocations.fake_fleet import NVIDIA_DEVICE_CLASSES, create_ready_node
+from allocations.cluster import sync as kube_sync
+from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES, create_ready_node
 from allocations.models import NodePool
-from allocations.services import kube_sync
 from tests.conftest import H100, World
 
 ROOT = Path(__file__).resolve().parents[2]

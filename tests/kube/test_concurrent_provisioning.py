@@ -15,11 +15,11 @@ import pytest
 from kubernetes import client
 
 from allocations import services
+from allocations.cluster import sync as kube_sync
 from allocations.costs import gpu_model_for
 from allocations.mig.layout import geometry
 from allocations.models import Allocation, SlicePlacement
 from allocations.placement import PoolBusy
-from allocations.services import kube_sync
 from tenants.models import AuditEvent
 from tests.kube.conftest import KubeWorld, wait_for
 from tests.kube.test_provisioning import claim_json, placements, provision_and_wait, request, settled

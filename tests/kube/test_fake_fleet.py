@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from allocations import fake_fleet, services
+from allocations import services
+from allocations.cluster import fake_fleet
+from allocations.cluster import sync as kube_sync
 from allocations.mig.catalog import load_catalog
 from allocations.models import Allocation
-from allocations.services import kube_sync
 from tests.conftest import H100
 from tests.kube.conftest import EXAMPLE_GPU_UUIDS, EXAMPLE_NODE, EXAMPLE_SLICES, ControlPlane, KubeWorld, as_json
 from tests.kube.test_provisioning import placements, provision_and_wait, request

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from allocations import kube, services
+from allocations import services
+from allocations.cluster import kube
+from allocations.cluster import placements as cluster_placements
+from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation
-from allocations.services import cluster_placements, kube_sync
 from tenants.models import AuditEvent
 from tests.kube.conftest import ControlPlane, KubeWorld, as_json, wait_for
 

@@ -10,11 +10,12 @@ from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from allocations import kube, services
-from allocations.fake_fleet import create_ready_node
+from allocations import services
+from allocations.cluster import kube
+from allocations.cluster import sync as kube_sync
+from allocations.cluster.fake_fleet import create_ready_node
+from allocations.cluster.reconcile import reconcile_cluster
 from allocations.models import Allocation, Node
-from allocations.services import kube_sync
-from allocations.services.reconcile import reconcile_cluster
 from tenants.models import AuditEvent
 from tests.kube.conftest import GFD_LABELS, KubeWorld, wait_for
 from tests.kube.test_provisioning import objects_of, placements, provision_and_wait, request

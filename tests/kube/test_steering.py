@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from allocations import kube
+from allocations.cluster import kube
+from allocations.cluster import sync as kube_sync
+from allocations.cluster.reconcile import reconcile_cluster
 from allocations.models import Allocation
-from allocations.services import kube_sync
-from allocations.services.reconcile import reconcile_cluster
 from tenants.models import AuditEvent
 from tests.kube.conftest import KubeWorld, wait_for
 from tests.kube.test_concurrent_provisioning import allocated_devices, recorded_devices

@@ -1,7 +1,7 @@
 """The model of kube-scheduler's slot choice (allocations/mig/scheduler.py) against the driver's counters.
 
 The reference here is not our layout code: it walks the devices NVIDIA's driver publishes for a GPU
-(allocations/fake_fleet.py, in the driver's order) and takes the first one of the profile whose counters are
+(allocations/cluster/fake_fleet.py, in the driver's order) and takes the first one of the profile whose counters are
 all still free, which is what the DRA allocator does with a claim pinned to a profile and a GPU.
 """
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
-from allocations.fake_fleet import resource_slices
+from allocations.cluster.fake_fleet import resource_slices
 from allocations.mig import scheduler
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest

@@ -20,15 +20,15 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from allocations import kube
+from allocations.cluster import kube
+from allocations.cluster import placements as cluster_placements
 from allocations.costs import gpu_model_for
 from allocations.models import Allocation, Gpu, Node, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, plan_slices_for_scheduler
-from allocations.services import cluster_placements
+from allocations.services.lifecycle import finish_release, mark_allocation_failed, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
-from allocations.services.provisioning import finish_release, mark_allocation_failed, record_placements
 from tenants.models import Tenant
 from tenants.services import record_audit_event
 

@@ -3,7 +3,7 @@
 The plan predicts the slot the scheduler takes on each pinned GPU (allocations/mig/scheduler.py). When the
 scheduler took the claims of a GPU in another order than predicted, the allocated claim's placements follow the
 cluster and the claims still waiting on that GPU are predicted again, in one transaction under the pool lock.
-Used by provisioning (services/kube_sync.py) and by the reconcile pass (services/reconcile.py).
+Used by provisioning (cluster/sync.py) and by the reconcile pass (cluster/reconcile.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from allocations import kube
+from allocations.cluster import kube
 from allocations.costs import gpu_model_for
 from allocations.mig import scheduler
 from allocations.mig.layout import geometry

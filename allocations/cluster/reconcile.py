@@ -29,9 +29,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from allocations import kube
+from allocations.cluster import kube
+from allocations.cluster import placements as cluster_placements
+from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation, Node
-from allocations.services import cluster_placements, kube_sync
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.requeue import StuckAfter, requeue_stuck_requests
 from tenants.services import record_audit_event

@@ -1,0 +1,90 @@
+"""The end states every cluster backend records: where the slices went, a release finished, a failure.
+
+Both the simulated backend (services/provisioning.py) and the Kubernetes backend (cluster/sync.py) call these,
+so neither backend calls back into the other's module.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocations.models import Allocation, SlicePlacement
+from allocations.placement import PlannedSlice
+from allocations.services.locks import lock_allocation
+from allocations.services.quotas import free_quota
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+
+
+def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> None:
+    """Save the planned slices of an allocation; the caller holds its pool's lock."""
+    SlicePlacement.objects.bulk_create(
+        [
+            SlicePlacement(
+                allocation=allocation,
+                gpu_id=s.gpu_id,
+                profile=allocation.profile,
+                start=s.start,
+                size=s.size,
+                device_name=s.device_name,
+                blocked_starts=list(s.blocked_starts),
+            )
+            for s in slices
+        ]
+    )
+
+
+@transaction.atomic
+def finish_release(*, allocation_id: int) -> Allocation:
+    """RELEASING -> RELEASED or EXPIRED: delete the placements and give the quota back. Idempotent."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status != Status.RELEASING:
+        return allocation
+    SlicePlacement.objects.filter(allocation=allocation).delete()
+    free_quota(allocation=allocation)
+    final = allocation.end_state or Status.RELEASED
+    allocation.status = final
+    allocation.ended_at = timezone.now()
+    allocation.status_message = "Lease ended; slices released." if final == Status.EXPIRED else "Released."
+    allocation.save(update_fields=["status", "ended_at", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="finish_release",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.RELEASING},
+        after={"status": final},
+    )
+    return allocation
+
+
+@transaction.atomic
+def mark_allocation_failed(*, allocation_id: int, reason: str) -> Allocation:
+    """Any live state -> FAILED with a message for the requester; quota is given back once."""
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.status in Allocation.TERMINAL:
+        return allocation
+    return fail_locked_allocation(allocation, reason)
+
+
+def fail_locked_allocation(allocation: Allocation, reason: str) -> Allocation:
+    """-> FAILED with `reason`, freeing quota and placements once; the caller holds the allocation's lock."""
+    previous = allocation.status
+    if previous in Allocation.QUOTA_HOLDING:
+        SlicePlacement.objects.filter(allocation=allocation).delete()
+        free_quota(allocation=allocation)
+    allocation.status = Status.FAILED
+    allocation.status_message = reason
+    allocation.ended_at = timezone.now()
+    allocation.save(update_fields=["status", "status_message", "ended_at", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="fail",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": previous},
+        after={"status": Status.FAILED, "reason": reason},
+    )
+    return allocation

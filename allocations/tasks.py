@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import OperationalError
 
 from allocations import notifications
-from allocations.cluster import reconcile
+from allocations.cluster import check_runs, reconcile
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
 from allocations.models import Allocation
@@ -115,3 +116,12 @@ def notify_managers_of_extension_task(extension_id: int) -> None:
 @shared_task(acks_late=True)
 def notify_requester_of_extension_task(extension_id: int) -> None:
     notifications.notify_requester_of_extension_decision(extension_id=extension_id)
+
+
+@shared_task(acks_late=True, soft_time_limit=check_runs.SOFT_TIME_LIMIT_S, time_limit=check_runs.TIME_LIMIT_S)
+def check_cluster_task() -> None:
+    """The admin page's cluster check. Not retried: a cluster that does not answer is what the report says."""
+    try:
+        check_runs.run_cluster_check()
+    except SoftTimeLimitExceeded:
+        check_runs.record_unfinished_check()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import dashboard, views
+from allocations import cluster_page, dashboard, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -34,4 +34,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "manage/quota-changes/<int:change_id>/approve/", views.quota_change_approve, name="manage-quota-change-approve"
     ),
     path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
+    path("manage/cluster-check/", cluster_page.cluster_check, name="manage-cluster-check"),
 ]

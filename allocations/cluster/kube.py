@@ -522,3 +522,268 @@ def holder_pod_exists(namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+# --- check_cluster: what `manage.py check_cluster` asks the cluster (allocations/cluster/checks.py) -----------
+
+
+@dataclass(frozen=True, slots=True)
+class ServerVersion:
+    """The API server's /version: `git_version` as it says it ("v1.37.2", "v1.34.1-eks-…"), and the minor
+    version parsed from it (0 when it cannot be)."""
+
+    git_version: str
+    major: int
+    minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """One device of a ResourceSlice, reduced to what the check needs."""
+
+    name: str
+    type: str  # the driver's `type` attribute: gpu, mig, vfio
+    consumes_counters: bool  # DynamicMIG devices draw on a shared counter set; static MIG devices do not
+    has_uuid: bool  # a MIG device has a uuid only when it exists already (static MIG), not as a DynamicMIG spec
+    driver_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSummary:
+    """A ResourceSlice of one driver: its pool (a node, for NVIDIA's driver), the pool's generation and slice
+    count, and its devices."""
+
+    name: str
+    node_name: str
+    pool: str
+    generation: int
+    pool_slice_count: int
+    shared_counter_sets: int
+    devices: tuple[SliceDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRule:
+    """A rule of a SelfSubjectRulesReview; "*" stands for every group, resource or verb."""
+
+    groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RulesReview:
+    namespace: str
+    rules: tuple[ResourceRule, ...]
+    incomplete: bool
+    evaluation_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceLabels:
+    name: str
+    labels: dict[str, str]
+
+
+def api_server_url() -> str:
+    """The API server the portal's kubeconfig names (no request is made)."""
+    return str(_client_for_check().configuration.host)
+
+
+def _client_for_check() -> client.ApiClient:
+    """api_client(), with an unreadable kubeconfig as ImproperlyConfigured instead of the loader's own errors."""
+    if not settings.FATIA_KUBECONFIG:
+        raise ImproperlyConfigured("FATIA_KUBECONFIG is not set: no cluster to check.")
+    try:
+        return api_client()
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        raise ImproperlyConfigured(
+            f"FATIA_KUBECONFIG ({settings.FATIA_KUBECONFIG}) cannot be read: {exc.__class__.__name__}: {exc}"
+        ) from exc
+
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+_CONNECTION_PREFIX = re.compile(r"^\w*Connection\w*\(.*?\): ")
+
+
+def read_server_version() -> ServerVersion:
+    """/version, the first call of a check: an unreachable server is reported with the network's own reason
+    (refused, timed out, certificate), which `_mapped` leaves out."""
+    api = client.VersionApi(_client_for_check())
+    with _mapped("version"):
+        try:
+            info = api.get_code(_request_timeout=_timeout())
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            detail = _CONNECTION_PREFIX.sub("", str(reason)) or reason.__class__.__name__
+            raise KubeUnavailable(f"{api.api_client.configuration.host} is unreachable: {detail}") from exc
+    git_version = str(info.git_version or "")
+    match = _VERSION.match(git_version)
+    if match is None:
+        return ServerVersion(git_version=git_version, major=0, minor=0)
+    return ServerVersion(git_version=git_version, major=int(match[1]), minor=int(match[2]))
+
+
+def served_group_versions(group: str) -> tuple[str, ...]:
+    """The versions of an API group the server serves (none when it does not serve the group)."""
+    api = client.ApisApi(_client_for_check())
+    listed = _call("api groups", api.get_api_versions)
+    for entry in listed.groups or []:
+        if entry.name == group:
+            return tuple(str(v.version) for v in entry.versions or [])
+    return ()
+
+
+def served_resource_v1_resources() -> tuple[str, ...]:
+    """The resources resource.k8s.io/v1 serves (resourceclaims, devicetaintrules, ...)."""
+    api = client.ResourceV1Api(_client_for_check())
+    listed = _call("resource.k8s.io/v1 resources", api.get_api_resources)
+    return tuple(str(r.name) for r in listed.resources or [])
+
+
+def list_device_class_names() -> tuple[str, ...]:
+    api = client.ResourceV1Api(_client_for_check())
+    listed = _call("deviceclasses", api.list_device_class)
+    return tuple(sorted(str(c.metadata.name) for c in listed.items if c.metadata is not None and c.metadata.name))
+
+
+def list_node_names_with_label(label_selector: str) -> tuple[str, ...]:
+    """The nodes matching a label selector, e.g. GPU feature discovery's "nvidia.com/gpu.present=true"."""
+    api = client.CoreV1Api(_client_for_check())
+    listed = _call("nodes", api.list_node, label_selector=label_selector)
+    return tuple(sorted(n.metadata.name for n in listed.items if n.metadata is not None and n.metadata.name))
+
+
+SLICE_PAGE = 200
+
+
+def list_driver_slices(driver: str) -> list[SliceSummary]:
+    """Every ResourceSlice of `driver`, read in pages of raw JSON: a large fleet publishes hundreds of MB of
+    slices, and building the client's models for all of them would cost minutes and gigabytes."""
+    api = client.ResourceV1Api(_client_for_check())
+    summaries: list[SliceSummary] = []
+    token: str | None = None
+    while True:
+        # Any: with _preload_content=False the client returns the raw HTTP response, not the annotated list.
+        response: Any = _call(
+            "resourceslices",
+            api.list_resource_slice,
+            field_selector=f"spec.driver={driver}",
+            limit=SLICE_PAGE,
+            _continue=token,
+            _preload_content=False,
+        )
+        page = json.loads(response.data)
+        summaries += [_slice_summary(item, driver) for item in page.get("items") or []]
+        token = (page.get("metadata") or {}).get("continue") or None
+        if token is None:
+            return summaries
+
+
+def _slice_summary(item: dict[str, Any], driver: str) -> SliceSummary:
+    spec = item.get("spec") or {}
+    pool = spec.get("pool") or {}
+    devices = []
+    for device in spec.get("devices") or []:
+        attributes = device.get("attributes") or {}
+        devices.append(
+            SliceDevice(
+                name=str(device.get("name", "")),
+                type=str((attributes.get("type") or {}).get("string", "")),
+                consumes_counters=bool(device.get("consumesCounters")),
+                has_uuid="uuid" in attributes,
+                driver_version=str((attributes.get("driverVersion") or {}).get("version", "")),
+            )
+        )
+    return SliceSummary(
+        name=str((item.get("metadata") or {}).get("name", "")),
+        node_name=str(spec.get("nodeName") or ""),
+        pool=str(pool.get("name", "")),
+        generation=int(pool.get("generation", 0)),
+        pool_slice_count=int(pool.get("resourceSliceCount", 0)),
+        shared_counter_sets=len(spec.get("sharedCounters") or []),
+        devices=tuple(devices),
+    )
+
+
+def who_am_i() -> str:
+    """The user name the API server sees for the portal's credentials (SelfSubjectReview); "" if it won't say."""
+    api = client.AuthenticationV1Api(_client_for_check())
+    try:
+        review = _call(
+            "selfsubjectreview",
+            api.create_self_subject_review,
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    except KubeRejected:
+        return ""
+    user = review.status.user_info if review.status is not None else None
+    return str(user.username or "") if user is not None else ""
+
+
+def may_i(group: str, resource: str, verb: str, namespace: str = "") -> bool:
+    """SelfSubjectAccessReview: may the portal's identity do `verb` on `resource`? An empty namespace means in
+    every namespace (the portal makes tenant namespaces as it goes, so it needs its verbs cluster-wide)."""
+    api = client.AuthorizationV1Api(_client_for_check())
+    resource_name, _, subresource = resource.partition("/")
+    attributes = {"group": group, "resource": resource_name, "verb": verb, "namespace": namespace}
+    if subresource:
+        attributes["subresource"] = subresource
+    review = _call(
+        f"selfsubjectaccessreview {verb} {resource}",
+        api.create_self_subject_access_review,
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        },
+    )
+    return bool(review.status is not None and review.status.allowed)
+
+
+def review_rules(namespace: str) -> RulesReview:
+    """SelfSubjectRulesReview in `namespace`: the cluster-wide rules and that namespace's. The API server
+    wants a namespace; a namespace with no RoleBindings shows the cluster-wide rules alone."""
+    api = client.AuthorizationV1Api(_client_for_check())
+    review = _call(
+        f"selfsubjectrulesreview in {namespace}",
+        api.create_self_subject_rules_review,
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": namespace},
+        },
+    )
+    status = review.status
+    rules = tuple(
+        ResourceRule(
+            groups=tuple(r.api_groups or ()),
+            resources=tuple(r.resources or ()),
+            verbs=tuple(r.verbs or ()),
+            resource_names=tuple(r.resource_names or ()),
+        )
+        for r in (status.resource_rules if status is not None else None) or []
+    )
+    return RulesReview(
+        namespace=namespace,
+        rules=rules,
+        incomplete=bool(status is not None and status.incomplete),
+        evaluation_error=str(status.evaluation_error or "") if status is not None else "",
+    )
+
+
+def list_tenant_namespaces(prefix: str) -> list[NamespaceLabels]:
+    """The portal's tenant namespaces: labelled with the tenant and named with the portal's prefix."""
+    api = client.CoreV1Api(_client_for_check())
+    listed = _call("namespaces", api.list_namespace, label_selector=LABEL_TENANT)
+    return sorted(
+        (
+            NamespaceLabels(name=n.metadata.name, labels=dict(n.metadata.labels or {}))
+            for n in listed.items
+            if n.metadata is not None and n.metadata.name and n.metadata.name.startswith(prefix)
+        ),
+        key=lambda n: n.name,
+    )

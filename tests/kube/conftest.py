@@ -22,6 +22,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -92,9 +93,9 @@ def _ensure_built(log: Path) -> None:
         pytest.fail(f"deploy/build-control-plane.sh failed ({build.returncode}); the end of {log}:\n{_tail(log)}")
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    work = tmp_path_factory.mktemp("kube")
+@contextmanager
+def started_control_plane(work: Path) -> Iterator[ControlPlane]:
+    """A control plane of its own under `work`, stopped (and its etcd data deleted) on leaving."""
     _ensure_built(work / "build.log")
     failures = []
     # A second try in a fresh folder: once in a few dozen starts on a loaded 2-core machine, etcd is gone before
@@ -128,6 +129,12 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     finally:
         subprocess.run([BASH, str(CONTROL_PLANE_SCRIPT), "stop", str(run_dir)], check=False, timeout=60)
         shutil.rmtree(run_dir / "etcd", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with started_control_plane(tmp_path_factory.mktemp("kube")) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,87 @@
+"""What the portal's Kubernetes identity must be allowed to do, in one place.
+
+`PORTAL_PERMISSIONS` is derived from the calls in `kube.py` (plus the reads fleet discovery makes), and it is
+what `deploy/control-plane/portal-rbac.yaml` grants, rule for rule (tests/kube/test_check_cluster_units.py
+compares the two). `manage.py check_cluster` asks the API server about each verb (SelfSubjectAccessReview) and
+reports anything granted beyond this list and `BASELINE` (SelfSubjectRulesReview).
+
+Rules of thumb behind the list:
+- Server-Side Apply is a PATCH; when the object does not exist yet the API server also asks for `create`, so
+  every applied kind needs both.
+- Every kind the portal reads or writes gets get/list/watch together: reconcile lists, discovery watches, and
+  the tenant Role (`kube.ensure_tenant_namespace`) hands members get/list/watch on claims and pods, which RBAC
+  lets the portal grant only when it holds them itself (escalation check).
+- Writes are exactly those `kube.py` makes; nothing "just in case".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+READ = ("get", "list", "watch")
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    """Verbs on one resource of one API group ("" is the core group)."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+
+
+def display_resource(group: str, resource: str) -> str:
+    """kubectl's spelling: `pods`, `resourceclaims.resource.k8s.io`, `resourceclaims.resource.k8s.io/status`."""
+    name, slash, subresource = resource.partition("/")
+    return f"{name}.{group}{slash}{subresource}" if group else resource
+
+
+PORTAL_PERMISSIONS: tuple[Permission, ...] = (
+    Permission("resource.k8s.io", "resourceslices", READ, "discovery and check_cluster read the driver's devices"),
+    Permission("resource.k8s.io", "deviceclasses", READ, "check_cluster confirms NVIDIA's classes"),
+    Permission("", "nodes", READ, "reconcile and discovery see nodes come and go"),
+    Permission(
+        "resource.k8s.io",
+        "resourceclaims",
+        (*READ, "create", "patch", "delete"),
+        "apply_resource_claim, read_claim, list_claims, delete_resource_claim; the tenant Role grants the reads",
+    ),
+    Permission(
+        "resource.k8s.io",
+        "devicetaintrules",
+        (*READ, "create", "patch", "deletecollection"),
+        "apply_steering, list_steering, delete_steering (FATIA_KUBE_STEER_SLOTS)",
+    ),
+    Permission(
+        "",
+        "pods",
+        (*READ, "create", "patch", "delete"),
+        "apply_holder_pod, holder_pod_exists, list_holder_pods, delete_holder_pod; the tenant Role grants "
+        "get/list/watch/create/delete",
+    ),
+    Permission("", "namespaces", (*READ, "create", "patch"), "ensure_tenant_namespace (apply); check_cluster lists"),
+    Permission("", "resourcequotas", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"),
+    Permission("rbac.authorization.k8s.io", "roles", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"),
+    Permission(
+        "rbac.authorization.k8s.io", "rolebindings", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"
+    ),
+)
+
+# What Kubernetes' bootstrap policy grants every authenticated user (system:basic-user: the self reviews) and
+# every service account (system:cluster-trust-bundle-discovery); not the portal's doing, so never "extra".
+BASELINE: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+        ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+        ("authentication.k8s.io", "selfsubjectreviews", "create"),
+        ("certificates.k8s.io", "clustertrustbundles", "get"),
+        ("certificates.k8s.io", "clustertrustbundles", "list"),
+        ("certificates.k8s.io", "clustertrustbundles", "watch"),
+    }
+)
+
+
+def required_verbs() -> list[tuple[str, str, str]]:
+    """Every (group, resource, verb) the portal needs, in the order of PORTAL_PERMISSIONS."""
+    return [(p.group, p.resource, verb) for p in PORTAL_PERMISSIONS for verb in p.verbs]

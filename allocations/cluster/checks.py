@@ -33,8 +33,13 @@ NEEDED_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses", "device
 # The DeviceClasses NVIDIA's chart installs (allocations/cluster/fake_fleet.py publishes the same); the portal's
 # claims name the MIG one.
 NVIDIA_DEVICE_CLASSES = ("gpu.nvidia.com", kube.MIG_DEVICE_CLASS, "vfio.gpu.nvidia.com")
-# GPU feature discovery (GPU Operator, or NFD + GFD) labels every node with an NVIDIA GPU.
-GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
+# A GPU node is one that any of these label: the GPU Operator, GPU Feature Discovery, Node Feature Discovery (NVIDIA's
+# PCI vendor id). Pools select nodes by GFD's labels (nvidia.com/gpu.product).
+GPU_NODE_SELECTORS = (
+    "nvidia.com/gpu.present=true",
+    "nvidia.com/gpu.count",
+    "feature.node.kubernetes.io/pci-10de.present=true",
+)
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 # The defaults of the holder package's settings, read with getattr so this check runs before they exist.
@@ -125,7 +130,7 @@ class ClusterReport:
 
 
 def listed(names: Iterable[str]) -> str:
-    """'a, b, c' or 'a, b, ... and 7 more'."""
+    """'a, b, c', or the first LISTED names and 'and 7 more'."""
     names = list(names)
     shown = ", ".join(names[:LISTED])
     return f"{shown} and {len(names) - LISTED} more" if len(names) > LISTED else shown
@@ -165,18 +170,18 @@ def check_cluster(*, now: datetime | None = None) -> ClusterReport:
         results.append(_guard("device-classes", "NVIDIA DeviceClasses", check_device_classes))
         results.extend(_guard_gpu_nodes())
         results.append(_guard("permissions", "Portal permissions", lambda: check_permissions(identity)))
-        namespaces: list[kube.NamespaceLabels] | None = None
+        namespaces: list[kube.NamespaceLabels] = []
+        unlisted: kube.KubeError | None = None
         try:
             namespaces = kube.list_tenant_namespaces(settings.FATIA_KUBE_NAMESPACE_PREFIX)
         except kube.KubeError as exc:
-            results.append(_failed("pod-security", "Pod Security", exc))
+            unlisted = exc
         results.append(
-            _guard(
-                "extra-permissions", "Extra permissions", lambda: check_extra_permissions(identity, namespaces or [])
-            )
+            _guard("extra-permissions", "Extra permissions", lambda: check_extra_permissions(identity, namespaces))
         )
-        if namespaces is not None:
-            results.append(check_pod_security(namespaces))
+        results.append(
+            check_pod_security(namespaces) if unlisted is None else _failed("pod-security", "Pod Security", unlisted)
+        )
     results.append(check_holder_image())
     return ClusterReport(server=server, identity=identity, checked_at=checked_at, results=tuple(results))
 
@@ -331,7 +336,7 @@ class NodeMode(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class GpuNodeState:
     name: str
-    labelled: bool  # GPU feature discovery's nvidia.com/gpu.present=true
+    labelled: bool  # by the GPU Operator, GFD or NFD as a node with an NVIDIA GPU
     mode: NodeMode
     driver_versions: tuple[str, ...] = ()
 
@@ -339,7 +344,7 @@ class GpuNodeState:
 def gpu_node_states() -> list[GpuNodeState]:
     """Every node that GFD labels as a GPU node or that the driver publishes slices for, with what its slices
     say: only the highest generation of each pool counts, and only when all of its slices are there."""
-    labelled = set(kube.list_node_names_with_label(GPU_NODE_SELECTOR))
+    labelled = {name for selector in GPU_NODE_SELECTORS for name in kube.list_node_names_with_label(selector)}
     pools: dict[str, list[kube.SliceSummary]] = defaultdict(list)
     for summary in kube.list_driver_slices(kube.DRIVER):
         pools[summary.node_name or summary.pool].append(summary)
@@ -389,7 +394,8 @@ def check_driver_slices(states: list[GpuNodeState]) -> CheckResult:
             "driver-slices",
             title,
             Level.FAIL,
-            f"No GPU node: no node is labelled {GPU_NODE_SELECTOR} and {kube.DRIVER} publishes no ResourceSlices.",
+            f"No GPU node: no node has a GPU label ({', '.join(GPU_NODE_SELECTORS)}) and {kube.DRIVER} publishes no "
+            "ResourceSlices.",
             "Install the GPU Operator (or NFD and GPU Feature Discovery) and NVIDIA's DRA driver with its GPU kubelet "
             "plugin (docs/kubernetes.md, Cluster prerequisites).",
         )
@@ -406,9 +412,7 @@ def check_driver_slices(states: list[GpuNodeState]) -> CheckResult:
     if incomplete:
         details.append(f"Slices still being published (fewer than resourceSliceCount): {listed(incomplete)}.")
     if unlabelled:
-        details.append(
-            f"Slices but no {GPU_NODE_SELECTOR} label (pools select nodes by GFD labels): {listed(unlabelled)}."
-        )
+        details.append(f"Slices but no GPU labels (pools select nodes by GFD's labels): {listed(unlabelled)}.")
     if not publishing:
         return CheckResult(
             "driver-slices",

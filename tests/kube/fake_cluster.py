@@ -80,6 +80,7 @@ class FakeCluster:
     rules: dict[str, tuple[kube.ResourceRule, ...]] = field(default_factory=dict)
     incomplete: bool = False
     namespaces: list[kube.NamespaceLabels] = field(default_factory=list)
+    namespaces_error: kube.KubeError | None = None
     calls: list[str] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
@@ -135,6 +136,8 @@ class FakeCluster:
 
     def list_tenant_namespaces(self, prefix: str) -> list[kube.NamespaceLabels]:
         self.calls.append(f"list_tenant_namespaces {prefix}")
+        if self.namespaces_error is not None:
+            raise self.namespaces_error
         return [n for n in self.namespaces if n.name.startswith(prefix)]
 
 

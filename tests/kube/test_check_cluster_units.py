@@ -157,7 +157,8 @@ def test_no_gpu_node_at_all_fails(monkeypatch):
     # then
     assert (result(report, "driver-slices").level, result(report, "mig").level) == (Level.FAIL, Level.FAIL)
     assert result(report, "driver-slices").found == (
-        "No GPU node: no node is labelled nvidia.com/gpu.present=true and gpu.nvidia.com publishes no ResourceSlices."
+        "No GPU node: no node has a GPU label (nvidia.com/gpu.present=true, nvidia.com/gpu.count, "
+        "feature.node.kubernetes.io/pci-10de.present=true) and gpu.nvidia.com publishes no ResourceSlices."
     )
 
 
@@ -190,7 +191,7 @@ def test_an_incomplete_pool_and_an_unlabelled_node_are_warnings(monkeypatch):
         "2 of 3 GPU nodes publish the driver's ResourceSlices (GPU driver 580.95.5).",
         (
             "Slices still being published (fewer than resourceSliceCount): gpu-a.",
-            "Slices but no nvidia.com/gpu.present=true label (pools select nodes by GFD labels): gpu-c.",
+            "Slices but no GPU labels (pools select nodes by GFD's labels): gpu-c.",
         ),
     )
 
@@ -260,6 +261,23 @@ def test_tenant_namespaces_are_reviewed_and_an_unknown_pod_security_level_fails(
     assert (check.level, check.found) == (
         Level.FAIL,
         "FATIA_TENANT_POD_SECURITY is 'strict', not a Pod Security level.",
+    )
+
+
+def test_namespaces_the_portal_may_not_list_fail_the_pod_security_check_and_say_why(monkeypatch):
+    # given
+    refused = kube.KubeRejected('namespaces: namespaces is forbidden: User "x" cannot list resource', status=403)
+    FakeCluster(namespaces_error=refused).install(monkeypatch)
+
+    # when
+    report = check_cluster(now=NOW)
+
+    # then
+    assert levels(report) == ALL_OK | {"pod-security": Level.FAIL}
+    check = result(report, "pod-security")
+    assert (check.found, check.action) == (
+        'The API server answered: namespaces: namespaces is forbidden: User "x" cannot list resource',
+        "The portal's account may not ask this: grant what 'Portal permissions' lists, then check again.",
     )
 
 

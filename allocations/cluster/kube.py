@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import urllib3
+import yaml
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client, config
@@ -163,9 +164,14 @@ def api_client() -> client.ApiClient:
     with _lock:
         if path not in _clients:
             configuration = client.Configuration()
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, client_configuration=configuration, persist_config=False
-            )
+            try:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=path, client_configuration=configuration, persist_config=False
+                )
+            except (config.ConfigException, OSError, yaml.YAMLError) as exc:
+                # Retryable like an unreachable API: an operator fixes the file (or its secret mount) and the
+                # tasks' next try goes through; until then every request says why it waits.
+                raise KubeUnavailable(f"the kubeconfig {path} cannot be used: {exc}") from exc
             # The tasks retry with backoff (allocations/tasks.py); urllib3's own retries would only multiply
             # every timeout before the task even hears of the failure.
             configuration.retries = 0
@@ -379,9 +385,15 @@ def delete_steering(allocation_uuid: str) -> None:
 
 
 def list_steering() -> set[str]:
-    """The allocation uuids that have DeviceTaintRules of ours."""
+    """The allocation uuids that have DeviceTaintRules of ours; none where the API server does not serve
+    DeviceTaintRules (before they reached resource.k8s.io/v1), so reconcile runs there too with steering off."""
     api = client.ResourceV1Api(api_client())
-    listed = _call("devicetaintrules", api.list_device_taint_rule, label_selector=LABEL_ALLOCATION)
+    try:
+        listed = _call("devicetaintrules", api.list_device_taint_rule, label_selector=LABEL_ALLOCATION)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return set()
+        raise
     return {
         r.metadata.labels[LABEL_ALLOCATION]
         for r in listed.items

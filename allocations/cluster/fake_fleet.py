@@ -172,12 +172,21 @@ def publishes_full_gpu(model: GpuModel) -> bool:
     return _architecture(model)[0] != "Ampere"
 
 
+# A ResourceSlice holds at most 8 counter sets (resource.k8s.io/v1 ResourceSliceMaxCounterSets, Kubernetes 1.35+).
+MAX_COUNTER_SETS_PER_SLICE = 8
+
+
 def resource_slices(model: GpuModel, node: str, node_uid: str, gpu_count: int) -> list[dict[str, Any]]:
-    """The driver's ResourceSlices for `node` with `gpu_count` GPUs of `model` (bodies to create)."""
+    """The driver's ResourceSlices for `node` with `gpu_count` GPUs of `model` (bodies to create).
+
+    Up to 8 GPUs this is the driver's layout exactly: one slice of counter sets, then one slice per GPU. The
+    driver (at 95932046) would put the counter sets of more GPUs in that one slice too, which the API server
+    refuses (8 counter sets per slice at most); here they go 8 to a slice, all before the GPUs' slices."""
     full = _figures(model, _full_profile(model))
     all_slices = {f"memory-slice-{s}": "1" for s in range(model.memory_slices)}
     owner = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
-    pool = {"name": node, "generation": 1, "resourceSliceCount": gpu_count + 1}
+    counter_slices = max(1, -(-gpu_count // MAX_COUNTER_SETS_PER_SLICE))
+    pool = {"name": node, "generation": 1, "resourceSliceCount": counter_slices + gpu_count}
 
     def body(i: int, spec: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -191,8 +200,9 @@ def resource_slices(model: GpuModel, node: str, node_uid: str, gpu_count: int) -
     counter_sets = [
         {"name": f"gpu-{i}-counter-set", "counters": _quantities({**full, **all_slices})} for i in range(gpu_count)
     ]
-    slices = [body(0, {"sharedCounters": counter_sets})]
-    slices += [body(i + 1, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
+    per = MAX_COUNTER_SETS_PER_SLICE
+    slices = [body(k, {"sharedCounters": counter_sets[k * per : (k + 1) * per]}) for k in range(counter_slices)]
+    slices += [body(counter_slices + i, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
     return slices
 
 

@@ -1,8 +1,9 @@
-"""The Kubernetes backend: an approved request becomes a ResourceClaim that kube-scheduler allocates.
+"""The Kubernetes backend: an approved request becomes ResourceClaims that kube-scheduler allocates.
 
 The placement engine picks the node and GPUs (services/provisioning.py records that plan); the claim pins
 the profile and each GPU (NVIDIA's dynamic-MIG devices carry no placement attribute, so the slot cannot be
-pinned), and a holder pod on that node makes the scheduler allocate the claim now. What the scheduler chose
+pinned), and a holder pod on that node makes the scheduler allocate the claim now. A claim holds at most 32
+slices, so a larger request has several claims, which the one holder pod references together. What the scheduler chose
 is read back and recorded; where it differs from the plan the difference goes to the audit log.
 
 Cluster calls run outside database transactions, and every one is idempotent (names from our ids, apply,

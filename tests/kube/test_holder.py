@@ -28,7 +28,7 @@ from allocations.models import Allocation
 from tenants.models import AuditEvent
 from tests.conftest import H100
 from tests.kube.conftest import KubeWorld, as_json, wait_for
-from tests.kube.test_provisioning import claim_json, objects_of, placements, provision_and_wait, request
+from tests.kube.test_provisioning import claim_json, objects_of, placements, provision_and_wait, request, settled
 from tests.kube.test_reconcile import outside_claim, reconcile_verbs
 
 Status = Allocation.Status
@@ -288,6 +288,33 @@ def test_a_holder_pod_evicted_from_its_node_is_replaced_and_the_claim_allocated_
     report = reconcile_cluster()
     # then: nothing to do
     assert (report.pods_replaced, report.moved, report.recreated, report.orphans) == ([], [], [], [])
+
+
+def test_a_holder_pod_that_ends_while_the_request_provisions_is_replaced_by_the_next_look(
+    kube_world: KubeWorld, admin: client.ApiClient
+) -> None:
+    # given: claim and pod applied, the claim allocated but not yet seen by the portal
+    kw = kube_world
+    allocation = request(kw, "2g.20gb")
+    services.provision_allocation(allocation_id=allocation.pk)
+    ns = kw.namespace("team-a")
+    wait_for("the claim to be allocated", lambda: (c := kube.read_claim(ns, allocation.kube_name)) and c.allocation)
+    old_uid = pod_json(admin, ns, allocation.kube_name)["metadata"]["uid"]
+
+    # when: the pod ends, and its claim is deallocated with it
+    client.CoreV1Api(admin).patch_namespaced_pod_status(
+        allocation.kube_name, ns, body={"status": {"phase": "Failed", "reason": "Evicted"}}
+    )
+    wait_for(
+        "the claim to be deallocated", lambda: (c := kube.read_claim(ns, allocation.kube_name)) and not c.allocation
+    )
+    progress = kube_sync.sync_claim_allocation(allocation_id=allocation.pk)
+
+    # then: the look replaced the pod and waits; the scheduler allocates the claim for the new one
+    assert progress == kube_sync.ClaimProgress.WAITING
+    assert pod_json(admin, ns, allocation.kube_name)["metadata"]["uid"] != old_uid
+    wait_for("the request to be active", lambda: settled(allocation.pk))
+    assert Allocation.objects.get(pk=allocation.pk).status == Status.ACTIVE
 
 
 # --- more than 32 slices ------------------------------------------------------------------------------------

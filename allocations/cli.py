@@ -360,7 +360,7 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
         ("auto-approved", "yes" if a.get("auto_approved") else "no"),
         ("decided", when(a.get("decided_at"))),
         ("reason", a.get("decision_reason")),
-        ("claim", a.get("claim_name")),
+        _claim_pair(a),
         ("namespace", a.get("namespace")),
         ("active since", when(a.get("activated_at"))),
         ("lease expires", when(a.get("lease_expires_at"))),
@@ -536,8 +536,28 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _claim_names(a: JsonObject) -> list[str]:
+    """The request's claims: the API's claim_names (detail answers), else the one claim_name."""
+    names = a.get("claim_names")
+    if isinstance(names, list) and names:
+        return [str(n) for n in names]
+    return [str(a["claim_name"])] if a.get("claim_name") else []
+
+
+def _claim_pair(a: JsonObject) -> tuple[str, object]:
+    names = _claim_names(a)
+    return ("claims", ", ".join(names)) if len(names) > 1 else ("claim", a.get("claim_name"))
+
+
 def claim_hint(a: JsonObject) -> str:
-    """Where the slices are once active: the claim and its namespace, or how to find them out later."""
+    """Where the slices are once active: the claim(s) and namespace, or how to find them out later."""
+    names = _claim_names(a)
+    if a.get("status") == "active" and len(names) > 1:
+        listed = ", ".join(names)
+        return (
+            f"  Claims {listed} in namespace {a.get('namespace') or '-'}: run your pod in that namespace with one "
+            f"spec.resourceClaims[] entry per claim, resourceClaimName: {listed}"
+        )
     if a.get("status") == "active" and a.get("claim_name"):
         return (
             f"  Claim {a['claim_name']} in namespace {a.get('namespace') or '-'}: run your pod in that namespace "

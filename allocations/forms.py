@@ -13,11 +13,15 @@ from django import forms
 from django.conf import settings
 from django.db.models import QuerySet
 
-from allocations.models import NodePool
+from allocations.models import NodePool, default_tolerations
 from allocations.selectors import GpuModelChoice
 from tenants.models import Tenant
 
 CAP_ITEM = re.compile(r"^\s*(?P<profile>[\w.+-]+)\s*[=:]\s*(?P<count>\d{1,6})\s*$")
+# One toleration per line: KEY[=VALUE][:EFFECT][ for SECONDSs], "*" for the empty key (every taint).
+TOLERATION_LINE = re.compile(
+    r"^(?P<key>\*|[^=:\s]+)(?:=(?P<value>[^:\s]*))?(?::(?P<effect>[A-Za-z]+))?(?:\s+for\s+(?P<seconds>\d{1,9})s)?$"
+)
 
 
 class ProfileCapsField(forms.CharField):
@@ -49,6 +53,63 @@ class ProfileCapsField(forms.CharField):
         if isinstance(value, dict):
             return ", ".join(f"{k}={v}" for k, v in value.items())
         return value
+
+
+class TolerationsField(forms.CharField):
+    """A pool's holder pod tolerations, one per line as `KEY[=VALUE][:EFFECT]`: no value means the operator
+    Exists, `=VALUE` means Equal, `*` as the key tolerates every taint, ` for 300s` adds tolerationSeconds
+    (NoExecute). Only the shape is read here; services.pools.checked_tolerations applies Kubernetes' rules."""
+
+    widget = forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "nvidia.com/gpu:NoSchedule"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("label", "Holder pod tolerations")
+        kwargs.setdefault(
+            "help_text",
+            "Taints of the pool's nodes that the pods holding the slices tolerate, one per line: "
+            "key:Effect (any value), key=value:Effect, or * for every taint. Empty: none.",
+        )
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> list[dict[str, Any]]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        tolerations: list[dict[str, Any]] = []
+        for n, line in enumerate(filter(None, (part.strip() for part in text.splitlines())), start=1):
+            match = TOLERATION_LINE.match(line)
+            if match is None:
+                raise forms.ValidationError(
+                    f"Line {n}: cannot read {line!r}: write key:Effect or key=value:Effect, "
+                    "e.g. nvidia.com/gpu:NoSchedule.",
+                    code="invalid_toleration",
+                )
+            key = "" if match["key"] == "*" else match["key"]
+            toleration: dict[str, Any] = {"key": key, "operator": "Exists" if match["value"] is None else "Equal"}
+            if match["value"]:
+                toleration["value"] = match["value"]
+            if match["effect"]:
+                toleration["effect"] = match["effect"]
+            if match["seconds"]:
+                toleration["tolerationSeconds"] = int(match["seconds"])
+            tolerations.append({k: v for k, v in toleration.items() if v != ""})
+        return tolerations
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return "\n".join(format_toleration(t) for t in value)
+        return value
+
+
+def format_toleration(t: dict[str, Any]) -> str:
+    """A toleration as TolerationsField reads it back (and as the pools page lists it)."""
+    text = t.get("key") or "*"
+    if t.get("operator", "Equal") == "Equal":
+        text += f"={t.get('value', '')}"
+    if t.get("effect"):
+        text += f":{t['effect']}"
+    if t.get("tolerationSeconds") is not None:
+        text += f" for {t['tolerationSeconds']}s"
+    return text
 
 
 class NewRequestForm(forms.Form):
@@ -137,6 +198,7 @@ class PoolForm(forms.Form):
         help_text="Leave all unticked to offer every profile of the GPU model.",
     )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    tolerations = TolerationsField(initial=default_tolerations)
 
     def __init__(self, *args: Any, models: list[GpuModelChoice], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -152,3 +214,10 @@ class PoolForm(forms.Form):
     def chosen_profiles(self) -> list[str] | None:
         """The ticked profiles, or None (every profile of the model) when none is ticked."""
         return list(self.cleaned_data["profiles"]) or None
+
+
+class PoolTolerationsForm(forms.Form):
+    """What the holder pods of one pool tolerate (the pools page's edit form)."""
+
+    pool = forms.ModelChoiceField(queryset=NodePool.objects.all(), widget=forms.HiddenInput)
+    tolerations = TolerationsField()

@@ -19,11 +19,18 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
 
+def default_tolerations() -> list[dict[str, object]]:
+    """What a holder pod tolerates unless a pool says otherwise: the taint GPU nodes usually carry so that only
+    GPU workloads land there (GKE, AKS and most GPU operator set-ups put `nvidia.com/gpu` NoSchedule on them)."""
+    return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
 class NodePool(models.Model):
     """A set of nodes with one GPU model, and the MIG profiles offered on it.
 
-    Invariant: every name in `profiles` is a profile of `gpu_model` in the MIG catalog
-    (validated by `create_node_pool` / `update_node_pool`).
+    Invariants: every name in `profiles` is a profile of `gpu_model` in the MIG catalog, and `tolerations`
+    are valid Kubernetes tolerations in the API's JSON form (validated by `create_node_pool` /
+    `update_node_pool`); the holder pods of the pool's requests carry them.
     """
 
     name = models.CharField(max_length=100, unique=True)
@@ -31,6 +38,9 @@ class NodePool(models.Model):
     gpu_model = models.CharField(max_length=100)
     profiles = models.JSONField(default=list, help_text="Offered MIG profile names.")
     description = models.TextField(blank=True)
+    tolerations = models.JSONField(
+        default=default_tolerations, blank=True, help_text="Tolerations of the holder pods on this pool's nodes."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -281,13 +291,37 @@ class Allocation(models.Model):
 
     @property
     def kube_name(self) -> str:
-        """Deterministic Kubernetes name for this allocation's claim and holder pod."""
+        """Deterministic Kubernetes name for this allocation's holder pod, and its claim when it has one."""
         return f"mig-alloc-{self.uuid}"
+
+    @property
+    def kube_claim_names(self) -> list[str]:
+        """The names of the allocation's ResourceClaims (see claim_names_for), whether they exist or not."""
+        return claim_names_for(self.kube_name, self.count)
+
+    @property
+    def claim_names(self) -> list[str]:
+        """The claims users put in their pod specs, once provisioning made them (empty before)."""
+        return self.kube_claim_names if self.claim_name else []
 
     @property
     def namespace(self) -> str:
         """The Kubernetes namespace of this allocation's claim: its tenant's."""
         return tenant_namespace(self.tenant)
+
+
+#: A ResourceClaim holds at most this many device requests (resource.k8s.io/v1 DeviceRequestsMaxSize; the API
+#: server refuses more with 422), while a request may ask for FATIA_MAX_SLICES_PER_REQUEST slices.
+MAX_REQUESTS_PER_CLAIM = 32
+
+
+def claim_names_for(kube_name: str, count: int) -> list[str]:
+    """The claims of an allocation of `count` slices: `<kube_name>` for up to MAX_REQUESTS_PER_CLAIM (the name
+    claims had before requests were split, so existing objects keep theirs), else `<kube_name>-0`, `-1`, ...,
+    each with up to MAX_REQUESTS_PER_CLAIM of the slices in order."""
+    if count <= MAX_REQUESTS_PER_CLAIM:
+        return [kube_name]
+    return [f"{kube_name}-{k}" for k in range(-(-count // MAX_REQUESTS_PER_CLAIM))]
 
 
 def tenant_namespace(tenant: Tenant) -> str:

@@ -25,6 +25,7 @@ from allocations.forms import (
     ExtendForm,
     NewRequestForm,
     PoolForm,
+    PoolTolerationsForm,
     QuotaChangeForm,
     RejectionForm,
     SetQuotaForm,
@@ -412,9 +413,27 @@ def quotas(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_http_methods(["GET", "POST"])
 def manage_pools(request: HttpRequest) -> HttpResponse:
+    """Every pool; create one, or (?pool=<id>) edit what a pool's holder pods tolerate."""
     user = signed_in_user(request)
-    form = PoolForm(request.POST or None, models=selectors.gpu_model_choices())
-    if request.method == "POST" and form.is_valid():
+    editing = request.method == "POST" and request.POST.get("action") == "tolerations"
+    form = PoolForm(
+        request.POST if request.method == "POST" and not editing else None, models=selectors.gpu_model_choices()
+    )
+    tolerations_form, tolerations_pool = _pool_tolerations_form(request, editing)
+    if editing and tolerations_form is not None and tolerations_form.is_valid():
+        pool = tolerations_form.cleaned_data["pool"]
+        try:
+            services.update_node_pool(
+                pool_id=pool.pk, tolerations=tolerations_form.cleaned_data["tolerations"], actor=user
+            )
+        except InvalidInput as exc:
+            add_service_errors(tolerations_form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            messages.success(request, f"The holder pods of {pool.name} now tolerate what is listed for it.")
+            return redirect("manage-pools")
+    if request.method == "POST" and not editing and form.is_valid():
         data = form.cleaned_data
         try:
             pool = services.create_node_pool(
@@ -423,6 +442,8 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 gpu_model=data["gpu_model"],
                 profiles=form.chosen_profiles(),
                 description=data["description"],
+                # A post without the field (an older form) keeps the default rather than tolerating nothing.
+                tolerations=data["tolerations"] if "tolerations" in request.POST else None,
                 actor=user,
             )
         except InvalidInput as exc:
@@ -432,7 +453,27 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Pool {pool.name} is created with {len(pool.profiles)} profiles.")
             return redirect("manage-pools")
-    return render(request, "allocations/manage_pools.html", {"form": form, "pools": selectors.pools_overview()})
+    return render(
+        request,
+        "allocations/manage_pools.html",
+        {
+            "form": form,
+            "tolerations_form": tolerations_form,
+            "tolerations_pool": tolerations_pool,
+            "pools": selectors.pools_overview(),
+        },
+    )
+
+
+def _pool_tolerations_form(request: HttpRequest, editing: bool) -> tuple[PoolTolerationsForm | None, NodePool | None]:
+    """The bound edit form of a POST, or the form pre-filled for ?pool=<id>; and the pool it edits."""
+    pool_id = (request.POST if editing else request.GET).get("pool", "")
+    pool = NodePool.objects.filter(pk=int(pool_id)).first() if pool_id.isdigit() else None
+    if editing:
+        return PoolTolerationsForm(request.POST), pool
+    if pool is None:
+        return None, None
+    return PoolTolerationsForm(initial={"pool": pool.pk, "tolerations": pool.tolerations}), pool
 
 
 @login_required

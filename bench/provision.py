@@ -411,7 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             requests=(kube.DeviceRequestSpec(name="mig-0", profile=profile, gpu_uuid=""),),
         )
         kube.apply_resource_claim(claim)
-        body = kube.holder_pod_body(kube.HolderPodSpec(spec.namespace, name, name, "", name, "bench"))
+        body = kube.holder_pod_body(
+            kube.HolderPodSpec(
+                namespace=spec.namespace,
+                name=name,
+                claim_names=(name,),
+                node_name="",
+                allocation_uuid=name,
+                tenant_slug="bench",
+            )
+        )
         if node_selector:
             body["spec"]["nodeSelector"] = node_selector
         else:

@@ -320,6 +320,7 @@ spawn kube-apiserver "$BIN/kube-apiserver" \
   --endpoint-reconciler-type=none \
   --runtime-config=resource.k8s.io/v1=true \
   --feature-gates="$FEATURE_GATES" \
+  --enable-admission-plugins=PodSecurity \
   --allow-privileged=true \
   --profiling=false
 

@@ -342,6 +342,20 @@ FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300
 # first (docs/kubernetes.md); off: the slot is the scheduler's first fit and only the GPU is ours. Off by default:
 # in bench/provision.py it did not pay (fewer whole GPUs left after a burst, the same fill).
 FATIA_KUBE_STEER_SLOTS = env_bool("FATIA_KUBE_STEER_SLOTS", False)
+# The holder pod that makes the scheduler allocate a claim (allocations/cluster/kube.py): its image, fully qualified
+# so that a cluster whose runtime has no default registry (or an air-gapped mirror) pulls it; an optional
+# PriorityClass (empty: none) so that it is not the first pod evicted under node pressure.
+FATIA_HOLDER_IMAGE = os.environ.get("FATIA_HOLDER_IMAGE", "registry.k8s.io/pause:3.10")
+FATIA_HOLDER_PRIORITY_CLASS = os.environ.get("FATIA_HOLDER_PRIORITY_CLASS", "")
+# The Pod Security level enforced (and audited, and warned about) in tenant namespaces.
+FATIA_TENANT_POD_SECURITY = os.environ.get("FATIA_TENANT_POD_SECURITY", "restricted")
+if FATIA_TENANT_POD_SECURITY not in ("privileged", "baseline", "restricted"):
+    raise ImproperlyConfigured(
+        "FATIA_TENANT_POD_SECURITY must be 'privileged', 'baseline' or 'restricted', "
+        f"not {FATIA_TENANT_POD_SECURITY!r}."
+    )
+if not FATIA_HOLDER_IMAGE.strip():
+    raise ImproperlyConfigured("FATIA_HOLDER_IMAGE must name an image, e.g. registry.k8s.io/pause:3.10.")
 if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
 if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:

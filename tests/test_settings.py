@@ -126,3 +126,16 @@ def test_a_malformed_proxy_ssl_header_is_refused():
     result = boot(**{**PRODUCTION, "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"})
     assert result.returncode == 1
     assert "SECURE_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https'" in result.stderr
+
+
+def test_the_tenant_pod_security_level_must_be_a_pod_security_standard():
+    result = boot(DEBUG="True", FATIA_TENANT_POD_SECURITY="strict")
+    assert result.returncode == 1
+    assert "FATIA_TENANT_POD_SECURITY must be 'privileged', 'baseline' or 'restricted', not 'strict'." in result.stderr
+    assert boot(DEBUG="True", FATIA_TENANT_POD_SECURITY="baseline").returncode == 0
+
+
+def test_the_holder_image_must_name_an_image():
+    result = boot(DEBUG="True", FATIA_HOLDER_IMAGE=" ")
+    assert result.returncode == 1
+    assert "FATIA_HOLDER_IMAGE must name an image, e.g. registry.k8s.io/pause:3.10." in result.stderr

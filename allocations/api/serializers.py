@@ -19,7 +19,17 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
 
     class Meta:
         model = NodePool
-        fields = ["id", "name", "slug", "gpu_model", "profiles", "profile_catalog", "description", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "gpu_model",
+            "profiles",
+            "profile_catalog",
+            "description",
+            "tolerations",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_profile_catalog(self, pool: NodePool) -> list[dict[str, Any]]:
@@ -45,18 +55,33 @@ class PoolCapacitySerializer(serializers.Serializer[Any]):
     fits_now = serializers.DictField(child=serializers.IntegerField(), help_text="Profile -> slices that fit now.")
 
 
+TOLERATIONS_HELP = (
+    "Kubernetes tolerations of the pool's holder pods, as in a pod spec: objects with key, operator (Exists or "
+    "Equal), value, effect (NoSchedule, PreferNoSchedule, NoExecute) and tolerationSeconds (NoExecute only). "
+    'Default: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].'
+)
+
+
+def tolerations_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=32, help_text=TOLERATIONS_HELP
+    )
+
+
 class PoolCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     slug = serializers.CharField(max_length=40)
     gpu_model = serializers.CharField(max_length=100)
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    tolerations = tolerations_field()
 
 
 class PoolUpdateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100, required=False)
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    tolerations = tolerations_field()
 
 
 class BalanceSerializer(serializers.Serializer[Balance]):
@@ -322,16 +347,25 @@ class AllocationDetailSerializer(AllocationSerializer):
     namespace = serializers.CharField(
         read_only=True, help_text="The Kubernetes namespace of the claim (the tenant's): run pods that use it there."
     )
+    claim_names = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text=(
+            "Every ResourceClaim of the request, in slice order (empty until provisioned): one for up to 32 slices "
+            "(claim_name), several for more (a claim holds at most 32 devices). Reference all of them in the pod."
+        ),
+    )
     placements = PlacementSerializer(many=True, read_only=True)
     timeline = serializers.SerializerMethodField()
 
     class Meta(AllocationSerializer.Meta):
-        fields = [*AllocationSerializer.Meta.fields, "namespace", "placements", "timeline"]
+        fields = [*AllocationSerializer.Meta.fields, "namespace", "claim_names", "placements", "timeline"]
         read_only_fields = fields
 
     def to_representation(self, instance: Allocation) -> dict[str, Any]:
         data = super().to_representation(instance)
         data["namespace"] = instance.namespace
+        data["claim_names"] = instance.claim_names
         data["placements"] = PlacementSerializer(instance.placements.all(), many=True).data
         data["timeline"] = self.get_timeline(instance)
         return data

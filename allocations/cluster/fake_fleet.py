@@ -8,6 +8,16 @@ profile x placement, each consuming its counters. Figures come from the catalog 
 catalog has none (unconfirmed models) they are derived from the grid and marked as such by nothing but this
 comment: such a fleet exercises the counters, not NVML's exact numbers.
 
+Where the driver's own choices show, they are followed as its source (cmd/gpu-kubelet-plugin/driver.go, nvlib.go
+at 95932046) and the resourceslice controller it uses (k8s.io/dynamic-resource-allocation) make them:
+
+- the GPUs' slices come in PCI bus id order, and a slice's devices are sorted by name as strings (byte order:
+  `...-19-1` < `...-19-10` < `...-19-2`). kube-scheduler walks them in that order and takes the first device that
+  fits, so this order is the one allocations/mig/scheduler.py predicts;
+- a slice's generateName starts with its index in the pool as 5 hex digits (`0000a-` for the eleventh);
+- on Ampere (A100, A30), which cannot leave MIG mode without a GPU reset, the full GPU `gpu-<i>` is not
+  published while MIG is on (the only way this fleet runs them); Hopper and later publish it.
+
 `publish_node` writes a Ready Node with GFD labels and its slices; `register_node_in_pool` records the same
 node and GPU UUIDs in the portal's database. No kubelet runs, so the admin client plays the node's parts.
 """
@@ -29,7 +39,9 @@ from allocations.placement import dra_device_name
 DRIVER = "gpu.nvidia.com"
 DRIVER_VERSION = "580.95.5"
 CUDA_DRIVER_VERSION = "13.0.0"
-# (bus, root port) of GPUs 0-7 on a typical 8-GPU board; GPUs 0 and 1 are those of NVIDIA's example.
+# (bus, root port) of GPUs 0-7 on a typical 8-GPU board; GPUs 0 and 1 are those of NVIDIA's example. GPUs 8-15
+# (register_node allows 16) sit in the next PCI domain, so every GPU of a node has a bus id of its own and bus id
+# order is index order, as the driver's slice order needs.
 PCI = [(0x18, 0x15), (0x2A, 0x27), (0x3A, 0x37), (0x5D, 0x5A), (0x9A, 0x97), (0xAB, 0xA8), (0xBA, 0xB7), (0xDB, 0xD8)]
 
 
@@ -100,6 +112,7 @@ def _capacity(figures: dict[str, str]) -> dict[str, dict[str, str]]:
 def _attributes(model: GpuModel, index: int, gpu_count: int) -> dict[str, Any]:
     arch, capability = _architecture(model)
     bus, root = PCI[index % len(PCI)]
+    domain = index // len(PCI)
     return {
         "productName": {"string": model.name},
         "brand": {"string": "Nvidia"},
@@ -107,8 +120,8 @@ def _attributes(model: GpuModel, index: int, gpu_count: int) -> dict[str, Any]:
         "cudaComputeCapability": {"version": capability},
         "driverVersion": {"version": DRIVER_VERSION},
         "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
-        "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus:02x}:00.0"},
-        "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{root:02x}"},
+        "resource.kubernetes.io/pciBusID": {"string": f"{domain:04x}:{bus:02x}:00.0"},
+        "resource.kubernetes.io/pcieRoot": {"string": f"pci{domain:04x}:{root:02x}"},
         "resource.kubernetes.io/numaNode": {"int": 0 if index < max(gpu_count // 2, 2) else 1},
         "addressingMode": {"string": "HMM"},
     }
@@ -120,14 +133,16 @@ def _gpu_devices(model: GpuModel, node: str, index: int, gpu_count: int) -> list
     counter_set = f"gpu-{index}-counter-set"
     full = _figures(model, _full_profile(model))
     all_slices = {f"memory-slice-{s}": "1" for s in range(model.memory_slices)}
-    devices: list[dict[str, Any]] = [
-        {
-            "name": f"gpu-{index}",
-            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": parent}, **common},
-            "capacity": _capacity(full),
-            "consumesCounters": [{"counterSet": counter_set, "counters": _quantities({**full, **all_slices})}],
-        }
-    ]
+    devices: list[dict[str, Any]] = []
+    if publishes_full_gpu(model):
+        devices.append(
+            {
+                "name": f"gpu-{index}",
+                "attributes": {"type": {"string": "gpu"}, "uuid": {"string": parent}, **common},
+                "capacity": _capacity(full),
+                "consumesCounters": [{"counterSet": counter_set, "counters": _quantities({**full, **all_slices})}],
+            }
+        )
     for profile in model.profiles:
         figures = _figures(model, profile)
         for placement in sorted(profile.placements):
@@ -147,29 +162,47 @@ def _gpu_devices(model: GpuModel, node: str, index: int, gpu_count: int) -> list
                     "consumesCounters": [{"counterSet": counter_set, "counters": _quantities({**figures, **slots})}],
                 }
             )
-    return devices
+    # The driver sorts a GPU's devices by name (Go's slices.Sorted on strings: byte order).
+    return sorted(devices, key=lambda d: d["name"].encode())
+
+
+def publishes_full_gpu(model: GpuModel) -> bool:
+    """Whether the driver publishes the full GPU next to its MIG devices: not on Ampere with MIG on (MIG mode
+    cannot be switched off there without a GPU reset), on Hopper and later (it toggles MIG on demand)."""
+    return _architecture(model)[0] != "Ampere"
+
+
+# A ResourceSlice holds at most 8 counter sets (resource.k8s.io/v1 ResourceSliceMaxCounterSets, Kubernetes 1.35+).
+MAX_COUNTER_SETS_PER_SLICE = 8
 
 
 def resource_slices(model: GpuModel, node: str, node_uid: str, gpu_count: int) -> list[dict[str, Any]]:
-    """The driver's ResourceSlices for `node` with `gpu_count` GPUs of `model` (bodies to create)."""
+    """The driver's ResourceSlices for `node` with `gpu_count` GPUs of `model` (bodies to create).
+
+    Up to 8 GPUs this is the driver's layout exactly: one slice of counter sets, then one slice per GPU. The
+    driver (at 95932046) would put the counter sets of more GPUs in that one slice too, which the API server
+    refuses (8 counter sets per slice at most); here they go 8 to a slice, all before the GPUs' slices."""
     full = _figures(model, _full_profile(model))
     all_slices = {f"memory-slice-{s}": "1" for s in range(model.memory_slices)}
     owner = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
-    pool = {"name": node, "generation": 1, "resourceSliceCount": gpu_count + 1}
+    counter_slices = max(1, -(-gpu_count // MAX_COUNTER_SETS_PER_SLICE))
+    pool = {"name": node, "generation": 1, "resourceSliceCount": counter_slices + gpu_count}
 
     def body(i: int, spec: dict[str, Any]) -> dict[str, Any]:
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
-            "metadata": {"generateName": f"{i:05d}-{DRIVER}-{node}-", "ownerReferences": copy.deepcopy(owner)},
+            # The resourceslice controller's prefix: the slice's index in the pool, in hex, 5 digits at least.
+            "metadata": {"generateName": f"{i:05x}-{DRIVER}-{node}-", "ownerReferences": copy.deepcopy(owner)},
             "spec": {"driver": DRIVER, "nodeName": node, "pool": dict(pool), **spec},
         }
 
     counter_sets = [
         {"name": f"gpu-{i}-counter-set", "counters": _quantities({**full, **all_slices})} for i in range(gpu_count)
     ]
-    slices = [body(0, {"sharedCounters": counter_sets})]
-    slices += [body(i + 1, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
+    per = MAX_COUNTER_SETS_PER_SLICE
+    slices = [body(k, {"sharedCounters": counter_sets[k * per : (k + 1) * per]}) for k in range(counter_slices)]
+    slices += [body(counter_slices + i, {"devices": _gpu_devices(model, node, i, gpu_count)}) for i in range(gpu_count)]
     return slices
 
 

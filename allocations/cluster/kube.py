@@ -27,7 +27,6 @@ from kubernetes.client.exceptions import ApiException
 FIELD_MANAGER = "fatia"
 DRIVER = "gpu.nvidia.com"
 MIG_DEVICE_CLASS = "mig.nvidia.com"
-HOLDER_IMAGE = "pause:3.10"
 LABEL_ALLOCATION = "fatia.io/allocation"
 LABEL_TENANT = "fatia.io/tenant"
 APPLY = "application/apply-patch+yaml"
@@ -70,6 +69,8 @@ class TenantSpec:
     member_group: str
     max_devices: int
     device_class: str = MIG_DEVICE_CLASS
+    # The Pod Security Standard level the namespace enforces, audits and warns about (FATIA_TENANT_POD_SECURITY).
+    pod_security: str = "restricted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +95,17 @@ class ClaimSpec:
 
 @dataclass(frozen=True, slots=True)
 class HolderPodSpec:
-    """A pause pod on `node_name` (any node when empty) that references the claim, so that kube-scheduler
-    allocates the claim now."""
+    """A pause pod on `node_name` (any node when empty) that references the claims, so that kube-scheduler
+    allocates them now, all together or none (a pod's claims are allocated in one go). `tolerations` let it
+    onto nodes with taints (its pool's, NodePool.tolerations)."""
 
     namespace: str
     name: str
-    claim_name: str
+    claim_names: tuple[str, ...]
     node_name: str
     allocation_uuid: str
     tenant_slug: str
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,8 @@ def _labels(allocation_uuid: str | None, tenant_slug: str) -> dict[str, str]:
 
 
 def ensure_tenant_namespace(spec: TenantSpec) -> None:
-    """Namespace, a Role and RoleBinding for the tenant's members, and the DRA ResourceQuota. Idempotent."""
+    """Namespace (with its Pod Security labels), a Role and RoleBinding for the tenant's members, and the DRA
+    ResourceQuota. Idempotent."""
     api = api_client()
     core = client.CoreV1Api(api)
     rbac = client.RbacAuthorizationV1Api(api)
@@ -246,7 +250,11 @@ def ensure_tenant_namespace(spec: TenantSpec) -> None:
         f"namespace {spec.namespace}",
         core.patch_namespace,
         spec.namespace,
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.namespace, "labels": labels}},
+        body={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": spec.namespace, "labels": labels | pod_security_labels(spec.pod_security)},
+        },
     )
     meta = {"name": "fatia-member", "namespace": spec.namespace, "labels": labels}
     _apply(
@@ -402,6 +410,11 @@ def list_steering() -> set[str]:
 
 
 def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:
+    """The pause pod that holds the claims: FATIA_HOLDER_IMAGE, tiny resources, a securityContext that the
+    Pod Security Standard `restricted` admits, no service account token, FATIA_HOLDER_PRIORITY_CLASS if set."""
+    # One claim keeps the pod-level name "gpu" that pods made before claims were split have.
+    refs = ["gpu"] if len(spec.claim_names) == 1 else [f"gpu-{k}" for k in range(len(spec.claim_names))]
+    priority_class = settings.FATIA_HOLDER_PRIORITY_CLASS
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -412,10 +425,36 @@ def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:
         },
         "spec": {
             "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 0,
             **({"nodeSelector": {"kubernetes.io/hostname": spec.node_name}} if spec.node_name else {}),
-            "containers": [{"name": "hold", "image": HOLDER_IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": spec.claim_name}],
+            **({"priorityClassName": priority_class} if priority_class else {}),
+            **({"tolerations": [toleration_body(t) for t in spec.tolerations]} if spec.tolerations else {}),
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": HOLDER_UID,
+                "runAsGroup": HOLDER_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": settings.FATIA_HOLDER_IMAGE,
+                    "resources": {
+                        "requests": dict(HOLDER_RESOURCES),
+                        "limits": dict(HOLDER_RESOURCES),
+                        "claims": [{"name": ref} for ref in refs],
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True,
+                    },
+                }
+            ],
+            "resourceClaims": [
+                {"name": ref, "resourceClaimName": claim} for ref, claim in zip(refs, spec.claim_names, strict=True)
+            ],
         },
     }
 
@@ -507,15 +546,11 @@ def list_claims(label_selector: str) -> list[ClaimState]:
     return [_claim_state(c) for c in listed.items if c.metadata is not None and c.metadata.name]
 
 
-def list_holder_pods(label_selector: str) -> list[tuple[str, str, dict[str, str]]]:
-    """(namespace, name, labels) of every pod in every namespace matching the selector."""
+def list_holder_pods(label_selector: str) -> list[HolderPodState]:
+    """Every pod in every namespace matching the selector, with its phase."""
     api = client.CoreV1Api(api_client())
     listed = _call("pods", api.list_pod_for_all_namespaces, label_selector=label_selector)
-    return [
-        (p.metadata.namespace, p.metadata.name, dict(p.metadata.labels or {}))
-        for p in listed.items
-        if p.metadata is not None and p.metadata.name and p.metadata.namespace
-    ]
+    return [_pod_state(p) for p in listed.items if p.metadata is not None and p.metadata.name and p.metadata.namespace]
 
 
 def list_node_names() -> set[str]:
@@ -525,15 +560,88 @@ def list_node_names() -> set[str]:
     return {n.metadata.name for n in listed.items if n.metadata is not None and n.metadata.name}
 
 
-def holder_pod_exists(namespace: str, name: str) -> bool:
+# --- holder -----------------------------------------------------------------------------------------------
+
+#: The pause image's own user (its Dockerfile says USER 65535:65535): not root, as `restricted` requires.
+HOLDER_UID = 65535
+#: Requests equal to limits: the Guaranteed QoS class, which the kubelet evicts last under node pressure. The
+#: pause process needs well under a MiB; the memory leaves room for the runtime's start-up in its cgroup.
+HOLDER_RESOURCES = {"cpu": "10m", "memory": "32Mi"}
+POD_SECURITY_MODES = ("enforce", "audit", "warn")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: Pod phases after which no container runs again: an evicted holder pod ends Failed, and a claim whose only
+#: consumer has ended is deallocated by kube-controller-manager, so the pod must be replaced.
+ENDED_PHASES = ("Failed", "Succeeded")
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration (core/v1 Toleration); empty fields are left out of the body. An empty key with
+    operator Exists tolerates every taint."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HolderPodState:
+    """A holder pod as listed: `phase` is status.phase ("" before the API server set one), `reason` e.g.
+    "Evicted"."""
+
+    namespace: str
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    phase: str = ""
+    reason: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ENDED_PHASES
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """The namespace labels that make the PodSecurity admission plugin enforce, audit and warn about `level`."""
+    return {f"pod-security.kubernetes.io/{mode}": level for mode in POD_SECURITY_MODES}
+
+
+def toleration_body(t: Toleration) -> dict[str, Any]:
+    body: dict[str, Any] = {"operator": t.operator}
+    if t.key:
+        body["key"] = t.key
+    if t.value:
+        body["value"] = t.value
+    if t.effect:
+        body["effect"] = t.effect
+    if t.toleration_seconds is not None:
+        body["tolerationSeconds"] = t.toleration_seconds
+    return body
+
+
+def _pod_state(pod: Any) -> HolderPodState:
+    status = pod.status
+    return HolderPodState(
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        labels=dict(pod.metadata.labels or {}),
+        phase=(status.phase if status is not None else None) or "",
+        reason=(status.reason if status is not None else None) or "",
+    )
+
+
+def read_holder_pod(namespace: str, name: str) -> HolderPodState | None:
+    """The pod with its phase, or None when there is no such pod."""
     api = client.CoreV1Api(api_client())
     try:
-        _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
+        pod = _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
     except KubeRejected as exc:
         if exc.status == 404:
-            return False
+            return None
         raise
-    return True
+    return _pod_state(pod)
 
 
 # --- check_cluster: what `manage.py check_cluster` asks the cluster (allocations/cluster/checks.py) -----------
@@ -609,7 +717,7 @@ def _client_for_check() -> client.ApiClient:
         raise ImproperlyConfigured("FATIA_KUBECONFIG is not set: no cluster to check.")
     try:
         return api_client()
-    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+    except (KubeUnavailable, config.ConfigException, OSError, ValueError, TypeError) as exc:
         raise ImproperlyConfigured(
             f"FATIA_KUBECONFIG ({settings.FATIA_KUBECONFIG}) cannot be read: {exc.__class__.__name__}: {exc}"
         ) from exc

@@ -8,6 +8,9 @@ transaction as the change it describes:
   scheduler allocates it again, and a later pass records where;
 * an ACTIVE allocation whose claim has another spec than ours (re-created by hand): deleted, and re-created by
   the next pass once it is gone;
+* an ACTIVE allocation whose holder pod ended (Failed or Succeeded: evicted, node pressure) or is gone: the pod
+  is replaced, since a claim whose only consumer ended is deallocated and only a new pod gets it allocated
+  again; a later pass records where;
 * an ACTIVE allocation whose claim is allocated elsewhere than recorded: the placements follow the cluster;
 * an ACTIVE allocation on a node that left the cluster: FAILED, its quota freed, claim and pod deleted; the
   node is marked gone (and ready again when it comes back);
@@ -16,13 +19,15 @@ transaction as the change it describes:
 * requests stuck APPROVED, PROVISIONING or RELEASING long after their task should have run (a lost message, a
   task that ran out of retries in a long outage): the task is queued again (every task is idempotent).
 
-Every step is idempotent and a pass converges from any state; KubeUnavailable propagates (the beat runs the
-next pass anyway).
+An allocation of more than 32 slices has several claims (Allocation.kube_claim_names); each of them is checked,
+and the pass knows them all as the allocation's. Every step is idempotent and a pass converges from any state;
+KubeUnavailable propagates (the beat runs the next pass anyway).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -53,6 +58,7 @@ class ReconcileReport:
 
     recreated: list[int] = field(default_factory=list)
     deleted_changed: list[int] = field(default_factory=list)
+    pods_replaced: list[int] = field(default_factory=list)
     moved: list[int] = field(default_factory=list)
     node_gone: list[int] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
@@ -67,20 +73,24 @@ def reconcile_cluster() -> ReconcileReport:
     report = ReconcileReport()
     ours = settings.FATIA_KUBE_NAMESPACE_PREFIX  # never touch objects outside the namespaces the portal manages
     claims = {(c.namespace, c.name): c for c in kube.list_claims(kube.LABEL_ALLOCATION) if c.namespace.startswith(ours)}
-    pods = [(ns, name) for ns, name, _ in kube.list_holder_pods(kube.LABEL_ALLOCATION) if ns.startswith(ours)]
+    pods = {
+        (p.namespace, p.name): p for p in kube.list_holder_pods(kube.LABEL_ALLOCATION) if p.namespace.startswith(ours)
+    }
     cluster_nodes = kube.list_node_names()
     _sync_node_states(cluster_nodes, report)
 
-    live = Allocation.objects.filter(status__in=CLAIM_WANTED).select_related("tenant")
-    wanted: dict[tuple[str, str], Allocation] = {}
+    live = Allocation.objects.filter(status__in=CLAIM_WANTED).select_related("tenant", "pool")
+    wanted_claims: set[tuple[str, str]] = set()
+    wanted_pods: set[tuple[str, str]] = set()
     for allocation in live:
-        key = (kube_sync.tenant_namespace(allocation.tenant), allocation.kube_name)
-        wanted[key] = allocation
+        namespace = kube_sync.tenant_namespace(allocation.tenant)
+        wanted_claims |= {(namespace, name) for name in allocation.kube_claim_names}
+        wanted_pods.add((namespace, allocation.kube_name))
         if allocation.status == Status.ACTIVE:
-            _reconcile_active(allocation, claims.get(key), cluster_nodes, report)
+            _reconcile_active(allocation, claims, pods.get((namespace, allocation.kube_name)), cluster_nodes, report)
 
-    orphans = {key for key in claims if key not in wanted}
-    orphans |= {key for key in pods if key not in wanted}
+    orphans = {key for key in claims if key not in wanted_claims}
+    orphans |= {key for key in pods if key not in wanted_pods}
     for namespace, name in sorted(orphans):
         kube.delete_holder_pod(namespace, name)
         kube.delete_resource_claim(namespace, name)
@@ -118,7 +128,11 @@ def _set_node_state(node_id: int, state: str) -> None:
 
 
 def _reconcile_active(
-    allocation: Allocation, claim: kube.ClaimState | None, cluster_nodes: set[str], report: ReconcileReport
+    allocation: Allocation,
+    claims: dict[tuple[str, str], kube.ClaimState],
+    pod: kube.HolderPodState | None,
+    cluster_nodes: set[str],
+    report: ReconcileReport,
 ) -> None:
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
     gone = sorted({p.gpu.node.name for p in placements} - cluster_nodes)
@@ -130,26 +144,49 @@ def _reconcile_active(
         _audit(allocation.pk, {"node_gone": gone})
         report.node_gone.append(allocation.pk)
         return
-    claim_spec, _ = kube_sync.claim_spec(allocation)
-    if claim is None:
+    specs, pod_spec = kube_sync.cluster_specs(allocation)
+    found = [claims.get((spec.namespace, spec.name)) for spec in specs]
+    several = len(specs) > 1  # audit entries name the claims only where there is more than one
+    missing = [spec.name for spec, claim in zip(specs, found, strict=True) if claim is None]
+    if missing:
         kube_sync.apply_claim(allocation_id=allocation.pk, status=Status.ACTIVE)
-        kube_sync.apply_holder_pod(allocation_id=allocation.pk, status=Status.ACTIVE)
-        _audit(allocation.pk, {"claim": "re-created: it was deleted outside the portal"})
+        kube_sync.renew_holder_pod(allocation_id=allocation.pk, found=pod, status=Status.ACTIVE)
+        _audit(
+            allocation.pk,
+            {"claim": "re-created: it was deleted outside the portal", **({"claims": missing} if several else {})},
+        )
         report.recreated.append(allocation.pk)
         return
-    if claim.deleting:
+    present = [claim for claim in found if claim is not None]
+    if any(claim.deleting for claim in present):
         return  # deleted outside the portal and on its way out: re-created by a later pass
-    if claim.selectors != kube.claim_selectors(claim_spec):
-        kube.delete_holder_pod(claim.namespace, claim.name)
-        kube.delete_resource_claim(claim.namespace, claim.name)
-        _audit(allocation.pk, {"claim": "deleted: its spec was changed outside the portal", "found": claim.selectors})
+    changed = [
+        claim for spec, claim in zip(specs, present, strict=True) if claim.selectors != kube.claim_selectors(spec)
+    ]
+    if changed:
+        kube.delete_holder_pod(pod_spec.namespace, pod_spec.name)
+        for claim in changed:
+            kube.delete_resource_claim(claim.namespace, claim.name)
+        after: dict[str, object] = {
+            "claim": "deleted: its spec was changed outside the portal",
+            "found": [s for claim in changed for s in claim.selectors],
+        }
+        if several:
+            after["claims"] = [claim.name for claim in changed]
+        _audit(allocation.pk, after)
         report.deleted_changed.append(allocation.pk)
         return
-    if claim.allocation is None:
-        if not kube.holder_pod_exists(claim.namespace, claim.name):
-            kube_sync.apply_holder_pod(allocation_id=allocation.pk, status=Status.ACTIVE)
-        return
-    if _follow(allocation.pk, claim.allocation):
+    renewed = kube_sync.renew_holder_pod(allocation_id=allocation.pk, found=pod, status=Status.ACTIVE)
+    if renewed:
+        if pod is None:
+            what = "re-created: it was deleted outside the portal"
+        else:
+            what = f"replaced: it had ended {pod.phase}" + (f" ({pod.reason})" if pod.reason else "")
+        _audit(allocation.pk, {"holder_pod": what})
+        report.pods_replaced.append(allocation.pk)
+        return  # the scheduler allocates the claims for the new pod; a later pass records where
+    result = kube_sync.merged_allocation(list(present))
+    if result is not None and _follow(allocation.pk, result):
         report.moved.append(allocation.pk)
 
 
@@ -196,7 +233,13 @@ def _record_orphan(namespace: str, name: str, report: ReconcileReport) -> None:
 
 
 def _allocation_ids_named(name: str) -> list[int]:
+    """The allocation a claim or pod name is derived from: mig-alloc-<uuid>, or mig-alloc-<uuid>-<k> for one of
+    several claims (models.claim_names_for)."""
     prefix = "mig-alloc-"
     if not name.startswith(prefix):
         return []
-    return list(Allocation.objects.filter(uuid=name.removeprefix(prefix)).values_list("pk", flat=True))
+    try:
+        allocation_uuid = uuid.UUID(name.removeprefix(prefix)[:36])
+    except ValueError:
+        return []
+    return list(Allocation.objects.filter(uuid=allocation_uuid).values_list("pk", flat=True))

@@ -1,8 +1,9 @@
-"""The Kubernetes backend: an approved request becomes a ResourceClaim that kube-scheduler allocates.
+"""The Kubernetes backend: an approved request becomes ResourceClaims that kube-scheduler allocates.
 
 The placement engine picks the node and GPUs (services/provisioning.py records that plan); the claim pins
 the profile and each GPU (NVIDIA's dynamic-MIG devices carry no placement attribute, so the slot cannot be
-pinned), and a holder pod on that node makes the scheduler allocate the claim now. What the scheduler chose
+pinned), and a holder pod on that node makes the scheduler allocate the claim now. A claim holds at most 32
+slices, so a larger request has several claims, which the one holder pod references together. What the scheduler chose
 is read back and recorded; where it differs from the plan the difference goes to the audit log.
 
 Cluster calls run outside database transactions, and every one is idempotent (names from our ids, apply,
@@ -23,7 +24,7 @@ from django.utils import timezone
 from allocations.cluster import kube
 from allocations.cluster import placements as cluster_placements
 from allocations.costs import gpu_model_for
-from allocations.models import Allocation, Gpu, Node, Quota
+from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, plan_slices_for_scheduler
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, record_placements
@@ -44,6 +45,7 @@ def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
         tenant_slug=tenant.slug,
         member_group=f"fatia:tenant:{tenant.slug}",
         max_devices=int(memory),
+        pod_security=settings.FATIA_TENANT_POD_SECURITY,
     )
 
 
@@ -87,7 +89,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         )
     record_placements(allocation=allocation, slices=slices)
     allocation.status = Status.PROVISIONING
-    allocation.claim_name = allocation.kube_name
+    allocation.claim_name = allocation.kube_claim_names[0]
     allocation.status_message = "Waiting for the cluster to allocate the slices."
     allocation.save(update_fields=["status", "claim_name", "status_message", "updated_at"])
     record_audit_event(
@@ -99,6 +101,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         after={
             "status": Status.PROVISIONING,
             "claim": allocation.claim_name,
+            **({"claims": allocation.claim_names} if len(allocation.claim_names) > 1 else {}),
             "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
             **(
                 {"steer_past": [f"{s.node_name}/gpu-{s.gpu_index}:{b}" for s in slices for b in s.blocked_starts]}
@@ -110,47 +113,86 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     return allocation
 
 
-def claim_spec(allocation: Allocation) -> tuple[kube.ClaimSpec, kube.HolderPodSpec]:
-    """The claim (one request per planned slice, pinned to its profile and GPU) and its holder pod."""
+def pool_tolerations(pool: NodePool) -> tuple[kube.Toleration, ...]:
+    """The pool's tolerations (validated by services.pools.checked_tolerations) for its holder pods."""
+    return tuple(
+        kube.Toleration(
+            key=t.get("key", ""),
+            operator=t.get("operator", "Equal"),
+            value=t.get("value", ""),
+            effect=t.get("effect", ""),
+            toleration_seconds=t.get("tolerationSeconds"),
+        )
+        for t in pool.tolerations
+    )
+
+
+def cluster_specs(allocation: Allocation) -> tuple[list[kube.ClaimSpec], kube.HolderPodSpec]:
+    """The claims and the holder pod of a planned allocation.
+
+    One request `mig-<i>` per planned slice, pinned to its profile and GPU, in slice order; a claim holds at most
+    MAX_REQUESTS_PER_CLAIM of them (the API server refuses more), so a larger request has several claims,
+    named by Allocation.kube_claim_names. The one holder pod references them all: the scheduler allocates a
+    pod's claims together, so they are allocated all or none, on the pod's node."""
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
     namespace = tenant_namespace(allocation.tenant)
-    claim = kube.ClaimSpec(
-        namespace=namespace,
-        name=allocation.kube_name,
-        allocation_uuid=str(allocation.uuid),
-        tenant_slug=allocation.tenant.slug,
-        requests=tuple(
-            kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid)
-            for i, p in enumerate(placements)
-        ),
-    )
+    requests = [
+        kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid)
+        for i, p in enumerate(placements)
+    ]
+    names = allocation.kube_claim_names
+    claims = [
+        kube.ClaimSpec(
+            namespace=namespace,
+            name=name,
+            allocation_uuid=str(allocation.uuid),
+            tenant_slug=allocation.tenant.slug,
+            requests=tuple(requests[k * MAX_REQUESTS_PER_CLAIM : (k + 1) * MAX_REQUESTS_PER_CLAIM]),
+        )
+        for k, name in enumerate(names)
+    ]
     pod = kube.HolderPodSpec(
         namespace=namespace,
         name=allocation.kube_name,
-        claim_name=allocation.kube_name,
+        claim_names=tuple(names),
         node_name=placements[0].gpu.node.name,
         allocation_uuid=str(allocation.uuid),
         tenant_slug=allocation.tenant.slug,
+        tolerations=pool_tolerations(allocation.pool),
     )
-    return claim, pod
+    return claims, pod
+
+
+def merged_allocation(claims: list[kube.ClaimState | None]) -> kube.ClaimAllocation | None:
+    """What the scheduler allocated for an allocation's claims together (request names are unique across them),
+    or None while any of them is missing or unallocated."""
+    results = [c.allocation if c is not None else None for c in claims]
+    if not results or any(r is None for r in results):
+        return None
+    allocated = [r for r in results if r is not None]
+    return kube.ClaimAllocation(
+        node_name=allocated[0].node_name, devices=tuple(d for r in allocated for d in r.devices)
+    )
 
 
 def apply_claim(*, allocation_id: int, status: str = Status.PROVISIONING) -> None:
-    """Apply the claim of an allocation in `status` (PROVISIONING: the first half of realising it; ACTIVE:
-    the reconcile task re-creating a claim deleted behind our back)."""
-    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    """Apply the claims of an allocation in `status` (PROVISIONING: the first half of realising it; ACTIVE:
+    the reconcile task re-creating claims deleted behind our back)."""
+    allocation = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if allocation.status != status or not allocation.placements.exists():
         return  # no plan: displaced (see cluster_placements.repredict_waiting); sync_claim_allocation plans it anew
-    claim, _ = claim_spec(allocation)
+    claims, _ = cluster_specs(allocation)
     try:
-        kube.apply_resource_claim(claim)
+        for claim in claims:
+            kube.apply_resource_claim(claim)
     except kube.KubeRejected as exc:
         # Onboarding (set_tenant_quota's task) makes the namespace and sizes its device quota; when it has not
         # run yet, or the namespace was deleted, do it here and try once more.
         if exc.status not in (403, 404):
             raise
         kube.ensure_tenant_namespace(tenant_spec(allocation.tenant))
-        kube.apply_resource_claim(claim)
+        for claim in claims:
+            kube.apply_resource_claim(claim)
 
 
 def steering_spec(allocation: Allocation) -> kube.SteeringSpec | None:
@@ -187,11 +229,27 @@ def apply_steering(*, allocation_id: int) -> None:
 
 def apply_holder_pod(*, allocation_id: int, status: str = Status.PROVISIONING) -> None:
     """Apply the holder pod of an allocation in `status` (the second half)."""
-    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    allocation = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if allocation.status != status or not allocation.placements.exists():
         return
-    _, pod = claim_spec(allocation)
+    _, pod = cluster_specs(allocation)
     kube.apply_holder_pod(pod)
+
+
+def renew_holder_pod(
+    *, allocation_id: int, found: kube.HolderPodState | None, status: str = Status.PROVISIONING
+) -> str:
+    """Keep an allocation's holder pod alive, given the pod as found (None: there is none): apply it when it is
+    missing; delete and apply it again when it has ended (Failed or Succeeded: evicted, node pressure), since
+    its claims are deallocated once their only consumer has ended and only a new pod gets them allocated again.
+    Returns "applied", "replaced" or "" (nothing to do). Raises KubeUnavailable."""
+    if found is not None and not found.ended:
+        return ""
+    if found is not None:
+        # A pod that has ended is deleted at once (no grace period), so the name is free for the new one.
+        kube.delete_holder_pod(found.namespace, found.name)
+    apply_holder_pod(allocation_id=allocation_id, status=status)
+    return "applied" if found is None else "replaced"
 
 
 def provision_on_cluster(*, allocation_id: int) -> Allocation:
@@ -232,12 +290,18 @@ def note_cluster_wait(*, allocation_id: int, message: str) -> None:
     allocation.save(update_fields=["status_message", "updated_at"])
 
 
-def fail_on_cluster(*, allocation_id: int, reason: str) -> Allocation:
-    """Delete the holder pod, claim and steering taints, then FAILED with quota freed. Raises KubeUnavailable."""
-    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+def _delete_objects(allocation: Allocation) -> None:
+    """Delete the holder pod, then every claim of the allocation (404 counts as done)."""
     namespace = tenant_namespace(allocation.tenant)
     kube.delete_holder_pod(namespace, allocation.kube_name)
-    kube.delete_resource_claim(namespace, allocation.kube_name)
+    for name in allocation.kube_claim_names:
+        kube.delete_resource_claim(namespace, name)
+
+
+def fail_on_cluster(*, allocation_id: int, reason: str) -> Allocation:
+    """Delete the holder pod, claims and steering taints, then FAILED with quota freed. Raises KubeUnavailable."""
+    allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
+    _delete_objects(allocation)
     _stop_steering(allocation)
     return mark_allocation_failed(allocation_id=allocation_id, reason=reason)
 
@@ -260,26 +324,27 @@ class ClaimProgress(enum.Enum):
 
 
 def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
-    """Look at a PROVISIONING allocation's claim once. SETTLED when the claim is allocated (-> ACTIVE, the
+    """Look at a PROVISIONING allocation's claims once. SETTLED when they are all allocated (-> ACTIVE, the
     placements as the scheduler made them), when the allocation is no longer PROVISIONING, or when it waited
     FATIA_KUBE_ALLOCATION_TIMEOUT_S (-> FAILED, objects deleted, quota freed). A claim deleted behind our
-    back is applied again with its pod once it is gone. Raises KubeUnavailable (retry)."""
+    back is applied again with its pod once it is gone; a holder pod that ended is replaced. Raises
+    KubeUnavailable (retry)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     if allocation.status != Status.PROVISIONING:
         return ClaimProgress.SETTLED
     if not allocation.placements.exists():
         return _replan_displaced(allocation)
     namespace = tenant_namespace(allocation.tenant)
-    claim = kube.read_claim(namespace, allocation.kube_name)
-    if claim is None:
+    claims = [kube.read_claim(namespace, name) for name in allocation.kube_claim_names]
+    if any(claim is None for claim in claims):
         apply_claim(allocation_id=allocation_id)
         apply_holder_pod(allocation_id=allocation_id)
         return ClaimProgress.WAITING
-    if claim.deleting:
+    if any(claim is not None and claim.deleting for claim in claims):
         return ClaimProgress.WAITING  # deleted behind our back: applied again once it is gone
-    if claim.allocation is None:
-        if not kube.holder_pod_exists(namespace, allocation.kube_name):
-            apply_holder_pod(allocation_id=allocation_id)
+    result = merged_allocation(claims)
+    if result is None:
+        renew_holder_pod(allocation_id=allocation_id, found=kube.read_holder_pod(namespace, allocation.kube_name))
         started = allocation.decided_at or allocation.created_at
         if timezone.now() - started > timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S):
             fail_on_cluster(
@@ -292,7 +357,7 @@ def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
             return ClaimProgress.SETTLED
         return ClaimProgress.WAITING
     steered = _is_steered(allocation)
-    cluster_placements.activate_from_cluster(allocation_id=allocation_id, result=claim.allocation)
+    cluster_placements.activate_from_cluster(allocation_id=allocation_id, result=result)
     if steered:
         kube.delete_steering(str(allocation.uuid))  # a crash before this: reconcile deletes them
     return ClaimProgress.SETTLED
@@ -304,16 +369,16 @@ def _replan_displaced(allocation: Allocation) -> ClaimProgress:
     after all, record that; otherwise delete its pod and claim and, once the claim is gone, make it APPROVED
     again so that provisioning plans it anew under the same claim name. The quota stays held throughout."""
     namespace = tenant_namespace(allocation.tenant)
-    claim = kube.read_claim(namespace, allocation.kube_name)
-    if claim is None:
+    claims = [kube.read_claim(namespace, name) for name in allocation.kube_claim_names]
+    if all(claim is None for claim in claims):
         return _back_to_approved(allocation_id=allocation.pk)
-    if claim.allocation is not None and not claim.deleting:
-        cluster_placements.activate_from_cluster(allocation_id=allocation.pk, result=claim.allocation)
+    result = merged_allocation(claims)
+    if result is not None and not any(claim is not None and claim.deleting for claim in claims):
+        cluster_placements.activate_from_cluster(allocation_id=allocation.pk, result=result)
         return ClaimProgress.SETTLED
     kube.delete_steering(str(allocation.uuid))
-    kube.delete_holder_pod(namespace, allocation.kube_name)
-    kube.delete_resource_claim(namespace, allocation.kube_name)
-    return ClaimProgress.WAITING  # the next look finds the claim gone
+    _delete_objects(allocation)
+    return ClaimProgress.WAITING  # the next look finds the claims gone
 
 
 @transaction.atomic
@@ -336,25 +401,21 @@ def _back_to_approved(*, allocation_id: int) -> ClaimProgress:
 
 
 def delete_cluster_objects(*, allocation_id: int) -> None:
-    """Delete the holder pod and claim of a FAILED allocation (404 counts as done). Raises KubeUnavailable."""
+    """Delete the holder pod and claims of a FAILED allocation (404 counts as done). Raises KubeUnavailable."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     if allocation.status != Status.FAILED:
         return
-    namespace = tenant_namespace(allocation.tenant)
-    kube.delete_holder_pod(namespace, allocation.kube_name)
-    kube.delete_resource_claim(namespace, allocation.kube_name)
+    _delete_objects(allocation)
 
 
 def release_on_cluster(*, allocation_id: int) -> Allocation:
-    """Delete the holder pod and claim of a RELEASING allocation, then finish_release (quota freed).
+    """Delete the holder pod and claims of a RELEASING allocation, then finish_release (quota freed).
     Idempotent; raises KubeUnavailable (retry; the request says it waits for the cluster)."""
     allocation = Allocation.objects.select_related("tenant").get(pk=allocation_id)
     if allocation.status != Status.RELEASING:
         return allocation
-    namespace = tenant_namespace(allocation.tenant)
     try:
-        kube.delete_holder_pod(namespace, allocation.kube_name)
-        kube.delete_resource_claim(namespace, allocation.kube_name)
+        _delete_objects(allocation)
     except kube.KubeUnavailable as exc:
         note_cluster_wait(allocation_id=allocation_id, message=exc.message)
         raise

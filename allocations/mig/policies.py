@@ -26,6 +26,7 @@ from collections.abc import Hashable
 from typing import Protocol
 
 from .layout import Geometry, LayoutKey, Option
+from .scheduler import driver_order
 
 Rank = tuple[float, ...]
 
@@ -225,7 +226,8 @@ class FragmentationAware:
 
 
 class FragmentationAwareFirstSlot(FragmentationAware):
-    """``ours-first-slot``: ``ours`` choosing the GPU only; on it, the slot is the first free legal start.
+    """``ours-first-slot``: ``ours`` choosing the GPU only; on it, the slot is the first free legal start in
+    the order the driver publishes the devices (:func:`.scheduler.driver_order`).
 
     For Kubernetes, where a claim pins profile and GPU but the scheduler picks the slot (the first device
     whose counters fit, see :mod:`.scheduler`): the GPU is ranked by what that slot does to it."""
@@ -233,8 +235,8 @@ class FragmentationAwareFirstSlot(FragmentationAware):
     name = "ours-first-slot"
 
     def options(self, geom: Geometry, key: LayoutKey, i: int) -> tuple[Option, ...]:
-        first = next((o for o in geom.options(key, i) if not o.reuse), None)
-        return () if first is None else (first,)
+        created = [o for o in geom.options(key, i) if not o.reuse]
+        return (min(created, key=lambda o: driver_order(o.start)),) if created else ()
 
 
 POLICIES: dict[str, Policy] = {

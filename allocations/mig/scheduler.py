@@ -2,9 +2,11 @@
 
 NVIDIA's DynamicMIG devices carry no placement attribute, so a claim can pin the profile and the GPU (the
 devices' ``parentUUID``) but not the slot. The allocator walks the GPU's devices in the order the driver
-publishes them (each profile's placements in slot order) and takes the first device whose counters are all
-free; the requests of one claim are allocated together, in order. Claims are allocated one at a time, in the
-order their holder pods reach the scheduling queue, which nobody controls.
+publishes them and takes the first device whose counters are all free; the requests of one claim are allocated
+together, in order. The driver sorts a GPU's devices by name as strings (:func:`driver_order`), so a profile's
+placements come in the byte order of their starts: 0, 1, 10, 11, 2, ... on a grid of more than ten slots.
+Claims are allocated one at a time, in the order their holder pods reach the scheduling queue, which nobody
+controls (a pod's own claims together, in the order the pod lists them).
 
 So on Kubernetes the portal plans what the scheduler will do instead of the other way round:
 
@@ -46,7 +48,7 @@ def first_fit(
     takes (one per slice); ``None`` when the claim does not fit, or would land where our layout rules say
     no (then we cannot predict it, and the GPU is not used for it).
 
-    Each slice takes the first placement of its profile, in slot order, whose counters (memory slots,
+    Each slice takes the first placement of its profile, in the driver's order, whose counters (memory slots,
     multiprocessors, engines, memory) are all free: the driver's counters decide, not our rules. ``blocked``
     holds the ``(profile index, start)`` devices the scheduler may not take (tainted, see :func:`steer`).
     Greedy in request order is what the allocator's backtracking search finds first whenever greedy succeeds."""
@@ -60,9 +62,7 @@ def first_fit(
     starts = []
     for i in claim:
         fits = [u + n <= cap for u, n, cap in zip(used, need[i], capacity, strict=True)]
-        placement = next(
-            ((s, m) for s, m in sorted(geom.placements[i]) if not m & occupied and (i, s) not in blocked), None
-        )
+        placement = next(((s, m) for s, m in _walk(geom)[i] if not m & occupied and (i, s) not in blocked), None)
         if placement is None or not all(fits):
             return None
         start, mask = placement
@@ -88,6 +88,26 @@ def steer(geom: Geometry, key: LayoutKey, i: int, start: int) -> list[int] | Non
         if taken == start:
             return sorted(s for _, s in blocked)
         blocked.add((i, taken))
+
+
+def driver_order(start: int) -> bytes:
+    """Sort key of a placement among its profile's devices on one GPU, as the driver publishes them.
+
+    The driver (dra-driver-nvidia-gpu ``driver.go``) sorts a GPU's devices by name, Go strings, so byte order;
+    the names of one profile's devices on one GPU (``gpu-<i>-mig-<profile>-<id>-<start>``) differ only in the
+    decimal start at the end, so their order is that of the starts' digits: "1" < "10" < "2"."""
+    return str(start).encode()
+
+
+_WALKS: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {}
+
+
+def _walk(geom: Geometry) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per profile index, its ``(start, mask)`` placements in the order the allocator walks them."""
+    found = _WALKS.get(id(geom))
+    if found is None:
+        found = _WALKS[id(geom)] = tuple(tuple(sorted(p, key=lambda pm: driver_order(pm[0]))) for p in geom.placements)
+    return found
 
 
 _COUNTERS: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}

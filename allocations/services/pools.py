@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
-from allocations.models import Gpu, Node, NodePool
+from allocations.models import Gpu, Node, NodePool, default_tolerations
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.services import full_clean_or_raise, record_audit_event
 
@@ -41,6 +42,82 @@ def _checked_profiles(gpu_model: str, profiles: list[str] | None) -> list[str]:
     return [p for p in offered if p in profiles]
 
 
+# Kubernetes' own rules for a toleration (core/v1 validation): the key is a qualified name (an optional DNS
+# subdomain prefix and "/", then up to 63 alphanumerics, "-", "_", "."), the value a label value.
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+MAX_TOLERATIONS = 32
+
+
+def _key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"the key prefix {prefix!r} is not a DNS subdomain (lowercase letters, digits, '-' and '.')"
+    if len(name) > 63 or not _NAME.match(name):
+        return (
+            f"the key {key!r} is not a qualified name (up to 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit, after an optional DNS prefix and '/')"
+        )
+    return None
+
+
+def _toleration_problem(t: Any) -> str | None:
+    """Why `t` is not a toleration Kubernetes accepts, or None."""
+    if not isinstance(t, dict):
+        return "write it as an object with key, operator, value, effect and tolerationSeconds"
+    unknown = sorted(set(t) - set(TOLERATION_FIELDS))
+    if unknown:
+        return f"unknown field {', '.join(unknown)} (known: {', '.join(TOLERATION_FIELDS)})"
+    if any(not isinstance(t.get(f, ""), str) for f in ("key", "operator", "value", "effect")):
+        return "key, operator, value and effect are strings"
+    key, operator = t.get("key", ""), t.get("operator", "Equal")
+    value, effect, seconds = t.get("value", ""), t.get("effect", ""), t.get("tolerationSeconds")
+    if operator not in TOLERATION_OPERATORS:
+        return f"the operator is Exists or Equal, not {operator!r}"
+    if key and (problem := _key_problem(key)):
+        return problem
+    if not key and operator != "Exists":
+        return "a toleration without a key tolerates every taint and needs the operator Exists"
+    if operator == "Exists" and value:
+        return "with the operator Exists the value must be empty"
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        return f"the value {value!r} is not a label value (up to 63 letters, digits, '-', '_' or '.')"
+    if effect and effect not in TAINT_EFFECTS:
+        return f"the effect is one of {', '.join(TAINT_EFFECTS)} (or empty: every effect), not {effect!r}"
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            return "tolerationSeconds is a whole number of seconds"
+        if effect != "NoExecute":
+            return "tolerationSeconds goes only with the effect NoExecute"
+    return None
+
+
+def checked_tolerations(tolerations: Any) -> list[dict[str, Any]]:
+    """The holder pods' tolerations of a pool in the API's JSON form, normalised (operator always given, empty
+    fields left out), or InvalidInput naming the first bad one."""
+    if not isinstance(tolerations, list):
+        raise InvalidInput({"tolerations": ["Give a list of tolerations (an empty list tolerates no taint)."]})
+    if len(tolerations) > MAX_TOLERATIONS:
+        raise InvalidInput({"tolerations": [f"At most {MAX_TOLERATIONS} tolerations."]})
+    out: list[dict[str, Any]] = []
+    for n, t in enumerate(tolerations, start=1):
+        problem = _toleration_problem(t)
+        if problem:
+            raise InvalidInput({"tolerations": [f"Toleration {n}: {problem}."]})
+        normal: dict[str, Any] = {"operator": t.get("operator", "Equal")}
+        for name in ("key", "value", "effect"):
+            if t.get(name):
+                normal[name] = t[name]
+        if t.get("tolerationSeconds") is not None:
+            normal["tolerationSeconds"] = t["tolerationSeconds"]
+        out.append({k: normal[k] for k in TOLERATION_FIELDS if k in normal})
+    return out
+
+
 @transaction.atomic
 def create_node_pool(
     *,
@@ -50,8 +127,10 @@ def create_node_pool(
     actor: User,
     profiles: list[str] | None = None,
     description: str = "",
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> NodePool:
-    """Register a pool of one GPU model. `profiles` defaults to every profile of the model."""
+    """Register a pool of one GPU model. `profiles` defaults to every profile of the model, `tolerations` (of
+    the holder pods, Kubernetes backend) to tolerating the usual GPU node taint (models.default_tolerations)."""
     _require_staff(actor)
     pool = NodePool(
         name=name,
@@ -59,6 +138,7 @@ def create_node_pool(
         gpu_model=gpu_model,
         profiles=_checked_profiles(gpu_model, profiles),
         description=description,
+        tolerations=checked_tolerations(default_tolerations() if tolerations is None else tolerations),
     )
     full_clean_or_raise(pool)
     pool.save()
@@ -66,7 +146,13 @@ def create_node_pool(
         actor=actor,
         verb="create",
         obj=pool,
-        after={"name": name, "slug": slug, "gpu_model": gpu_model, "profiles": pool.profiles},
+        after={
+            "name": name,
+            "slug": slug,
+            "gpu_model": gpu_model,
+            "profiles": pool.profiles,
+            "tolerations": pool.tolerations,
+        },
     )
     return pool
 
@@ -79,26 +165,25 @@ def update_node_pool(
     name: str | None = None,
     profiles: list[str] | None = None,
     description: str | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> NodePool:
-    """Rename a pool or change which profiles it offers (running slices are not affected)."""
+    """Rename a pool, change which profiles it offers or what its holder pods tolerate (running slices are
+    not affected: a holder pod keeps the tolerations it was made with). Locks the pool row."""
     _require_staff(actor)
     pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
-    before = {"name": pool.name, "profiles": pool.profiles, "description": pool.description}
+    fields = ("name", "profiles", "description", "tolerations")
+    before = {f: getattr(pool, f) for f in fields}
     if name is not None:
         pool.name = name
     if profiles is not None:
         pool.profiles = _checked_profiles(pool.gpu_model, profiles)
     if description is not None:
         pool.description = description
+    if tolerations is not None:
+        pool.tolerations = checked_tolerations(tolerations)
     full_clean_or_raise(pool)
-    pool.save(update_fields=["name", "profiles", "description", "updated_at"])
-    record_audit_event(
-        actor=actor,
-        verb="update",
-        obj=pool,
-        before=before,
-        after={"name": pool.name, "profiles": pool.profiles, "description": pool.description},
-    )
+    pool.save(update_fields=[*fields, "updated_at"])
+    record_audit_event(actor=actor, verb="update", obj=pool, before=before, after={f: getattr(pool, f) for f in fields})
     return pool
 
 

@@ -69,7 +69,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     record_placements(allocation=allocation, slices=slices)
     now = timezone.now()
     allocation.status = Status.ACTIVE
-    allocation.claim_name = allocation.kube_name
+    allocation.claim_name = allocation.kube_claim_names[0]
     allocation.activated_at = now
     allocation.lease_expires_at = now + timedelta(hours=allocation.lease_hours)
     allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."

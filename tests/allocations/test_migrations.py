@@ -52,3 +52,26 @@ def test_0005_moves_withdrawn_requests_from_released_to_withdrawn_and_back():
     finally:
         latest = MigrationExecutor(connection)
         latest.migrate(latest.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0007_gives_existing_pools_the_default_holder_pod_tolerations():
+    # given: a pool made before 0007
+    before = [("allocations", "0006_notification")]
+    after = [("allocations", "0007_holder_pod")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    apps = executor.loader.project_state(before).apps
+    pool = apps.get_model("allocations", "NodePool").objects.create(name="Old pool", slug="old", gpu_model="x")
+    try:
+        # when
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        # then: its holder pods tolerate the usual GPU node taint, as a new pool's do
+        apps = executor.loader.project_state(after).apps
+        assert apps.get_model("allocations", "NodePool").objects.get(pk=pool.pk).tolerations == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    finally:
+        latest = MigrationExecutor(connection)
+        latest.migrate(latest.loader.graph.leaf_nodes())

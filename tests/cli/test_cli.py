@@ -558,6 +558,31 @@ def test_a_request_active_at_once_prints_its_claim_and_namespace(world: World, t
     )
 
 
+def test_a_request_of_40_slices_prints_both_its_claims(world: World, tokens: Tokens, fatia):
+    """Issue 10: a claim holds at most 32 slices, so 40 are in two claims; the CLI names both."""
+    # given: an approved request of 40 1g.10gb, provisioned on the simulated fleet
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        compute_slices_limit=56,
+        memory_slices_limit=64,
+        actor=world.root,
+    )
+    fatia(tokens.alice, *request_args(count="40"))
+    allocation = Allocation.objects.get()
+    services.approve_allocation(allocation_id=allocation.pk, actor=world.mallory)
+    services.provision_allocation(allocation_id=allocation.pk)
+    base = f"mig-alloc-{allocation.uuid}"
+    # when
+    shown = fatia(tokens.alice, "show", str(allocation.pk))
+    # then
+    assert f"  claims         {base}-0, {base}-1" in shown.out.splitlines()
+    assert cli.claim_hint(fatia(tokens.alice, "--json", "show", str(allocation.pk)).json()) == (
+        f"  Claims {base}-0, {base}-1 in namespace fatia-team-a: run your pod in that namespace with one "
+        f"spec.resourceClaims[] entry per claim, resourceClaimName: {base}-0, {base}-1"
+    )
+
+
 # --- tokens -------------------------------------------------------------------------------------------
 
 

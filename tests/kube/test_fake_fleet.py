@@ -58,7 +58,82 @@ def test_the_api_server_accepts_an_eight_gpu_node_of_every_catalog_model(
     assert stored == [body["spec"] for body in fake_fleet.resource_slices(model, name, node.uid, 8)]
     assert len(stored) == 9
     mig = sum(len(p.placements) for p in model.profiles)
-    assert [len(s.get("devices", [])) for s in stored] == [0] + [1 + mig] * 8
+    full_gpu = 0 if model_name in AMPERE else 1  # the driver publishes no full Ampere GPU while MIG is on
+    assert [len(s.get("devices", [])) for s in stored] == [0] + [full_gpu + mig] * 8
+
+
+AMPERE = ("NVIDIA A30", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")
+
+
+@pytest.mark.parametrize("model_name", load_catalog().model_names())
+def test_each_gpus_devices_come_sorted_by_name_in_byte_order_as_the_driver_sorts_them(model_name: str) -> None:
+    # when
+    slices = fake_fleet.resource_slices(load_catalog().model(model_name), "n1", "uid-1", 2)
+    # then: Go's slices.Sorted on the names (byte order), which is what kube-scheduler walks
+    for body in slices[1:]:
+        names = [d["name"] for d in body["spec"]["devices"]]
+        assert names == sorted(names, key=str.encode)
+    # and: on the A100, whose profiles do not sort by size, that is not the catalog's order
+    if model_name == "NVIDIA A100-SXM4-40GB":
+        assert [n for n in names if n.endswith("-0")][:3] == [
+            "gpu-1-mig-1g10gb-15-0",
+            "gpu-1-mig-1g5gb-19-0",
+            "gpu-1-mig-1g5gb-me-20-0",
+        ]
+
+
+def test_slices_are_named_by_their_index_in_hex_and_sixteen_gpus_have_sixteen_pci_bus_ids() -> None:
+    # given: the largest node the portal registers (16 GPUs: 2 slices of 8 counter sets, then 16 of devices)
+    model = load_catalog().model(H100)
+
+    # when
+    slices = fake_fleet.resource_slices(model, "n1", "uid-1", 16)
+
+    # then: the resourceslice controller's prefix, 5 hex digits: 0000a for the eleventh slice, 00011 for the 18th
+    prefixes = [body["metadata"]["generateName"].removesuffix("-gpu.nvidia.com-n1-") for body in slices]
+    assert prefixes == [f"{i:05x}" for i in range(18)]
+    assert (prefixes[10], prefixes[17]) == ("0000a", "00011")
+    assert [len(body["spec"].get("sharedCounters", [])) for body in slices[:3]] == [8, 8, 0]
+    assert {body["spec"]["pool"]["resourceSliceCount"] for body in slices} == {18}
+    # and: every GPU has a PCI bus id of its own, in index order (the driver orders GPUs' slices by it)
+    bus_ids = [
+        body["spec"]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"]["string"] for body in slices[2:]
+    ]
+    assert len(set(bus_ids)) == 16
+    assert bus_ids == sorted(bus_ids)
+    assert (bus_ids[0], bus_ids[7], bus_ids[8], bus_ids[15]) == (
+        "0000:18:00.0",
+        "0000:db:00.0",
+        "0001:18:00.0",
+        "0001:db:00.0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_name", "full_gpu"), [("NVIDIA A100-SXM4-40GB", False), ("NVIDIA A30", False), (H100, True)]
+)
+def test_only_gpus_that_can_leave_mig_mode_publish_the_full_gpu(model_name: str, full_gpu: bool) -> None:
+    # when
+    slices = fake_fleet.resource_slices(load_catalog().model(model_name), "n1", "uid-1", 1)
+    # then: Ampere cannot switch MIG off without a GPU reset, so the driver publishes no gpu-0 there
+    devices = slices[1]["spec"]["devices"]
+    assert ("gpu-0" in [d["name"] for d in devices]) is full_gpu
+    assert [d["attributes"]["type"]["string"] for d in devices].count("gpu") == int(full_gpu)
+    # and: the counter set the MIG devices consume is published all the same
+    assert [c["name"] for c in slices[0]["spec"]["sharedCounters"]] == ["gpu-0-counter-set"]
+
+
+def test_the_api_server_accepts_a_sixteen_gpu_node(admin: client.ApiClient, nvidia_device_classes: list[str]) -> None:
+    # given
+    model = load_catalog().model(H100)
+    name = f"fleet-{uuid.uuid4().hex[:8]}"
+    # when
+    node = fake_fleet.publish_node(admin, model, name, 16)
+    # then: 18 slices, named from their hex prefixes by the server
+    assert [n[:6] for n in node.slice_names] == [f"{i:05x}-" for i in range(18)]
+    api = client.ResourceV1Api(admin)
+    stored = [as_json(admin, api.read_resource_slice(n))["spec"] for n in node.slice_names]
+    assert stored == [body["spec"] for body in fake_fleet.resource_slices(model, name, node.uid, 16)]
 
 
 def test_the_portal_provisions_on_a_generated_eight_gpu_node(

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from allocations import services
+from allocations.cluster import kube
 from allocations.models import Allocation
 from tests.conftest import celery_worker_process, wait_for_status
 from tests.kube.conftest import BASH, CONTROL_PLANE_SCRIPT, ControlPlane, KubeWorld, wait_for
@@ -77,10 +78,8 @@ def pods_refused_as_not_ready(admin: client.ApiClient, kube_world: KubeWorld) ->
 
     # The policy takes effect once the API server has compiled it: wait until a dry-run pod is refused.
     core = client.CoreV1Api(admin)
-    probe = {
-        "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "c", "image": "pause:3.10"}]},
-    }
+    # A pod that Pod Security `restricted` (the tenant namespace's level) admits, so only the policy refuses it.
+    probe = kube.holder_pod_body(kube.HolderPodSpec(kube_world.namespace("team-a"), "probe", ("probe",), "", "", "t"))
 
     def refused() -> bool:
         try:

@@ -215,7 +215,7 @@ def test_counters_hold_through_the_portal_and_the_scheduler_refuses_a_slice_on_a
         kube.HolderPodSpec(
             namespace=ns,
             name="past-the-portal",
-            claim_name="past-the-portal",
+            claim_names=("past-the-portal",),
             node_name=node.name,
             allocation_uuid="none",
             tenant_slug="team-a",

@@ -41,7 +41,7 @@ def outside_claim(ns: str, name: str, node: str, gpu_uuid: str, profile: str) ->
     """A claim and pod made past the portal (no portal label): the scheduler allocates it like any other."""
     spec = kube.ClaimSpec(ns, name, "", "team-a", (kube.DeviceRequestSpec("mig-0", profile, gpu_uuid),))
     kube.apply_resource_claim(spec)
-    kube.apply_holder_pod(kube.HolderPodSpec(ns, name, name, node, "", "team-a"))
+    kube.apply_holder_pod(kube.HolderPodSpec(ns, name, (name,), node, "", "team-a"))
 
 
 def reconcile_verbs(allocation: Allocation) -> list[dict[str, Any]]:
@@ -128,7 +128,7 @@ def test_a_claim_recreated_by_hand_with_another_spec_is_replaced_by_ours(
     assert report.recreated == [active.pk]
     claim = kube.read_claim(ns, active.kube_name)
     assert claim is not None
-    assert claim.selectors == kube.claim_selectors(kube_sync.claim_spec(active)[0])
+    assert claim.selectors == kube.claim_selectors(kube_sync.cluster_specs(active)[0][0])
     assert "mig-0: device.attributes['gpu.nvidia.com'].profile == '2g.20gb'" in claim.selectors
 
 
@@ -178,12 +178,12 @@ def test_claims_and_pods_of_finished_or_unknown_allocations_are_deleted_and_stuc
     kw = kube_world
     node = kw.nodes[0]
     done = provision_and_wait(request(kw, "1g.10gb").pk)
-    claim, _ = kube_sync.claim_spec(done)
+    [claim], _ = kube_sync.cluster_specs(done)
     services.release_allocation(allocation_id=done.pk, actor=kw.world.alice)
     assert services.provisioning.teardown_allocation(allocation_id=done.pk).status == Status.RELEASED
     ns = kw.namespace("team-a")
     kube.apply_resource_claim(claim)
-    kube.apply_holder_pod(kube.HolderPodSpec(ns, "stray", "stray", node.name, "no-such-allocation", "team-a"))
+    kube.apply_holder_pod(kube.HolderPodSpec(ns, "stray", ("stray",), node.name, "no-such-allocation", "team-a"))
     # and: a request approved long ago whose provisioning task was lost
     stuck = request(kw, "1g.10gb")
     Allocation.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(hours=1))

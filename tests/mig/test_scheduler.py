@@ -16,6 +16,7 @@ from kubernetes.utils import parse_quantity
 
 from allocations.cluster.fake_fleet import resource_slices
 from allocations.mig import scheduler
+from allocations.mig.catalog import GpuModel, MigProfile, Placement
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest
 from allocations.mig.layout import EMPTY, geometry
@@ -28,8 +29,9 @@ H100 = "NVIDIA H100 80GB HBM3"
 class CounterGpu:
     """One GPU as the scheduler sees it: the driver's devices in order, and its shared counters."""
 
-    def __init__(self, model_name: str) -> None:
-        spec_slices = resource_slices(model(model_name), "n1", "uid-1", gpu_count=1)
+    def __init__(self, model_name: str | GpuModel) -> None:
+        gpu_model = model(model_name) if isinstance(model_name, str) else model_name
+        spec_slices = resource_slices(gpu_model, "n1", "uid-1", gpu_count=1)
         counter_set = spec_slices[0]["spec"]["sharedCounters"][0]
         self.free = {k: parse_quantity(v["value"]) for k, v in counter_set["counters"].items()}
         self.devices: list[dict[str, Any]] = spec_slices[1]["spec"]["devices"]
@@ -118,3 +120,63 @@ def test_ours_first_slot_chooses_the_gpu_and_leaves_the_slot_to_first_fit() -> N
     assert decision is not None and (decision.gpu_index, decision.start) == (0, 4)
     decision = choose_placement(fleet, PlacementRequest("1g.10gb"), "ours-first-slot")
     assert decision is not None and (decision.gpu_index, decision.start) == (0, 4)
+
+
+def sixteen_slot_gpu() -> GpuModel:
+    """A made-up GPU with a profile of 16 placements: no catalog model has a placement start of 10 or more yet
+    (the RTX PRO 6000's last is 9), but NVML may report one, and then the driver's name order is not slot order.
+    Its figures beyond the grid are derived (allocations/mig/counters.py)."""
+    return GpuModel(
+        name="Synthetic 16-slot GPU",
+        aliases=(),
+        compute_slices=16,
+        memory_slices=16,
+        memory_mib=16384,
+        profiles=(
+            MigProfile("1g.1gb", 19, 1, 1, 1024, 16, tuple(Placement(s, 1) for s in range(16))),
+            MigProfile("16g.16gb", 0, 16, 16, 16384, 1, (Placement(0, 16),)),
+        ),
+    )
+
+
+BYTE_ORDER = [0, 1, 10, 11, 12, 13, 14, 15, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_the_driver_order_of_placements_is_the_byte_order_of_their_device_names() -> None:
+    # given: the devices the driver publishes for the 16-slot GPU (names sorted as Go sorts strings)
+    devices = CounterGpu(sixteen_slot_gpu()).devices
+    # then: a profile's placements come as "...-19-1" < "...-19-10" < "...-19-2", and so does our key
+    starts = [int(d["name"].rsplit("-", 1)[1]) for d in devices if d["attributes"]["profile"]["string"] == "1g.1gb"]
+    assert starts == BYTE_ORDER
+    assert sorted(range(16), key=scheduler.driver_order) == BYTE_ORDER
+
+
+def test_first_fit_follows_the_drivers_byte_order_where_it_differs_from_slot_order() -> None:
+    # given: the 16-slot GPU, empty, as our model and as the scheduler sees it
+    m = sixteen_slot_gpu()
+    geom = geometry(m)
+    cluster = CounterGpu(m)
+    key = EMPTY
+    predicted, allocated = [], []
+    # when: 1g.1gb claims are allocated one after another until it is full
+    for _ in range(17):
+        placed = scheduler.first_fit(geom, key, [geom.index["1g.1gb"]])
+        allocated.append(cluster.allocate("1g.1gb"))
+        if placed is None:
+            predicted.append(None)
+            continue
+        key, [start] = placed
+        predicted.append(start)
+    # then: after 0 and 1 the third goes to 10, not 2: the prediction is the scheduler's walk, not slot order
+    assert predicted == [*BYTE_ORDER, None]
+    assert allocated == predicted
+
+
+def test_ours_first_slot_plans_the_slot_the_driver_order_gives() -> None:
+    # given: the 16-slot GPU with 1g.1gb slices at 0 and 1
+    m = sixteen_slot_gpu()
+    fleet = Fleet([Node("n1", [Gpu("n1", 0, m, [Instance("1g.1gb", 0, "a"), Instance("1g.1gb", 1, "a")])])])
+    # when
+    decision = choose_placement(fleet, PlacementRequest("1g.1gb"), "ours-first-slot")
+    # then: slot 10, where the scheduler will put it ("...-19-10" comes before "...-19-2")
+    assert decision is not None and (decision.gpu_index, decision.start) == (0, 10)

@@ -342,6 +342,9 @@ FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300
 # first (docs/kubernetes.md); off: the slot is the scheduler's first fit and only the GPU is ours. Off by default:
 # in bench/provision.py it did not pay (fewer whole GPUs left after a burst, the same fill).
 FATIA_KUBE_STEER_SLOTS = env_bool("FATIA_KUBE_STEER_SLOTS", False)
+# Fleet discovery (manage.py discover_fleet) lists the cluster again this often, on top of watching it: what a
+# watch could have missed is caught then.
+FATIA_DISCOVERY_RESYNC_S = env_int("FATIA_DISCOVERY_RESYNC_S", 300)
 if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
 if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:

@@ -33,6 +33,7 @@ from allocations.mig.layout import geometry
 from allocations.mig.policies import stranded
 from allocations.models import (
     Allocation,
+    ClaimedDevice,
     Gpu,
     LeaseExtension,
     Node,
@@ -683,7 +684,9 @@ def _pool_versions() -> dict[int, str]:
     slots are occupied (not by whom). Requests that change no slot (pending, rejected, a lease extended) do not
     change it. Three queries whatever the fleet size."""
     parts: dict[int, list[str]] = {pk: [] for pk in NodePool.objects.values_list("pk", flat=True)}
-    for row in Node.objects.values("pool_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by():
+    # Discovery saves a node's updated_at whenever it changes it or its GPUs (cluster/discovery.py).
+    nodes = Node.objects.filter(pool__isnull=False)
+    for row in nodes.values("pool_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by():
         parts.setdefault(row["pool_id"], []).append(f"n{row['n']}:{row['m'].isoformat() if row['m'] else ''}")
     held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
     for row in (
@@ -692,6 +695,14 @@ def _pool_versions() -> dict[int, str]:
         .order_by()
     ):
         parts.setdefault(row["allocation__pool_id"], []).append(f"p{row['n']}:{row['s']}:{row['q']}")
+    # Devices held outside Fatia occupy slots every viewer sees as "outside Fatia".
+    outside = ClaimedDevice.objects.outside_fatia().filter(gpu__node__pool__isnull=False)
+    for row in (
+        outside.values("gpu__node__pool_id")
+        .annotate(n=Count("pk"), s=Sum(_SLOT_MIX), q=Sum(_SLOT_MIX_SQUARED))
+        .order_by()
+    ):
+        parts.setdefault(row["gpu__node__pool_id"], []).append(f"o{row['n']}:{row['s']}:{row['q']}")
     return {pool_id: _digest(*p) for pool_id, p in parts.items()}
 
 

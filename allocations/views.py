@@ -25,6 +25,7 @@ from allocations.forms import (
     ExtendForm,
     NewRequestForm,
     PoolForm,
+    PoolSelectorForm,
     QuotaChangeForm,
     RejectionForm,
     SetQuotaForm,
@@ -423,6 +424,7 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 gpu_model=data["gpu_model"],
                 profiles=form.chosen_profiles(),
                 description=data["description"],
+                node_selector=data["node_selector"],
                 actor=user,
             )
         except InvalidInput as exc:
@@ -432,7 +434,50 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Pool {pool.name} is created with {len(pool.profiles)} profiles.")
             return redirect("manage-pools")
-    return render(request, "allocations/manage_pools.html", {"form": form, "pools": selectors.pools_overview()})
+    return _pools_page(request, form)
+
+
+def _pools_page(
+    request: HttpRequest, form: PoolForm, selector_form: tuple[int, PoolSelectorForm] | None = None
+) -> HttpResponse:
+    pools = list(selectors.pools_overview())
+    forms = {
+        pool.pk: PoolSelectorForm(initial={"node_selector": pool.node_selector}, prefix=f"pool-{pool.pk}")
+        for pool in pools
+    }
+    if selector_form is not None:
+        forms[selector_form[0]] = selector_form[1]
+    # Field errors come back on the page with 200, as every form of the portal does; the API answers 400.
+    return render(
+        request, "allocations/manage_pools.html", {"form": form, "pools": [(pool, forms[pool.pk]) for pool in pools]}
+    )
+
+
+@login_required
+@staff_required
+@require_POST
+def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
+    """Change a pool's node selector; matching discovered nodes join (and others leave) at once."""
+    user = signed_in_user(request)
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    form = PoolSelectorForm(request.POST, prefix=f"pool-{pool.pk}")
+    if form.is_valid():
+        try:
+            pool = services.update_node_pool(
+                pool_id=pool.pk, node_selector=form.cleaned_data["node_selector"], actor=user
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            joined = pool.nodes.count()
+            what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
+            messages.success(request, f"The node selector of {pool.name} is {what}; {joined} nodes are in the pool.")
+            return redirect("manage-pools")
+    return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 
 
 @login_required

@@ -19,7 +19,17 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
 
     class Meta:
         model = NodePool
-        fields = ["id", "name", "slug", "gpu_model", "profiles", "profile_catalog", "description", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "gpu_model",
+            "profiles",
+            "profile_catalog",
+            "description",
+            "node_selector",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_profile_catalog(self, pool: NodePool) -> list[dict[str, Any]]:
@@ -40,6 +50,12 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
         ]
 
 
+NODE_SELECTOR_HELP = (
+    "Kubernetes label selector, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3: discovered GPU nodes whose labels "
+    "match join the pool. Blank: no discovered node joins."
+)
+
+
 class PoolCapacitySerializer(serializers.Serializer[Any]):
     pool = serializers.IntegerField()
     fits_now = serializers.DictField(child=serializers.IntegerField(), help_text="Profile -> slices that fit now.")
@@ -51,12 +67,18 @@ class PoolCreateSerializer(serializers.Serializer[Any]):
     gpu_model = serializers.CharField(max_length=100)
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    node_selector = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, default="", help_text=NODE_SELECTOR_HELP
+    )
 
 
 class PoolUpdateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100, required=False)
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    node_selector = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text=NODE_SELECTOR_HELP
+    )
 
 
 class BalanceSerializer(serializers.Serializer[Balance]):

@@ -256,3 +256,56 @@ def ensure_device_classes(api: client.ApiClient) -> None:
             force=True,
             _content_type="application/apply-patch+yaml",
         )
+
+
+# --- discovery: nodes as GPU feature discovery labels them, GPUs by minor number -------------------------------
+
+
+def resource_slices_for_minors(
+    model: GpuModel, node: str, node_uid: str, minors: list[int], *, generation: int = 1
+) -> list[dict[str, Any]]:
+    """The driver's slices for a node whose GPUs have the minor numbers `minors` (say 4, 1, 6: GPUs bound to
+    another driver leave gaps), published in the order given rather than by minor, under pool `generation`.
+    Built from `resource_slices`, so the device format is the same."""
+    full = resource_slices(model, node, node_uid, max(minors) + 1)
+    counters, devices = full[0], full[1:]
+    wanted = set(minors)
+    counters["spec"]["sharedCounters"] = [
+        c for c in counters["spec"]["sharedCounters"] if int(c["name"].split("-")[1]) in wanted
+    ]
+    by_minor = {}
+    for body in devices:
+        names = [d["name"] for d in body["spec"]["devices"]]
+        by_minor[int(names[0].split("-")[1])] = body
+    slices = [counters, *(by_minor[m] for m in minors)]
+    for body in slices:
+        body["spec"]["pool"]["generation"] = generation
+        body["spec"]["pool"]["resourceSliceCount"] = len(slices)
+    return slices
+
+
+def set_device_counters(slices: list[dict[str, Any]], profile: str, counters: dict[str, str]) -> None:
+    """Change what every device of `profile` consumes (the driver of another release, say, publishes other
+    figures than the catalog's): `counters` maps counter names to quantities, e.g. {"jpeg-engines": "7"}."""
+    for body in slices:
+        for device in body["spec"].get("devices", []):
+            if device["attributes"].get("profile", {}).get("string") == profile:
+                for consumed in device["consumesCounters"]:
+                    consumed["counters"].update({k: {"value": v} for k, v in counters.items()})
+
+
+def publish_slices(api: client.ApiClient, bodies: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Create the slices (admin client); their names."""
+    resource = client.ResourceV1Api(api)
+    created: list[Any] = [copy.deepcopy(body) for body in bodies]
+    return tuple(str(getattr(resource.create_resource_slice(body=body).metadata, "name", "")) for body in created)
+
+
+def publish_gpu_node(
+    api: client.ApiClient, model: GpuModel, name: str, minors: list[int], *, labels: dict[str, str] | None = None
+) -> FakeNode:
+    """A Ready node labelled as GPU feature discovery does (plus `labels`), with the driver's slices for GPUs
+    of the given minor numbers; FakeNode.gpu_uuids follows `minors`."""
+    uid = create_ready_node(api, name, {**gfd_labels(model, len(minors)), **(labels or {})})
+    names = publish_slices(api, resource_slices_for_minors(model, name, uid, minors))
+    return FakeNode(name, uid, tuple(gpu_uuid(name, m) for m in minors), names)

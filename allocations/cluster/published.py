@@ -239,6 +239,9 @@ class DriverPools:
 
     def put(self, summary: SliceSummary) -> str:
         """Add or replace a slice; returns its pool."""
+        current = self._slices.get(summary.pool, {})
+        if current and summary.generation < max(s.generation for s in current.values()):
+            return summary.pool  # a slice of a generation the driver has replaced: it never counts again
         old_pool = self._pool_of_slice.get(summary.name)
         if old_pool is not None and old_pool != summary.pool:
             self._slices.get(old_pool, {}).pop(summary.name, None)

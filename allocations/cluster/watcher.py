@@ -149,7 +149,7 @@ class ClusterView:
         elif isinstance(obj, SliceSummary):
             before_view = self.pools.published(obj.pool)
             pool = self.pools.remove(obj.name) if deleted else self.pools.put(obj)
-            if pool is not None and self.pools.published(pool) is not before_view:
+            if pool is not None and self.pools.published(pool) != before_view:
                 self.dirty_nodes.add(pool)
         elif isinstance(obj, kube.ClaimInfo):
             key = (obj.namespace, obj.name)
@@ -237,7 +237,9 @@ class FleetDiscovery:
         while not self.stopping.is_set():
             try:
                 items, version = self._list(kind)
-            except kube.KubeUnavailable as exc:
+            except kube.KubeError as exc:
+                # KubeRejected too: an API server that just restarted answers 403 until its RBAC cache is
+                # filled; a lasting 403 (the ClusterRole lacks list/watch) is logged every time it is tried.
                 failures += 1
                 logger.warning("discovery: listing %s failed (%s); retrying", kind, exc.message)
                 self.stopping.wait(RETRY_S[min(failures, len(RETRY_S)) - 1])
@@ -263,7 +265,7 @@ class FleetDiscovery:
                 except kube.KubeGone as exc:
                     logger.info("discovery: %s watch: %s; listing again", kind, exc.message)
                     break
-                except kube.KubeUnavailable as exc:
+                except kube.KubeError as exc:
                     failures += 1
                     logger.warning("discovery: %s watch broke (%s); resuming", kind, exc.message)
                     self.stopping.wait(RETRY_S[min(failures, len(RETRY_S)) - 1])

@@ -6,9 +6,12 @@ from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 
+from allocations.cluster.discovery import rematch_nodes
+from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import Gpu, Node, NodePool
+from allocations.services.locks import lock_pool
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.services import full_clean_or_raise, record_audit_event
 
@@ -41,6 +44,17 @@ def _checked_profiles(gpu_model: str, profiles: list[str] | None) -> list[str]:
     return [p for p in offered if p in profiles]
 
 
+def _checked_selector(node_selector: str) -> str:
+    """A node selector in Kubernetes label selector syntax, normalised (blank: no discovered node joins)."""
+    text = node_selector.strip()
+    if not text:
+        return ""
+    try:
+        return str(parse_selector(text))
+    except InvalidSelector as exc:
+        raise InvalidInput({"node_selector": [str(exc)]}) from exc
+
+
 @transaction.atomic
 def create_node_pool(
     *,
@@ -50,8 +64,11 @@ def create_node_pool(
     actor: User,
     profiles: list[str] | None = None,
     description: str = "",
+    node_selector: str = "",
 ) -> NodePool:
-    """Register a pool of one GPU model. `profiles` defaults to every profile of the model."""
+    """Register a pool of one GPU model. `profiles` defaults to every profile of the model. With a
+    `node_selector`, the discovered GPU nodes whose labels match join it at once (cluster/discovery.py:
+    rematch_nodes, which locks every pool, then the nodes it moves)."""
     _require_staff(actor)
     pool = NodePool(
         name=name,
@@ -59,6 +76,7 @@ def create_node_pool(
         gpu_model=gpu_model,
         profiles=_checked_profiles(gpu_model, profiles),
         description=description,
+        node_selector=_checked_selector(node_selector),
     )
     full_clean_or_raise(pool)
     pool.save()
@@ -66,8 +84,16 @@ def create_node_pool(
         actor=actor,
         verb="create",
         obj=pool,
-        after={"name": name, "slug": slug, "gpu_model": gpu_model, "profiles": pool.profiles},
+        after={
+            "name": name,
+            "slug": slug,
+            "gpu_model": gpu_model,
+            "profiles": pool.profiles,
+            "node_selector": pool.node_selector,
+        },
     )
+    if pool.node_selector:
+        rematch_nodes()
     return pool
 
 
@@ -79,26 +105,47 @@ def update_node_pool(
     name: str | None = None,
     profiles: list[str] | None = None,
     description: str | None = None,
+    node_selector: str | None = None,
 ) -> NodePool:
-    """Rename a pool or change which profiles it offers (running slices are not affected)."""
+    """Rename a pool, change which profiles it offers (running slices are not affected) or its node selector
+    (discovered nodes join and leave at once: cluster/discovery.py rematch_nodes; the slices running on a node
+    that leaves keep running). Locks the pool; a selector change then locks every pool in pk order."""
     _require_staff(actor)
+    if node_selector is not None:
+        # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.
+        for pk in NodePool.objects.order_by("pk").values_list("pk", flat=True):
+            lock_pool(pool_id=pk)
     pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
-    before = {"name": pool.name, "profiles": pool.profiles, "description": pool.description}
+    before = {
+        "name": pool.name,
+        "profiles": pool.profiles,
+        "description": pool.description,
+        "node_selector": pool.node_selector,
+    }
     if name is not None:
         pool.name = name
     if profiles is not None:
         pool.profiles = _checked_profiles(pool.gpu_model, profiles)
     if description is not None:
         pool.description = description
+    if node_selector is not None:
+        pool.node_selector = _checked_selector(node_selector)
     full_clean_or_raise(pool)
-    pool.save(update_fields=["name", "profiles", "description", "updated_at"])
+    pool.save(update_fields=["name", "profiles", "description", "node_selector", "updated_at"])
     record_audit_event(
         actor=actor,
         verb="update",
         obj=pool,
         before=before,
-        after={"name": pool.name, "profiles": pool.profiles, "description": pool.description},
+        after={
+            "name": pool.name,
+            "profiles": pool.profiles,
+            "description": pool.description,
+            "node_selector": pool.node_selector,
+        },
     )
+    if pool.node_selector != before["node_selector"]:
+        rematch_nodes()
     return pool
 
 

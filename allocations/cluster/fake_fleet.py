@@ -5,8 +5,8 @@ plugin would publish for a node, for any GPU model of the MIG catalog. Tests and
 shared/reference/dra-mig.md §3 and tests/kube/data): slice 0 holds one counter set per GPU (multiprocessors,
 engines, memory and one counter per memory slice), then one slice per GPU holds the full GPU and every MIG
 profile x placement, each consuming its counters. Figures come from the catalog (allocations/mig); where the
-catalog has none (unconfirmed models) they are derived from the grid and marked as such by nothing but this
-comment: such a fleet exercises the counters, not NVML's exact numbers.
+catalog has none, this fake driver makes some up (`driver_counters`): such a fleet exercises the counters, not
+NVML's exact numbers, and the portal uses them only as what that node publishes.
 
 `publish_node` writes a Ready Node with GFD labels and its slices; `register_node_in_pool` records the same
 node and GPU UUIDs in the portal's database. No kubelet runs, so the admin client plays the node's parts.
@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client
 
 from allocations.mig import counters
-from allocations.mig.catalog import GpuModel, MigProfile
+from allocations.mig.catalog import EngineCounts, GpuModel, MigProfile
 from allocations.placement import dra_device_name
 
 DRIVER = "gpu.nvidia.com"
@@ -71,10 +71,52 @@ def _full_profile(model: GpuModel) -> MigProfile:
     return counters.full_profile(model)
 
 
+def driver_counters(model: GpuModel, profile: MigProfile) -> dict[str, int]:
+    """What this fake driver says a device of `profile` consumes: the catalog's NVML figures where it has them.
+    Where it has none (A100-40GB 1g.10gb, B200 3g/4g/7g, ...) a real driver would read them from NVML; this fake
+    one makes some up from the profile's share of the whole GPU, so that such a fleet can be published at all.
+    They are this fake driver's figures, not NVIDIA's: the portal never uses them unless a (fake) node
+    publishes them (allocations/mig/counters.py)."""
+    known = counters.profile_counters(model, profile)
+    if known is not None:
+        return known
+    full = counters.full_profile(model)
+    full_sm = full.sm_count or 16 * model.compute_slices
+    sm = profile.sm_count or full_sm * profile.compute_slices // model.compute_slices
+    engines = profile.engines or _engines_by_share(model, profile, full)
+    # The memory the whole GPU's device has (not the board's), shared by memory slot: never more than fits.
+    memory = profile.memory_mib or (full.memory_mib or model.memory_mib) * profile.memory_slices // model.memory_slices
+    return dict(
+        zip(counters.NAMES, (sm, engines.ce, engines.dec, engines.enc, engines.jpeg, engines.ofa, memory), strict=True)
+    )
+
+
+def _engines_by_share(model: GpuModel, profile: MigProfile, full: MigProfile) -> EngineCounts:
+    """The profile's share of the whole GPU's engines (rounded down, at least one copy engine), all JPEG and
+    OFA engines for media-extension profiles; one of each per compute slice where the whole GPU's are unknown."""
+    whole = full.engines
+    if whole is None or profile is full:
+        return EngineCounts(
+            dec=profile.compute_slices,
+            ce=profile.compute_slices,
+            jpeg=profile.compute_slices,
+            ofa=1 if profile is full or profile.has_media_extensions else 0,
+        )
+    share = profile.compute_slices / model.compute_slices
+    media = profile.has_media_extensions
+    return EngineCounts(
+        dec=max(int(whole.dec * share), 1 if media else 0),
+        enc=int(whole.enc * share),
+        ce=max(int(whole.ce * share), 1),
+        jpeg=whole.jpeg if media else int(whole.jpeg * share),
+        ofa=whole.ofa if media else 0,
+    )
+
+
 def _figures(model: GpuModel, profile: MigProfile) -> dict[str, str]:
     """A profile's counters as the driver writes them (allocations/mig/counters.py), quantities as strings."""
-    figures = {name: str(v) for name, v in counters.profile_counters(model, profile).items()}
-    memory = counters.profile_counters(model, profile)["memory"]
+    figures = {name: str(v) for name, v in driver_counters(model, profile).items()}
+    memory = driver_counters(model, profile)["memory"]
     # The API server keeps quantities in canonical form: 40960Mi is stored as 40Gi.
     figures["memory"] = f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi"
     return figures

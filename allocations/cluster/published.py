@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocations.cluster.kube import DeviceInfo, SliceInfo
+from allocations.mig.catalog import GpuModel
+from allocations.mig.figures import model_from_figures
 
 MIB = 1 << 20
 _WHOLE_GPU = re.compile(r"^gpu-(?P<minor>\d+)$")
@@ -323,3 +325,8 @@ class DriverPools:
             driver_version=", ".join(sorted(drivers)),
             dynamic_mig=dynamic,
         )
+
+
+def gpu_model_of(figures: Figures, base: GpuModel | None) -> GpuModel | None:
+    """The GPU model these published figures describe (allocations/mig/figures.py), or None (MIG off)."""
+    return model_from_figures(figures.product, dict(figures.counters), [d.as_json() for d in figures.devices], base)

@@ -946,8 +946,8 @@ def figures_disagreements(pool_model: GpuModel, figures_id: int | None) -> tuple
 
 def dashboard_node(user: User, node_id: int) -> NodePage:
     """One node drawn slot by slot (what a cell of the fleet overview opens): dashboard_nodes of its
-    pool, kept to that node. Raises Node.DoesNotExist."""
-    pool_id = Node.objects.values_list("pool_id", flat=True).get(pk=node_id)
+    pool, kept to that node. Raises Node.DoesNotExist, also for a node in no pool (nothing to draw it in)."""
+    pool_id = Node.objects.filter(pool__isnull=False).values_list("pool_id", flat=True).get(pk=node_id)
     return dashboard_nodes(user, pool_id, DashboardFilters(pool_id=pool_id), node_id=node_id)
 
 
@@ -1179,8 +1179,8 @@ def _fleet_sort_key(sort: str) -> Callable[[FleetNode], tuple[Any, ...]]:
 def dashboard_fleet(user: User, *, sort: str = "name", pool_id: int | None = None) -> list[FleetPool]:
     """Every pool (or one) with each node's GPUs and how many memory slots each GPU has in use: the
     dense fleet overview. Occupancy only, never whose, so it needs no tenancy masking. Nodes ordered
-    by `sort` (FLEET_SORTS; unknown values sort by name), GPUs by index. Four queries whatever the
-    fleet size (pools, nodes, GPUs, slots in use per GPU)."""
+    by `sort` (FLEET_SORTS; unknown values sort by name), GPUs by index. Five queries whatever the
+    fleet size (pools, nodes, GPUs, slots in use per GPU, devices held outside Fatia)."""
     if not user.is_authenticated:
         return []
     pools = NodePool.objects.order_by("name")
@@ -1199,15 +1199,27 @@ def dashboard_fleet(user: User, *, sort: str = "name", pool_id: int | None = Non
         .values_list("gpu_id", "n")
     )
     slots = {pool.pk: gpu_model_for(pool.gpu_model).memory_slices for pool in pool_rows}
+    # Devices held by claims the portal did not make occupy slots too (a whole GPU: every slot of it).
+    for gpu_id, size, pool_of_gpu in (
+        ClaimedDevice.objects.outside_fatia()
+        .filter(gpu__isnull=False)
+        .order_by()
+        .values_list("gpu_id", "size", "gpu__node__pool_id")
+    ):
+        if gpu_id is not None:
+            used[gpu_id] = used.get(gpu_id, 0) + (size or slots.get(pool_of_gpu or 0, 0))
     gpus: dict[int, list[tuple[int, int]]] = {}
     for gpu_id, node_id, index in gpus_qs.values_list("pk", "node_id", "index"):
         gpus.setdefault(node_id, []).append((index, gpu_id))
     labels = dict(Node.State.choices)
     by_pool: dict[int, list[FleetNode]] = {}
-    for node_id, name, state, node_pool_id in nodes_qs.values_list("pk", "name", "state", "pool_id"):
+    for node_id, name, state, node_pool_id in nodes_qs.filter(pool__isnull=False).values_list(
+        "pk", "name", "state", "pool_id"
+    ):
         width = slots.get(node_pool_id, 0)
         node_gpus = [
-            FleetGpu(gpu_id, index, used.get(gpu_id, 0), width) for index, gpu_id in sorted(gpus.get(node_id, []))
+            FleetGpu(gpu_id, index, min(used.get(gpu_id, 0), width), width)
+            for index, gpu_id in sorted(gpus.get(node_id, []))
         ]
         by_pool.setdefault(node_pool_id, []).append(
             FleetNode(

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations import selectors, services
+from allocations.cluster.report import fleet_report
 from allocations.forms import (
     DecisionForm,
     ExtendForm,
@@ -455,6 +456,14 @@ def _pools_page(
 
 @login_required
 @staff_required
+@require_GET
+def manage_fleet(request: HttpRequest) -> HttpResponse:
+    """What fleet discovery found (allocations/cluster/report.py)."""
+    return render(request, "allocations/manage_fleet.html", {"report": fleet_report()})
+
+
+@login_required
+@staff_required
 @require_POST
 def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
     """Change a pool's node selector; matching discovered nodes join (and others leave) at once."""
@@ -475,7 +484,8 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
         else:
             joined = pool.nodes.count()
             what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
-            messages.success(request, f"The node selector of {pool.name} is {what}; {joined} nodes are in the pool.")
+            nodes = "1 node is" if joined == 1 else f"{joined} nodes are"
+            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.")
             return redirect("manage-pools")
     return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 

@@ -4,12 +4,14 @@ nodes by their node selector. No API server here: tests/kube/test_discovery.py r
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from allocations import selectors, services
 from allocations.cluster import discovery, kube
@@ -400,3 +402,44 @@ def test_claim_views_keep_the_allocation_label_only_in_the_portals_namespaces() 
     assert ours is not None and ours.allocation_uuid == label[kube.LABEL_ALLOCATION]
     assert forged is not None and forged.allocation_uuid is None
     assert unallocated is None
+
+
+# --- what discovery found, for the admin -----------------------------------------------------------------------
+
+
+def test_fleet_report_lists_pools_nodes_unmatched_drivers_dynamic_mig_and_disagreements(
+    world: World, h100_pool: NodePool
+) -> None:
+    # given: an H100 node in the pool, an A100 node in none (its 1g.10gb has no NVIDIA figures in the catalog)
+    discovery.sync_fleet(nodes=[gpu_node(H100, "h100-a", [0, 1]), gpu_node(A100, "a100-a", [0])])
+    out = io.StringIO()
+    # when
+    call_command("fleet_report", stdout=out)
+    # then
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Fleet discovery, last write 20")
+    assert lines[1:] == [
+        "2 pools, 4 nodes (1 in no pool), 1 with figures that differ from the catalog, 0 devices held outside Fatia",
+        "",
+        "Pool h100-disc (NVIDIA H100 80GB HBM3): selector nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+        "  1 node, 2 GPUs",
+        "  h100-a: Ready, 2 GPUs (2 x NVIDIA H100 80GB HBM3), driver 580.95.5, DynamicMIG on",
+        "",
+        "Pool h100 (NVIDIA H100 80GB HBM3): selector (none: nodes registered by hand)",
+        "  2 nodes, 16 GPUs",
+        "  h100-node-0: Ready, 8 GPUs (none published), driver ?, DynamicMIG unknown",
+        "  h100-node-1: Ready, 8 GPUs (none published), driver ?, DynamicMIG unknown",
+        "",
+        "GPU nodes in no pool: 1",
+        "  a100-a: Ready, 1 GPU (1 x NVIDIA A100-SXM4-40GB), driver 580.95.5, DynamicMIG on",
+        "    why no pool: No pool's node selector matches its labels.",
+        "    cluster figures: 1g.10gb counters: no NVIDIA figures in the catalog; the published ones apply.",
+    ]
+
+
+def test_a_node_in_no_pool_has_no_slot_view(world: World, h100_pool: NodePool) -> None:
+    discovery.sync_fleet(nodes=[gpu_node(A100, "a100-a", [0])])
+    node = Node.objects.get(name="a100-a")
+    client = world.client(world.root)
+    client.force_login(world.root)
+    assert client.get(f"/dashboard/nodes/{node.pk}/").status_code == 404

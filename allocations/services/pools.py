@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 
-from allocations.cluster.discovery import rematch_nodes
+# A module, not a name: discovery imports services.locks, which loads this package first.
+from allocations.cluster import discovery
 from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
@@ -93,7 +94,7 @@ def create_node_pool(
         },
     )
     if pool.node_selector:
-        rematch_nodes()
+        discovery.rematch_nodes()
     return pool
 
 
@@ -145,7 +146,7 @@ def update_node_pool(
         },
     )
     if pool.node_selector != before["node_selector"]:
-        rematch_nodes()
+        discovery.rematch_nodes()
     return pool
 
 

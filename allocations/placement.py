@@ -186,12 +186,6 @@ def read_pool(pool: NodePool) -> PoolLayout:
     return layout
 
 
-def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], int]]:
-    """The pool's ready nodes in device order with the instances held by live allocations."""
-    layout = read_pool(pool)
-    return layout.fleet, layout.by_position
-
-
 def recent_demand(pool: NodePool) -> DemandMix:
     """Profiles requested in this pool lately (approved or not: demand is what people ask for)."""
     recent = Allocation.objects.filter(pool=pool).order_by("-created_at").values_list("pk", flat=True)[:DEMAND_WINDOW]

@@ -443,3 +443,18 @@ def test_a_node_in_no_pool_has_no_slot_view(world: World, h100_pool: NodePool) -
     client = world.client(world.root)
     client.force_login(world.root)
     assert client.get(f"/dashboard/nodes/{node.pk}/").status_code == 404
+
+
+def test_discovery_events_read_as_sentences_in_the_audit_log(h100_pool: NodePool) -> None:
+    from tenants.audit_text import describe_event
+
+    discovery.sync_fleet(nodes=[gpu_node(H100, "h100-a", [0, 1])])
+    discovery.sync_fleet(nodes=[gpu_node(H100, "h100-a", [0])])
+    discovery.sync_fleet(nodes=[], gone=["h100-a"])
+    events = AuditEvent.objects.filter(object_type="node").order_by("pk")
+    assert [describe_event(e) for e in events] == [
+        "Discovery: the node joined pool h100-disc",
+        f"Discovery: the node's GPUs changed (added none; removed gpu-1 {gpu_uuid('h100-a', 1)}; changed none; "
+        "driver 580.95.5; DynamicMIG yes)",
+        "The node left the cluster",
+    ]

@@ -451,7 +451,8 @@ def test_discovery_events_read_as_sentences_in_the_audit_log(h100_pool: NodePool
     discovery.sync_fleet(nodes=[gpu_node(H100, "h100-a", [0, 1])])
     discovery.sync_fleet(nodes=[gpu_node(H100, "h100-a", [0])])
     discovery.sync_fleet(nodes=[], gone=["h100-a"])
-    events = AuditEvent.objects.filter(object_type="node").order_by("pk")
+    events = AuditEvent.objects.filter(object_type="node", object_id=str(Node.objects.get(name="h100-a").pk))
+    events = events.order_by("pk")
     assert [describe_event(e) for e in events] == [
         "Discovery: the node joined pool h100-disc",
         f"Discovery: the node's GPUs changed (added none; removed gpu-1 {gpu_uuid('h100-a', 1)}; changed none; "

@@ -188,6 +188,18 @@ class SetQuotaForm(QuotaChangeForm):
         self.fields["pool"].empty_label = "Choose a pool"  # type: ignore[attr-defined]
 
 
+NODE_SELECTOR_HELP = (
+    "Kubernetes label selector: GPU nodes whose labels match join the pool by themselves, e.g. "
+    "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3. Leave blank for nodes registered by hand."
+)
+
+
+class PoolSelectorForm(forms.Form):
+    """Change one pool's node selector (the pools page, one small form per pool)."""
+
+    node_selector = forms.CharField(required=False, max_length=1000, label="Node selector")
+
+
 class PoolForm(forms.Form):
     name = forms.CharField(max_length=100)
     slug = forms.CharField(max_length=40, help_text="Lowercase letters, digits and hyphens; used in Kubernetes names.")
@@ -199,6 +211,12 @@ class PoolForm(forms.Form):
     )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     tolerations = TolerationsField(initial=default_tolerations)
+    node_selector = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Node selector",
+        help_text=NODE_SELECTOR_HELP,
+    )
 
     def __init__(self, *args: Any, models: list[GpuModelChoice], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

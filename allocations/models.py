@@ -41,6 +41,10 @@ class NodePool(models.Model):
     tolerations = models.JSONField(
         default=default_tolerations, blank=True, help_text="Tolerations of the holder pods on this pool's nodes."
     )
+    # Kubernetes: the GPU nodes whose labels match join the pool by themselves (allocations/cluster/discovery.py).
+    # Label selector syntax (allocations/cluster/labels.py), validated by the pool services; blank: no discovered
+    # node joins (nodes registered by hand, as on the simulated backend).
+    node_selector = models.CharField(max_length=1000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -52,7 +56,13 @@ class NodePool(models.Model):
 
 
 class Node(models.Model):
-    """A GPU node of a pool, as the workers last saw it."""
+    """A GPU node, as the workers (simulated backend) or fleet discovery (Kubernetes) last saw it.
+
+    `pool` is None for a GPU node that discovery found but that matches no pool's node selector (or several, or
+    whose GPUs are not the pool's model: `pool_note` says which); the admin's fleet page lists those. Discovery
+    keeps `labels`, `driver_version` and `dynamic_mig` as the cluster publishes them; `discovered_at` is None
+    for a node registered by hand.
+    """
 
     class State(models.TextChoices):
         READY = "ready", "Ready"
@@ -61,9 +71,16 @@ class Node(models.Model):
         AGENT_SILENT = "agent-silent", "Agent silent"
         GONE = "gone", "Gone from the cluster"
 
-    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes", null=True, blank=True)
     name = models.CharField(max_length=253, unique=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    labels = models.JSONField(default=dict, blank=True)
+    driver_version = models.CharField(max_length=64, blank=True)
+    # On: the driver publishes every MIG profile x placement with counters (DynamicMIG); off: static MIG devices
+    # or whole GPUs only; None: no complete set of slices seen yet.
+    dynamic_mig = models.BooleanField(null=True, blank=True)
+    pool_note = models.CharField(max_length=300, blank=True)
+    discovered_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -73,12 +90,39 @@ class Node(models.Model):
         return self.name
 
 
+class GpuFigures(models.Model):
+    """What NVIDIA's DRA driver publishes for one GPU, stripped of what names that GPU: its counter set and its
+    MIG devices (profile x placement, each with the counters it consumes). GPUs that publish the same figures
+    (every GPU of one model and driver, usually) share one row, found by `digest`; rows are never changed.
+
+    `counters`: {counter name: value}, memory in MiB, memory-slice-<i> included. `devices`: one entry per MIG
+    device in the driver's order, {"suffix": "mig-1g10gb-19-0" (the name after "gpu-<minor>-"), "profile",
+    "profile_id", "start", "size" (memory slots consumed), "counters": {name: value} without memory slices}.
+    """
+
+    digest = models.CharField(max_length=64, unique=True)
+    product = models.CharField(max_length=100, blank=True)
+    counters = models.JSONField(default=dict)
+    devices = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.product or 'GPU'} figures {self.digest[:8]}"
+
+
 class Gpu(models.Model):
-    """One physical GPU of a node; `index` is its minor number (gpu-<index> in DRA device names)."""
+    """One physical GPU of a node; `index` is its minor number (gpu-<index> in DRA device names).
+
+    Discovered GPUs carry what the driver publishes: UUID (the parentUUID of its MIG devices), product, memory,
+    PCI bus id and `figures` (None: no slices seen, the catalog's figures apply)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
+    product = models.CharField(max_length=100, blank=True)
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    figures = models.ForeignKey(GpuFigures, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -350,6 +394,44 @@ class SlicePlacement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile} at {self.gpu}:{self.start}+{self.size}"
+
+
+class ClaimedDeviceQuerySet(models.QuerySet["ClaimedDevice"]):
+    def outside_fatia(self) -> ClaimedDeviceQuerySet:
+        """Devices held by claims the portal did not make, or made for a request that no longer holds quota
+        (a stray claim reconcile has not deleted yet): real occupancy that no SlicePlacement records."""
+        live = Allocation.objects.filter(status__in=Allocation.QUOTA_HOLDING).values("uuid")
+        return self.filter(Q(allocation_uuid__isnull=True) | ~Q(allocation_uuid__in=live))
+
+
+class ClaimedDevice(models.Model):
+    """One device of the `gpu.nvidia.com` driver that an allocated ResourceClaim holds, in any namespace, as
+    fleet discovery last listed it. `allocation_uuid` is the portal's label on its own claims (in the
+    namespaces it manages); every other claim is "outside Fatia". `gpu` is None while the node or GPU is not
+    known; `profile` is empty for a whole GPU (`start` 0, `size` every memory slot)."""
+
+    namespace = models.CharField(max_length=253)
+    claim_name = models.CharField(max_length=253)
+    claim_uid = models.CharField(max_length=64)
+    allocation_uuid = models.UUIDField(null=True, blank=True)
+    node_name = models.CharField(max_length=253)
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, null=True, blank=True, related_name="claimed_devices")
+    device = models.CharField(max_length=253)
+    profile = models.CharField(max_length=32, blank=True)
+    start = models.PositiveSmallIntegerField(default=0)
+    size = models.PositiveSmallIntegerField(default=0)
+    seen_at = models.DateTimeField(auto_now=True)
+
+    objects = ClaimedDeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node_name", "device"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "claim_name", "device"], name="claimed_device_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}/{self.device} ({self.namespace}/{self.claim_name})"
 
 
 class LeaseExtensionQuerySet(models.QuerySet["LeaseExtension"]):

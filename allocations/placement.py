@@ -10,17 +10,20 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from django.conf import settings
 from django.db.models import Sum
 
 from allocations.costs import gpu_model_for
-from allocations.mig import scheduler
+from allocations.mig import counters, scheduler
+from allocations.mig.catalog import GpuModel
 from allocations.mig.demand import DemandMix
-from allocations.mig.engine import choose_placement, fits_now
+from allocations.mig.engine import choose_placement
+from allocations.mig.figures import model_from_figures
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest
-from allocations.mig.layout import LayoutKey, geometry
-from allocations.models import Allocation, NodePool, SlicePlacement
+from allocations.mig.layout import Geometry, LayoutKey, geometry
+from allocations.models import Allocation, ClaimedDevice, GpuFigures, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
 from allocations.models import Node as NodeRow
 
@@ -59,6 +62,52 @@ class PoolBusy(Exception):
     the scheduler has allocated them (a fraction of a second)."""
 
 
+# --- per-GPU models: the catalog's, or the one a node's published figures describe -----------------------------
+
+_PUBLISHED: dict[tuple[int, str], GpuModel | None] = {}
+
+
+def published_model(figures_id: int, base: GpuModel) -> GpuModel | None:
+    """The model GpuFigures row `figures_id` describes, its missing parts from `base` (rows never change, so
+    one per row and base per process); None when it has no MIG device (the GPU publishes MIG off)."""
+    key = (figures_id, base.name)
+    if key not in _PUBLISHED:
+        row = GpuFigures.objects.filter(pk=figures_id).values_list("product", "counters", "devices").first()
+        _PUBLISHED[key] = model_from_figures(row[0], row[1], row[2], base) if row is not None else None
+    return _PUBLISHED[key]
+
+
+def gpu_model_of(pool_model: GpuModel, figures_id: int | None) -> GpuModel | None:
+    """A GPU's model: what its node publishes (the cluster wins where it and the catalog disagree), else the
+    pool's catalog model."""
+    return pool_model if figures_id is None else published_model(figures_id, pool_model)
+
+
+def outside_instances(
+    pool: NodePool | None = None, gpu_ids: set[int] | None = None
+) -> dict[int, list[tuple[str, int]]]:
+    """Per GPU, the (profile, start) of the devices held by claims the portal did not make ("outside Fatia"):
+    occupancy placement and the scheduler prediction count. A whole GPU (or a profile the GPU's model does not
+    know) comes out as profile "" (the caller counts it as the whole GPU)."""
+    rows = ClaimedDevice.objects.outside_fatia().filter(gpu__isnull=False)
+    if pool is not None:
+        rows = rows.filter(gpu__node__pool=pool)
+    if gpu_ids is not None:
+        rows = rows.filter(gpu_id__in=gpu_ids)
+    out: dict[int, list[tuple[str, int]]] = {}
+    for gpu_id, profile, start in rows.order_by("gpu_id", "start").values_list("gpu_id", "profile", "start"):
+        out.setdefault(gpu_id, []).append((profile, start))
+    return out
+
+
+def outside_instance(model: GpuModel, profile: str, start: int, owner: str) -> Instance:
+    """An outside device as an instance of `model`: a whole GPU, or a profile it does not have, as its full
+    profile (nothing else fits next to it)."""
+    if not profile or not model.has_profile(profile):
+        return Instance(profile=counters.full_profile(model).name, start=0, owner=owner)
+    return Instance(profile=profile, start=start, owner=owner)
+
+
 @dataclass(slots=True)
 class PoolLayout:
     """A pool's ready GPUs as the database records them.
@@ -77,16 +126,18 @@ class PoolLayout:
     waiting: dict[tuple[str, int], list[tuple[int, list[tuple[str, int]]]]]
     unreadable: list[str]
     steered: set[tuple[str, int]]  # GPUs with a waiting claim steered off first fit: theirs alone meanwhile
+    # Each GPU's model: the pool's catalog model, or the one its node publishes (issue 10: the cluster wins).
+    models: dict[tuple[str, int], GpuModel] = field(default_factory=dict)
 
 
 def read_pool(pool: NodePool) -> PoolLayout:
-    """The pool's ready nodes in device order with the instances held by live allocations."""
-    model = gpu_model_for(pool.gpu_model)
-    geom = geometry(model)
+    """The pool's ready nodes in device order with the instances held by live allocations and by claims
+    made outside the portal (the cluster holds them: counted as settled occupancy)."""
+    pool_model = gpu_model_for(pool.gpu_model)
     gpus = list(
         GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY)
         .order_by("node__name", "index")
-        .values_list("pk", "node__name", "index")
+        .values_list("pk", "node__name", "index", "figures_id")
     )
     held: dict[int, list[Instance]] = {}
     waiting_by_gpu: dict[int, dict[int, list[tuple[str, int]]]] = {}
@@ -102,19 +153,27 @@ def read_pool(pool: NodePool) -> PoolLayout:
             waiting_by_gpu.setdefault(gpu_id, {}).setdefault(allocation_id, []).append((profile, start))
             if blocked:
                 steered_gpus.add(gpu_id)
+    outside = outside_instances(pool)
     layout = PoolLayout(Fleet([]), {}, {}, {}, [], set())
     nodes: dict[str, Node] = {}
-    for gpu_pk, node_name, index in gpus:
-        instances = held.get(gpu_pk, [])
+    for gpu_pk, node_name, index, figures_id in gpus:
         position = (node_name, index)
+        model = gpu_model_of(pool_model, figures_id)
+        if model is None:
+            continue  # its node publishes no MIG device (MIG off): nothing to place there
+        instances = held.get(gpu_pk, []) + [
+            outside_instance(model, profile, start, f"outside:{n}")
+            for n, (profile, start) in enumerate(outside.get(gpu_pk, []))
+        ]
         try:
-            geom.named_key(tuple([(i.profile, i.start, False) for i in instances]))
+            geometry(model).named_key(tuple([(i.profile, i.start, False) for i in instances]))
         except ValueError as exc:
             logger.error("Left out of placement: %s GPU %d holds an invalid layout (%s)", *position, exc)
             layout.unreadable.append(f"{node_name}/gpu-{index}")
             continue
         node = nodes.setdefault(node_name, Node(name=node_name, gpus=[], pool=pool.slug))
         node.gpus.append(Gpu(node_name, index, model, instances))
+        layout.models[position] = model
         layout.by_position[position] = gpu_pk
         waiting = waiting_by_gpu.get(gpu_pk, {})
         waiting_ids = {str(a) for a in waiting}
@@ -127,12 +186,6 @@ def read_pool(pool: NodePool) -> PoolLayout:
     return layout
 
 
-def pool_fleet(pool: NodePool) -> tuple[Fleet, dict[tuple[str, int], int]]:
-    """The pool's ready nodes in device order with the instances held by live allocations."""
-    layout = read_pool(pool)
-    return layout.fleet, layout.by_position
-
-
 def recent_demand(pool: NodePool) -> DemandMix:
     """Profiles requested in this pool lately (approved or not: demand is what people ask for)."""
     recent = Allocation.objects.filter(pool=pool).order_by("-created_at").values_list("pk", flat=True)[:DEMAND_WINDOW]
@@ -142,11 +195,11 @@ def recent_demand(pool: NodePool) -> DemandMix:
 
 def plan_slices(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlice] | None:
     """Choose GPUs and slots for `count` slices of `profile` on one node of the pool, or None."""
-    fleet, by_position = pool_fleet(pool)
+    layout = read_pool(pool)
     decision = choose_placement(
-        fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
+        layout.fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
     )
-    return None if decision is None else _planned(pool, profile, decision, by_position)
+    return None if decision is None else _planned(layout, profile, decision)
 
 
 def plan_slices_for_scheduler(
@@ -161,15 +214,24 @@ def plan_slices_for_scheduler(
     when no such GPU has room, the slot is the scheduler's first fit and our policy chooses the GPU only.
 
     A GPU whose unallocated claims could be displaced by this one, whatever order the scheduler takes them
-    in, is not a candidate; when only such GPUs could take the request, PoolBusy (try again shortly)."""
+    in, is not a candidate; when only such GPUs could take the request, PoolBusy (try again shortly).
+
+    Each GPU is predicted with its own figures: those its node publishes where fleet discovery has seen them,
+    NVIDIA's from the catalog otherwise; a GPU whose counters refuse the slices (or that has no figures for
+    the profile) is not a candidate. Devices held by claims made outside the portal are occupancy."""
     layout = read_pool(pool)
-    geom = geometry(gpu_model_for(pool.gpu_model))
-    i = geom.profile_index(profile)
     request = PlacementRequest(profile=profile, count=count, pool=pool.slug)
     demand = recent_demand(pool)
 
+    def geom_at(position: tuple[str, int]) -> Geometry:
+        return geometry(layout.models[position])
+
     def base_key(position: tuple[str, int]) -> LayoutKey:
-        return geom.named_key(tuple([(x.profile, x.start, False) for x in layout.settled[position]]))
+        return geom_at(position).named_key(tuple([(x.profile, x.start, False) for x in layout.settled[position]]))
+
+    def full_key(position: tuple[str, int]) -> LayoutKey:
+        gpu = layout.fleet.gpu(*position)
+        return geom_at(position).named_key(tuple([(x.profile, x.start, False) for x in gpu.instances]))
 
     def only(positions: set[tuple[str, int]]) -> Fleet:
         return Fleet(
@@ -183,9 +245,11 @@ def plan_slices_for_scheduler(
         decision = choose_placement(only(quiet), request, POLICY, demand)
         if decision is not None:
             [slot] = decision.slots
-            blocked = scheduler.steer(geom, base_key((slot.node, slot.gpu_index)), i, slot.start)
+            position = (slot.node, slot.gpu_index)
+            geom = geom_at(position)
+            blocked = scheduler.steer(geom, base_key(position), geom.profile_index(profile), slot.start)
             if blocked is not None:
-                [planned] = _planned(pool, profile, decision, layout.by_position)
+                [planned] = _planned(layout, profile, decision)
                 steered, steered_rank = replace(planned, blocked_starts=tuple(blocked)), decision.rank
                 if not blocked:
                     return [steered]  # first fit gets there: nothing to steer, nothing to compare
@@ -196,52 +260,114 @@ def plan_slices_for_scheduler(
         waiting = layout.waiting.get(position)
         if not waiting:
             return True
+        geom = geom_at(position)
         claims = [[geom.index[p] for p, _ in claim] for _, claim in waiting]
-        return scheduler.admits(geom, base_key(position), claims, [i] * slices)
+        return scheduler.admits(geom, base_key(position), claims, [geom.profile_index(profile)] * slices)
+
+    def first_fit(position: tuple[str, int], slices: int) -> list[int] | None:
+        """The starts the scheduler's counters give `slices` more slices on this GPU, after all it holds."""
+        geom = geom_at(position)
+        placed = scheduler.first_fit(geom, full_key(position), [geom.profile_index(profile)] * slices)
+        return None if placed is None else placed[1]
 
     busy = {position for position in layout.waiting if not admits(position, 1)}
+    refused: set[tuple[str, int]] = set()  # the counters say no: not a candidate, and not worth waiting for
     for _ in range(len(layout.by_position) + 1):
-        decision = choose_placement(only(set(layout.by_position) - busy), request, SCHEDULER_POLICY, demand)
+        decision = choose_placement(only(set(layout.by_position) - busy - refused), request, SCHEDULER_POLICY, demand)
         if steered is not None and (decision is None or steered_rank < decision.rank):
             # Steering wins only where it is better than first fit next to the claims in flight: in a burst,
             # a GPU in use with a claim waiting usually beats breaking a fresh one (both rank alike).
             return [steered]
         if decision is None:
-            if busy and choose_placement(layout.fleet, request, "first-fit") is not None:
+            if busy and choose_placement(only(set(layout.by_position) - refused), request, "first-fit") is not None:
                 raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")
             return None
         per_gpu = Counter((s.node, s.gpu_index) for s in decision.slots)
         displacing = {position for position, n in per_gpu.items() if n > 1 and not admits(position, n)}
-        if not displacing:
-            return _planned(pool, profile, decision, layout.by_position)
-        busy |= displacing
+        if displacing:
+            busy |= displacing
+            continue
+        starts = {position: first_fit(position, n) for position, n in per_gpu.items()}
+        no_room = {position for position, found in starts.items() if found is None}
+        if no_room:
+            refused |= no_room
+            continue
+        return _planned(layout, profile, decision, {p: list(found or []) for p, found in starts.items()})
     raise AssertionError("unreachable: every pass leaves out at least one more GPU")
 
 
 def _planned(
-    pool: NodePool, profile: str, decision: PlacementDecision, by_position: dict[tuple[str, int], int]
+    layout: PoolLayout,
+    profile: str,
+    decision: PlacementDecision,
+    starts: dict[tuple[str, int], list[int]] | None = None,
 ) -> list[PlannedSlice]:
-    spec = gpu_model_for(pool.gpu_model).profile(profile)
+    """The decision as slices; `starts` (Kubernetes) gives, per GPU, the starts the scheduler's counters take
+    in request order, which the plan records as its prediction."""
     planned = []
+    taken: Counter[tuple[str, int]] = Counter()
     for slot in decision.slots:
+        position = (slot.node, slot.gpu_index)
+        spec = layout.models[position].profile(profile)
+        start = slot.start if starts is None else starts[position][taken[position]]
+        taken[position] += 1
         planned.append(
             PlannedSlice(
-                gpu_id=by_position[(slot.node, slot.gpu_index)],
+                gpu_id=layout.by_position[position],
                 node_name=slot.node,
                 gpu_index=slot.gpu_index,
-                start=slot.start,
+                start=start,
                 size=spec.memory_slices,
                 device_name=dra_device_name(
-                    gpu_index=slot.gpu_index, profile=profile, profile_id=spec.profile_id, start=slot.start
+                    gpu_index=slot.gpu_index, profile=profile, profile_id=spec.profile_id, start=start
                 ),
             )
         )
     return planned
 
 
+def offered_profiles(pool: NodePool) -> list[str]:
+    """The pool's profiles that can be placed now. Simulated backend: all of them (the layout rules decide).
+    Kubernetes: those some ready GPU has figures for (its node's published ones, else NVIDIA's in the
+    catalog); with no slices and no NVIDIA data a profile is not offered (request_allocation refuses it)."""
+    if settings.FATIA_CLUSTER_BACKEND != "kubernetes":
+        return list(pool.profiles)
+    pool_model = gpu_model_for(pool.gpu_model)
+    figures: set[int | None] = set(
+        GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY).values_list("figures_id", flat=True)
+    )
+    models = [m for f in (figures or {None}) if (m := gpu_model_of(pool_model, f)) is not None]
+    return [
+        name
+        for name in pool.profiles
+        if any(m.has_profile(name) and counters.counter_table(m).known(m.profile_names().index(name)) for m in models)
+    ]
+
+
+def layout_fits(model: GpuModel, instances: tuple[tuple[str, int, bool], ...]) -> dict[str, int]:
+    """How many more of each profile fit (each alone) on a GPU of `model` holding `instances`: by the layout
+    rules on the simulated backend; on Kubernetes by the scheduler's counters (the node's published figures
+    where it has them), so a profile without figures fits nowhere."""
+    geom = geometry(model)
+    key = geom.named_key(instances)
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        return {p.name: scheduler.fits(geom, key, i) for i, p in enumerate(geom.profiles)}
+    return {p.name: f for p, f in zip(geom.profiles, geom.fit(key), strict=True)}
+
+
 def pool_capacity(pool: NodePool) -> dict[str, int]:
     """How many more slices of each offered profile fit in the pool right now (each profile alone),
-    computed exactly by the engine from the recorded placements."""
-    fleet, _ = pool_fleet(pool)
-    fits = fits_now(fleet, pool=pool.slug)
-    return {profile: fits.get(profile, 0) for profile in pool.profiles}
+    computed exactly from the recorded placements and the devices held outside the portal, with each GPU's
+    own figures (layout_fits)."""
+    layout = read_pool(pool)
+    distinct: Counter[tuple[int, tuple[tuple[str, int, bool], ...]]] = Counter()
+    models: dict[int, GpuModel] = {}
+    for node in layout.fleet.nodes:
+        for gpu in node.gpus:
+            models[id(gpu.model)] = gpu.model
+            distinct[(id(gpu.model), tuple(sorted((i.profile, i.start, False) for i in gpu.instances)))] += 1
+    total: Counter[str] = Counter()
+    for (model_id, instances), n in distinct.items():
+        for name, fits in layout_fits(models[model_id], instances).items():
+            total[name] += n * fits
+    return {profile: total.get(profile, 0) for profile in pool.profiles}

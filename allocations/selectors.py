@@ -28,11 +28,13 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from allocations.costs import gpu_equivalents, gpu_model_for
-from allocations.mig.catalog import load_catalog
+from allocations.mig.catalog import GpuModel, load_catalog
+from allocations.mig.figures import disagreements
 from allocations.mig.layout import geometry
 from allocations.mig.policies import stranded
 from allocations.models import (
     Allocation,
+    ClaimedDevice,
     Gpu,
     LeaseExtension,
     Node,
@@ -42,6 +44,7 @@ from allocations.models import (
     QuotaChangeRequest,
     SlicePlacement,
 )
+from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -596,10 +599,20 @@ class SliceView:
     requested_by: str = ""
     lease_expires_at: datetime | None = None
     device_name: str = ""
+    # A device held by a claim the portal did not make (fleet discovery); `namespace` and `claim_name` only for
+    # staff: members learn nothing of who holds it.
+    outside: bool = False
+    namespace: str = ""
 
     @property
     def label(self) -> str:
+        if self.outside:
+            return "outside Fatia"
         return self.tenant_name if self.visible else "occupied"
+
+    @property
+    def dom_id(self) -> str:
+        return f"o{self.placement_id}" if self.outside else str(self.placement_id)
 
     @property
     def profile_parts(self) -> list[str]:
@@ -630,6 +643,8 @@ class NodeView:
     state: str
     state_label: str
     gpus: list[GpuView]
+    # Where this node's published figures and the catalog disagree: the cluster's figures apply to it.
+    cluster_figures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -683,7 +698,9 @@ def _pool_versions() -> dict[int, str]:
     slots are occupied (not by whom). Requests that change no slot (pending, rejected, a lease extended) do not
     change it. Three queries whatever the fleet size."""
     parts: dict[int, list[str]] = {pk: [] for pk in NodePool.objects.values_list("pk", flat=True)}
-    for row in Node.objects.values("pool_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by():
+    # Discovery saves a node's updated_at whenever it changes it or its GPUs (cluster/discovery.py).
+    nodes = Node.objects.filter(pool__isnull=False)
+    for row in nodes.values("pool_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by():
         parts.setdefault(row["pool_id"], []).append(f"n{row['n']}:{row['m'].isoformat() if row['m'] else ''}")
     held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
     for row in (
@@ -692,6 +709,14 @@ def _pool_versions() -> dict[int, str]:
         .order_by()
     ):
         parts.setdefault(row["allocation__pool_id"], []).append(f"p{row['n']}:{row['s']}:{row['q']}")
+    # Devices held outside Fatia occupy slots every viewer sees as "outside Fatia".
+    outside = ClaimedDevice.objects.outside_fatia().filter(gpu__node__pool__isnull=False)
+    for row in (
+        outside.values("gpu__node__pool_id")
+        .annotate(n=Count("pk"), s=Sum(_SLOT_MIX), q=Sum(_SLOT_MIX_SQUARED))
+        .order_by()
+    ):
+        parts.setdefault(row["gpu__node__pool_id"], []).append(f"o{row['n']}:{row['s']}:{row['q']}")
     return {pool_id: _digest(*p) for pool_id, p in parts.items()}
 
 
@@ -791,7 +816,11 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
     models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
     compute_of: dict[tuple[int, str], int] = {}
     # No ORDER BY on these two: the layouts are grouped in Python, sorting thousands of rows would be waste.
-    gpus = Gpu.objects.order_by().values_list("pk", "node_id", "node__state", "node__pool_id")
+    gpus = (
+        Gpu.objects.filter(node__pool__isnull=False)
+        .order_by()
+        .values_list("pk", "node_id", "node__state", "node__pool_id", "figures_id")
+    )
     held: dict[int, list[tuple[str, int, bool]]] = {}
     usage: dict[int, dict[int | None, list[int]]] = {}
     for gpu_id, profile, start, tenant_id, pool_id in (
@@ -817,7 +846,8 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
     }
     mix = _requested_mix(pools)
     versions = _pool_versions()
-    by_pool: dict[int, list[tuple[int, int, str, int]]] = {}
+    outside = outside_instances()
+    by_pool: dict[int, list[tuple[int, int, str, int, int | None]]] = {}
     for gpu_row in gpus:
         by_pool.setdefault(gpu_row[3], []).append(gpu_row)
     out = []
@@ -825,33 +855,44 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
         if filters.pool_id is not None and pool.pk != filters.pool_id:
             continue
         model = models[pool.pk]
-        geom = geometry(model)
         rows = by_pool.get(pool.pk, [])
         states: dict[str, int] = {}
         seen_nodes: set[int] = set()
-        # Ready GPUs grouped by layout: fits-now and fragmentation are computed once per distinct layout,
-        # exactly as the placement engine's fits_now does.
-        layouts: dict[tuple[tuple[str, int, bool], ...], int] = {}
-        for gpu_id, node_id, state, _ in rows:
+        # Ready GPUs grouped by model (the catalog's, or the one a node publishes) and layout, devices held
+        # outside the portal included: fits-now and fragmentation are computed once per distinct pair.
+        layouts: dict[tuple[int, tuple[tuple[str, int, bool], ...]], int] = {}
+        gpu_models: dict[int, GpuModel] = {}
+        for gpu_id, node_id, state, _, figures_id in rows:
             if node_id not in seen_nodes:
                 seen_nodes.add(node_id)
                 states[state] = states.get(state, 0) + 1
-            if state == Node.State.READY:
-                layout = tuple(sorted(held.get(gpu_id, ())))
+            gpu_model = gpu_model_of(model, figures_id)
+            if state == Node.State.READY and gpu_model is not None:
+                instances = list(held.get(gpu_id, ())) + [
+                    (i.profile, i.start, False)
+                    for i in (outside_instance(gpu_model, p, start, "o") for p, start in outside.get(gpu_id, []))
+                ]
+                gpu_models[id(gpu_model)] = gpu_model
+                layout = (id(gpu_model), tuple(sorted(instances)))
                 layouts[layout] = layouts.get(layout, 0) + 1
         total_mix = sum(mix[pool.pk].values()) or 1.0
-        allowed = frozenset(
-            geom.index[name]
-            for name, n in mix[pool.pk].items()
-            if name in geom.index and n / total_mix >= DASHBOARD_MIX_THRESHOLD
-        )
         fits: dict[str, int] = {}
         lost = free = 0
-        for layout, n in layouts.items():
-            layout_key = geom.named_key(layout)
-            for prof, f in zip(geom.profiles, geom.fit(layout_key), strict=True):
-                fits[prof.name] = fits.get(prof.name, 0) + n * f
-            free += n * (model.compute_slices - geom.info(layout_key).allocated_compute)
+        for (model_id, instances_key), n in layouts.items():
+            gpu_model = gpu_models[model_id]
+            geom = geometry(gpu_model)
+            allowed = frozenset(
+                geom.index[name]
+                for name, count in mix[pool.pk].items()
+                if name in geom.index and count / total_mix >= DASHBOARD_MIX_THRESHOLD
+            )
+            try:
+                layout_key = geom.named_key(instances_key)
+            except ValueError:
+                continue  # the database and the cluster disagree on this GPU: placement leaves it out too
+            for name, f in layout_fits(gpu_model, instances_key).items():
+                fits[name] = fits.get(name, 0) + n * f
+            free += n * (gpu_model.compute_slices - geom.info(layout_key).allocated_compute)
             lost += n * stranded(geom, layout_key, allowed)
         pool_usage = usage.get(pool.pk, {})
         # Slices of tenants the viewer does not belong to are counted in the totals only (key None).
@@ -884,10 +925,29 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
     return out
 
 
+_NOTES: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def figures_disagreements(pool_model: GpuModel, figures_id: int | None) -> tuple[str, ...]:
+    """Where a GPU's published figures and the catalog's model disagree (empty when they agree or nothing is
+    published); figures rows never change, so once per row and model per process."""
+    if figures_id is None:
+        return ()
+    key = (pool_model.name, figures_id)
+    if key not in _NOTES:
+        published = gpu_model_of(pool_model, figures_id)
+        _NOTES[key] = (
+            tuple(disagreements(pool_model, published))
+            if published is not None
+            else ("The driver publishes no MIG device on this GPU (MIG off).",)
+        )
+    return _NOTES[key]
+
+
 def dashboard_node(user: User, node_id: int) -> NodePage:
     """One node drawn slot by slot (what a cell of the fleet overview opens): dashboard_nodes of its
-    pool, kept to that node. Raises Node.DoesNotExist."""
-    pool_id = Node.objects.values_list("pool_id", flat=True).get(pk=node_id)
+    pool, kept to that node. Raises Node.DoesNotExist, also for a node in no pool (nothing to draw it in)."""
+    pool_id = Node.objects.filter(pool__isnull=False).values_list("pool_id", flat=True).get(pk=node_id)
     return dashboard_nodes(user, pool_id, DashboardFilters(pool_id=pool_id), node_id=node_id)
 
 
@@ -924,12 +984,17 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         ]
     )
     node_ids = [row[0] for row in node_rows]
-    width = gpu_model_for(pool.gpu_model).memory_slices
-    gpus: dict[int, list[tuple[int, int]]] = {}
-    for gpu_id, node_id, index in (
-        Gpu.objects.filter(node_id__in=node_ids).order_by("index").values_list("pk", "node_id", "index")
+    pool_model = gpu_model_for(pool.gpu_model)
+    gpus: dict[int, list[tuple[int, int, int]]] = {}
+    notes: dict[int, list[str]] = {}
+    for gpu_id, node_id, index, figures_id in (
+        Gpu.objects.filter(node_id__in=node_ids).order_by("index").values_list("pk", "node_id", "index", "figures_id")
     ):
-        gpus.setdefault(node_id, []).append((gpu_id, index))
+        gpu_model = gpu_model_of(pool_model, figures_id)
+        gpus.setdefault(node_id, []).append((gpu_id, index, (gpu_model or pool_model).memory_slices))
+        for note in figures_disagreements(pool_model, figures_id):
+            if note not in notes.setdefault(node_id, []):
+                notes[node_id].append(note)
     colours = _tenant_colours()
     slices: dict[int, list[SliceView]] = {}
     legend: dict[str, TenantUsage] = {}
@@ -982,15 +1047,38 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             )
             legend.setdefault("", TenantUsage("Occupied (another tenant)", "", 0, 0, False))
         slices.setdefault(row["gpu_id"], []).append(view)
+    widths = {gpu_id: width for found in gpus.values() for gpu_id, _, width in found}
+    for device in (
+        ClaimedDevice.objects.outside_fatia().filter(gpu__node_id__in=node_ids).order_by("gpu_id", "start", "pk")
+    ):
+        whole = not device.profile
+        gpu_id = device.gpu_id or 0
+        slices.setdefault(gpu_id, []).append(
+            SliceView(
+                placement_id=device.pk,
+                profile=device.profile or "whole GPU",
+                start=0 if whole else device.start,
+                size=widths.get(gpu_id, 0) if whole else device.size,
+                visible=visible is None,
+                colour="",
+                outside=True,
+                namespace=device.namespace if visible is None else "",
+                claim_name=device.claim_name if visible is None else "",
+                device_name=device.device,
+            )
+        )
+        legend.setdefault("outside", TenantUsage("Outside Fatia (a claim the portal did not make)", "", 0, 0, False))
     states = dict(Node.State.choices)
     views = []
     for node_id, name, state in node_rows:
         gpu_views = []
-        for gpu_id, index in gpus.get(node_id, []):
-            on_gpu = slices.get(gpu_id, [])
+        for gpu_id, index, width in gpus.get(node_id, []):
+            on_gpu = sorted(slices.get(gpu_id, []), key=lambda v: v.start)
             taken = {s for v in on_gpu for s in range(v.start, v.start + v.size)}
             gpu_views.append(GpuView(gpu_id, index, width, on_gpu, [s for s in range(width) if s not in taken]))
-        views.append(NodeView(node_id, name, state, str(states.get(state, state)), gpu_views))
+        views.append(
+            NodeView(node_id, name, state, str(states.get(state, state)), gpu_views, tuple(notes.get(node_id, ())))
+        )
     return NodePage(
         pool=pool,
         nodes=views,
@@ -1091,8 +1179,8 @@ def _fleet_sort_key(sort: str) -> Callable[[FleetNode], tuple[Any, ...]]:
 def dashboard_fleet(user: User, *, sort: str = "name", pool_id: int | None = None) -> list[FleetPool]:
     """Every pool (or one) with each node's GPUs and how many memory slots each GPU has in use: the
     dense fleet overview. Occupancy only, never whose, so it needs no tenancy masking. Nodes ordered
-    by `sort` (FLEET_SORTS; unknown values sort by name), GPUs by index. Four queries whatever the
-    fleet size (pools, nodes, GPUs, slots in use per GPU)."""
+    by `sort` (FLEET_SORTS; unknown values sort by name), GPUs by index. Five queries whatever the
+    fleet size (pools, nodes, GPUs, slots in use per GPU, devices held outside Fatia)."""
     if not user.is_authenticated:
         return []
     pools = NodePool.objects.order_by("name")
@@ -1111,15 +1199,27 @@ def dashboard_fleet(user: User, *, sort: str = "name", pool_id: int | None = Non
         .values_list("gpu_id", "n")
     )
     slots = {pool.pk: gpu_model_for(pool.gpu_model).memory_slices for pool in pool_rows}
+    # Devices held by claims the portal did not make occupy slots too (a whole GPU: every slot of it).
+    for gpu_id, size, pool_of_gpu in (
+        ClaimedDevice.objects.outside_fatia()
+        .filter(gpu__isnull=False)
+        .order_by()
+        .values_list("gpu_id", "size", "gpu__node__pool_id")
+    ):
+        if gpu_id is not None:
+            used[gpu_id] = used.get(gpu_id, 0) + (size or slots.get(pool_of_gpu or 0, 0))
     gpus: dict[int, list[tuple[int, int]]] = {}
     for gpu_id, node_id, index in gpus_qs.values_list("pk", "node_id", "index"):
         gpus.setdefault(node_id, []).append((index, gpu_id))
     labels = dict(Node.State.choices)
     by_pool: dict[int, list[FleetNode]] = {}
-    for node_id, name, state, node_pool_id in nodes_qs.values_list("pk", "name", "state", "pool_id"):
+    for node_id, name, state, node_pool_id in nodes_qs.filter(pool__isnull=False).values_list(
+        "pk", "name", "state", "pool_id"
+    ):
         width = slots.get(node_pool_id, 0)
         node_gpus = [
-            FleetGpu(gpu_id, index, used.get(gpu_id, 0), width) for index, gpu_id in sorted(gpus.get(node_id, []))
+            FleetGpu(gpu_id, index, min(used.get(gpu_id, 0), width), width)
+            for index, gpu_id in sorted(gpus.get(node_id, []))
         ]
         by_pool.setdefault(node_pool_id, []).append(
             FleetNode(

@@ -19,6 +19,7 @@ from allocations import notifications
 from allocations.cluster import check_runs, reconcile
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
+from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import leases, provisioning, requeue
@@ -83,6 +84,15 @@ def reconcile_cluster_task() -> None:
         reconcile.reconcile_cluster()
     else:
         requeue.sweep_stuck_requests()
+
+
+@shared_task(acks_late=True, soft_time_limit=240, time_limit=300)
+def discover_fleet_task() -> None:
+    """Kubernetes: list the cluster and write what fleet discovery finds (allocations/cluster/watcher.py). The
+    long-lived `manage.py discover_fleet` does this within a second of each change; this is the safety net for
+    when it does not run. A no-op with the simulated backend; the next beat tick retries."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        FleetDiscovery().sync_once()
 
 
 DB_RETRY: dict[str, Any] = {**KUBE_RETRY, "autoretry_for": (OperationalError,), "max_retries": 10}

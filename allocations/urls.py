@@ -28,6 +28,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("dashboard/fleet/", dashboard.fleet, name="dashboard-fleet"),
     path("dashboard/nodes/<int:node_id>/", dashboard.node_slots, name="dashboard-node"),
     path("manage/pools/", views.manage_pools, name="manage-pools"),
+    path("manage/fleet/", views.manage_fleet, name="manage-fleet"),
+    path("manage/pools/<int:pool_id>/selector/", views.manage_pool_selector, name="manage-pool-selector"),
     path("manage/quotas/", views.manage_quotas, name="manage-quotas"),
     path("manage/quota-changes/", views.manage_quota_changes, name="manage-quota-changes"),
     path(

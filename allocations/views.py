@@ -20,11 +20,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations import selectors, services
+from allocations.cluster.report import fleet_report
 from allocations.forms import (
     DecisionForm,
     ExtendForm,
     NewRequestForm,
     PoolForm,
+    PoolSelectorForm,
     PoolTolerationsForm,
     QuotaChangeForm,
     RejectionForm,
@@ -444,6 +446,7 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 description=data["description"],
                 # A post without the field (an older form) keeps the default rather than tolerating nothing.
                 tolerations=data["tolerations"] if "tolerations" in request.POST else None,
+                node_selector=data["node_selector"],
                 actor=user,
             )
         except InvalidInput as exc:
@@ -453,14 +456,31 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Pool {pool.name} is created with {len(pool.profiles)} profiles.")
             return redirect("manage-pools")
+    return _pools_page(request, form, tolerations=(tolerations_form, tolerations_pool))
+
+
+def _pools_page(
+    request: HttpRequest,
+    form: PoolForm,
+    selector_form: tuple[int, PoolSelectorForm] | None = None,
+    tolerations: tuple[PoolTolerationsForm | None, NodePool | None] = (None, None),
+) -> HttpResponse:
+    pools = list(selectors.pools_overview())
+    forms = {
+        pool.pk: PoolSelectorForm(initial={"node_selector": pool.node_selector}, prefix=f"pool-{pool.pk}")
+        for pool in pools
+    }
+    if selector_form is not None:
+        forms[selector_form[0]] = selector_form[1]
+    # Field errors come back on the page with 200, as every form of the portal does; the API answers 400.
     return render(
         request,
         "allocations/manage_pools.html",
         {
             "form": form,
-            "tolerations_form": tolerations_form,
-            "tolerations_pool": tolerations_pool,
-            "pools": selectors.pools_overview(),
+            "tolerations_form": tolerations[0],
+            "tolerations_pool": tolerations[1],
+            "pools": [(pool, forms[pool.pk]) for pool in pools],
         },
     )
 
@@ -474,6 +494,42 @@ def _pool_tolerations_form(request: HttpRequest, editing: bool) -> tuple[PoolTol
     if pool is None:
         return None, None
     return PoolTolerationsForm(initial={"pool": pool.pk, "tolerations": pool.tolerations}), pool
+
+
+@login_required
+@staff_required
+@require_GET
+def manage_fleet(request: HttpRequest) -> HttpResponse:
+    """What fleet discovery found (allocations/cluster/report.py)."""
+    return render(request, "allocations/manage_fleet.html", {"report": fleet_report()})
+
+
+@login_required
+@staff_required
+@require_POST
+def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
+    """Change a pool's node selector; matching discovered nodes join (and others leave) at once."""
+    user = signed_in_user(request)
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    form = PoolSelectorForm(request.POST, prefix=f"pool-{pool.pk}")
+    if form.is_valid():
+        try:
+            pool = services.update_node_pool(
+                pool_id=pool.pk, node_selector=form.cleaned_data["node_selector"], actor=user
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            joined = pool.nodes.count()
+            what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
+            nodes = "1 node is" if joined == 1 else f"{joined} nodes are"
+            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.")
+            return redirect("manage-pools")
+    return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 
 
 @login_required

@@ -42,6 +42,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.reconcile_cluster_task",
         "schedule": 30.0,
     },
+    # Kubernetes backend: fleet discovery's full list, in case `manage.py discover_fleet` is not running.
+    "discover-fleet": {
+        "task": "allocations.tasks.discover_fleet_task",
+        "schedule": 300.0,
+    },
     "warn-expiring-leases": {
         "task": "allocations.tasks.warn_expiring_leases_task",
         "schedule": crontab(minute="*/5"),

@@ -356,6 +356,9 @@ if FATIA_TENANT_POD_SECURITY not in ("privileged", "baseline", "restricted"):
     )
 if not FATIA_HOLDER_IMAGE.strip():
     raise ImproperlyConfigured("FATIA_HOLDER_IMAGE must name an image, e.g. registry.k8s.io/pause:3.10.")
+# Fleet discovery (manage.py discover_fleet) lists the cluster again this often, on top of watching it: what a
+# watch could have missed is caught then.
+FATIA_DISCOVERY_RESYNC_S = env_int("FATIA_DISCOVERY_RESYNC_S", 300)
 if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
 if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:

@@ -202,6 +202,19 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("node", "reconcile"): lambda: (
             f"The node went from {human_value(before.get('state'))} to {human_value(after.get('state'))}"
         ),
+        # Fleet discovery (allocations/cluster/discovery.py).
+        ("node", "node_joined"): lambda: f"Discovery: the node joined pool {after.get('pool', '?')}",
+        ("node", "node_left"): lambda: (
+            f"Discovery: the node left pool {before.get('pool', '?')}: {after.get('note') or 'its labels changed'}"
+        ),
+        ("node", "node_unmatched"): lambda: f"Discovery: a GPU node in no pool: {after.get('note', '?')}",
+        ("node", "node_gone"): lambda: "The node left the cluster",
+        ("node", "node_back"): lambda: "The node is back in the cluster",
+        ("node", "gpus_changed"): lambda: (
+            f"Discovery: the node's GPUs changed (added {human_value(after.get('added'))}; removed "
+            f"{human_value(after.get('removed'))}; changed {human_value(after.get('changed'))}; driver "
+            f"{human_value(after.get('driver_version'))}; DynamicMIG {human_value(after.get('dynamic_mig'))})"
+        ),
     }
     sentence = sentences.get((object_type, verb))
     return sentence() if sentence else None

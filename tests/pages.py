@@ -74,6 +74,7 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
             ("admin-tenants", "/manage/tenants/"),
             ("admin-tenant", f"/manage/tenants/{world.tenant_a.pk}/"),
             ("admin-pools", "/manage/pools/"),
+            ("admin-fleet", "/manage/fleet/"),
             ("admin-quotas", "/manage/quotas/"),
             ("admin-quota-changes", "/manage/quota-changes/"),
             ("admin-audit-log", "/manage/audit/"),

@@ -28,6 +28,7 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
             "profile_catalog",
             "description",
             "tolerations",
+            "node_selector",
             "created_at",
         ]
         read_only_fields = fields
@@ -48,6 +49,12 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
             for p in model.profiles
             if p.name in pool.profiles
         ]
+
+
+NODE_SELECTOR_HELP = (
+    "Kubernetes label selector, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3: discovered GPU nodes whose labels "
+    "match join the pool. Blank: no discovered node joins."
+)
 
 
 class PoolCapacitySerializer(serializers.Serializer[Any]):
@@ -75,6 +82,9 @@ class PoolCreateSerializer(serializers.Serializer[Any]):
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     tolerations = tolerations_field()
+    node_selector = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, default="", help_text=NODE_SELECTOR_HELP
+    )
 
 
 class PoolUpdateSerializer(serializers.Serializer[Any]):
@@ -82,6 +92,9 @@ class PoolUpdateSerializer(serializers.Serializer[Any]):
     profiles = serializers.ListField(child=serializers.CharField(max_length=32), required=False, max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
     tolerations = tolerations_field()
+    node_selector = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text=NODE_SELECTOR_HELP
+    )
 
 
 class BalanceSerializer(serializers.Serializer[Balance]):

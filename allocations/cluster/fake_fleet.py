@@ -5,8 +5,8 @@ plugin would publish for a node, for any GPU model of the MIG catalog. Tests and
 shared/reference/dra-mig.md §3 and tests/kube/data): slice 0 holds one counter set per GPU (multiprocessors,
 engines, memory and one counter per memory slice), then one slice per GPU holds the full GPU and every MIG
 profile x placement, each consuming its counters. Figures come from the catalog (allocations/mig); where the
-catalog has none (unconfirmed models) they are derived from the grid and marked as such by nothing but this
-comment: such a fleet exercises the counters, not NVML's exact numbers.
+catalog has none, this fake driver makes some up (`driver_counters`): such a fleet exercises the counters, not
+NVML's exact numbers, and the portal uses them only as what that node publishes.
 
 Where the driver's own choices show, they are followed as its source (cmd/gpu-kubelet-plugin/driver.go, nvlib.go
 at 95932046) and the resourceslice controller it uses (k8s.io/dynamic-resource-allocation) make them:
@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client
 
 from allocations.mig import counters
-from allocations.mig.catalog import GpuModel, MigProfile
+from allocations.mig.catalog import EngineCounts, GpuModel, MigProfile
 from allocations.placement import dra_device_name
 
 DRIVER = "gpu.nvidia.com"
@@ -83,10 +83,52 @@ def _full_profile(model: GpuModel) -> MigProfile:
     return counters.full_profile(model)
 
 
+def driver_counters(model: GpuModel, profile: MigProfile) -> dict[str, int]:
+    """What this fake driver says a device of `profile` consumes: the catalog's NVML figures where it has them.
+    Where it has none (A100-40GB 1g.10gb, B200 3g/4g/7g, ...) a real driver would read them from NVML; this fake
+    one makes some up from the profile's share of the whole GPU, so that such a fleet can be published at all.
+    They are this fake driver's figures, not NVIDIA's: the portal never uses them unless a (fake) node
+    publishes them (allocations/mig/counters.py)."""
+    known = counters.profile_counters(model, profile)
+    if known is not None:
+        return known
+    full = counters.full_profile(model)
+    full_sm = full.sm_count or 16 * model.compute_slices
+    sm = profile.sm_count or full_sm * profile.compute_slices // model.compute_slices
+    engines = profile.engines or _engines_by_share(model, profile, full)
+    # The memory the whole GPU's device has (not the board's), shared by memory slot: never more than fits.
+    memory = profile.memory_mib or (full.memory_mib or model.memory_mib) * profile.memory_slices // model.memory_slices
+    return dict(
+        zip(counters.NAMES, (sm, engines.ce, engines.dec, engines.enc, engines.jpeg, engines.ofa, memory), strict=True)
+    )
+
+
+def _engines_by_share(model: GpuModel, profile: MigProfile, full: MigProfile) -> EngineCounts:
+    """The profile's share of the whole GPU's engines (rounded down, at least one copy engine), all JPEG and
+    OFA engines for media-extension profiles; one of each per compute slice where the whole GPU's are unknown."""
+    whole = full.engines
+    if whole is None or profile is full:
+        return EngineCounts(
+            dec=profile.compute_slices,
+            ce=profile.compute_slices,
+            jpeg=profile.compute_slices,
+            ofa=1 if profile is full or profile.has_media_extensions else 0,
+        )
+    share = profile.compute_slices / model.compute_slices
+    media = profile.has_media_extensions
+    return EngineCounts(
+        dec=max(int(whole.dec * share), 1 if media else 0),
+        enc=int(whole.enc * share),
+        ce=max(int(whole.ce * share), 1),
+        jpeg=whole.jpeg if media else int(whole.jpeg * share),
+        ofa=whole.ofa if media else 0,
+    )
+
+
 def _figures(model: GpuModel, profile: MigProfile) -> dict[str, str]:
     """A profile's counters as the driver writes them (allocations/mig/counters.py), quantities as strings."""
-    figures = {name: str(v) for name, v in counters.profile_counters(model, profile).items()}
-    memory = counters.profile_counters(model, profile)["memory"]
+    figures = {name: str(v) for name, v in driver_counters(model, profile).items()}
+    memory = driver_counters(model, profile)["memory"]
     # The API server keeps quantities in canonical form: 40960Mi is stored as 40Gi.
     figures["memory"] = f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi"
     return figures
@@ -289,3 +331,56 @@ def ensure_device_classes(api: client.ApiClient) -> None:
             force=True,
             _content_type="application/apply-patch+yaml",
         )
+
+
+# --- discovery: nodes as GPU feature discovery labels them, GPUs by minor number -------------------------------
+
+
+def resource_slices_for_minors(
+    model: GpuModel, node: str, node_uid: str, minors: list[int], *, generation: int = 1
+) -> list[dict[str, Any]]:
+    """The driver's slices for a node whose GPUs have the minor numbers `minors` (say 4, 1, 6: GPUs bound to
+    another driver leave gaps), published in the order given rather than by minor, under pool `generation`.
+    Built from `resource_slices`, so the device format is the same."""
+    full = resource_slices(model, node, node_uid, max(minors) + 1)
+    counters, devices = full[0], full[1:]
+    wanted = set(minors)
+    counters["spec"]["sharedCounters"] = [
+        c for c in counters["spec"]["sharedCounters"] if int(c["name"].split("-")[1]) in wanted
+    ]
+    by_minor = {}
+    for body in devices:
+        names = [d["name"] for d in body["spec"]["devices"]]
+        by_minor[int(names[0].split("-")[1])] = body
+    slices = [counters, *(by_minor[m] for m in minors)]
+    for body in slices:
+        body["spec"]["pool"]["generation"] = generation
+        body["spec"]["pool"]["resourceSliceCount"] = len(slices)
+    return slices
+
+
+def set_device_counters(slices: list[dict[str, Any]], profile: str, counters: dict[str, str]) -> None:
+    """Change what every device of `profile` consumes (the driver of another release, say, publishes other
+    figures than the catalog's): `counters` maps counter names to quantities, e.g. {"jpeg-engines": "7"}."""
+    for body in slices:
+        for device in body["spec"].get("devices", []):
+            if device["attributes"].get("profile", {}).get("string") == profile:
+                for consumed in device["consumesCounters"]:
+                    consumed["counters"].update({k: {"value": v} for k, v in counters.items()})
+
+
+def publish_slices(api: client.ApiClient, bodies: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Create the slices (admin client); their names."""
+    resource = client.ResourceV1Api(api)
+    created: list[Any] = [copy.deepcopy(body) for body in bodies]
+    return tuple(str(getattr(resource.create_resource_slice(body=body).metadata, "name", "")) for body in created)
+
+
+def publish_gpu_node(
+    api: client.ApiClient, model: GpuModel, name: str, minors: list[int], *, labels: dict[str, str] | None = None
+) -> FakeNode:
+    """A Ready node labelled as GPU feature discovery does (plus `labels`), with the driver's slices for GPUs
+    of the given minor numbers; FakeNode.gpu_uuids follows `minors`."""
+    uid = create_ready_node(api, name, {**gfd_labels(model, len(minors)), **(labels or {})})
+    names = publish_slices(api, resource_slices_for_minors(model, name, uid, minors))
+    return FakeNode(name, uid, tuple(gpu_uuid(name, m) for m in minors), names)

@@ -9,6 +9,7 @@ timeouts, an unreachable API, and the two admission refusals that only mean "not
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 FIELD_MANAGER = "fatia"
 DRIVER = "gpu.nvidia.com"
@@ -907,3 +909,251 @@ def list_tenant_namespaces(prefix: str) -> list[NamespaceLabels]:
         ),
         key=lambda n: n.name,
     )
+
+
+# --- discovery --------------------------------------------------------------------------------------------
+# What fleet discovery (allocations/cluster/discovery.py) reads: Nodes, the `gpu.nvidia.com` ResourceSlices and
+# the ResourceClaims allocated from them, listed in pages and then watched from the list's resourceVersion.
+# A thousand 8-GPU nodes publish about 400 MB of slices, so responses are read as raw JSON (no client models)
+# and each object is cut down to what discovery keeps before the next page is read.
+
+# Device attributes discovery keeps (dra-mig.md §3); the rest is dropped as soon as a page is read.
+_DEVICE_ATTRIBUTES = frozenset(
+    {"type", "uuid", "parentUUID", "profile", "productName", "driverVersion", "resource.kubernetes.io/pciBusID"}
+)
+LIST_PAGE_SIZE = 100
+
+
+class KubeGone(KubeUnavailable):
+    """410 Gone: the resourceVersion (or the list's continue token) is older than the API server keeps;
+    list again from scratch."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One device of a ResourceSlice: the attributes discovery uses (strings, versions as strings, ints,
+    bools), capacities and consumed counters as integers (memory in bytes)."""
+
+    name: str
+    attributes: dict[str, str | int | bool]
+    capacity: dict[str, int]
+    consumes: tuple[tuple[str, dict[str, int]], ...]  # (counter set, {counter: value})
+
+
+@dataclass(frozen=True, slots=True)
+class SliceInfo:
+    name: str
+    node_name: str
+    pool: str
+    generation: int
+    slice_count: int
+    counter_sets: dict[str, dict[str, int]]
+    devices: tuple[DeviceInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    """A ResourceClaim with the `gpu.nvidia.com` devices it was allocated (none while unallocated)."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: dict[str, str]
+    devices: tuple[AllocatedDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """`kind` is ADDED, MODIFIED, DELETED or BOOKMARK (then `obj` is None); `resource_version` is where to
+    resume."""
+
+    kind: str
+    obj: NodeInfo | SliceInfo | ClaimInfo | None
+    resource_version: str
+
+
+@functools.lru_cache(maxsize=4096)
+def quantity(value: str) -> int:
+    """A Kubernetes quantity as an integer ("81152Mi" -> bytes). The same few strings repeat across every
+    device of a fleet, hence the cache."""
+    return int(parse_quantity(value))  # type: ignore[no-untyped-call]
+
+
+def _attribute(value: dict[str, Any]) -> str | int | bool | None:
+    for kind in ("string", "version", "int", "bool"):
+        if kind in value:
+            found = value[kind]
+            return found if isinstance(found, str | int | bool) else None
+    return None
+
+
+def _counters(raw: dict[str, Any] | None) -> dict[str, int]:
+    return {name: quantity(str(c.get("value", "0"))) for name, c in (raw or {}).items() if isinstance(c, dict)}
+
+
+def node_info(raw: dict[str, Any]) -> NodeInfo:
+    meta = raw.get("metadata") or {}
+    return NodeInfo(
+        name=str(meta.get("name", "")), labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    )
+
+
+def slice_info(raw: dict[str, Any]) -> SliceInfo:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    pool = spec.get("pool") or {}
+    devices = []
+    for device in spec.get("devices") or []:
+        attributes = {}
+        for key, value in (device.get("attributes") or {}).items():
+            if key in _DEVICE_ATTRIBUTES and isinstance(value, dict):
+                found = _attribute(value)
+                if found is not None:
+                    attributes[key] = found
+        devices.append(
+            DeviceInfo(
+                name=str(device.get("name", "")),
+                attributes=attributes,
+                capacity=_counters(device.get("capacity")),
+                consumes=tuple(
+                    (str(c.get("counterSet", "")), _counters(c.get("counters")))
+                    for c in device.get("consumesCounters") or []
+                ),
+            )
+        )
+    return SliceInfo(
+        name=str(meta.get("name", "")),
+        node_name=str(spec.get("nodeName") or ""),
+        pool=str(pool.get("name", "")),
+        generation=int(pool.get("generation") or 0),
+        slice_count=int(pool.get("resourceSliceCount") or 0),
+        counter_sets={str(s.get("name", "")): _counters(s.get("counters")) for s in spec.get("sharedCounters") or []},
+        devices=tuple(devices),
+    )
+
+
+def claim_info(raw: dict[str, Any]) -> ClaimInfo:
+    meta = raw.get("metadata") or {}
+    allocation = (raw.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return ClaimInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        devices=tuple(
+            AllocatedDevice(
+                request=str(r.get("request", "")),
+                driver=DRIVER,
+                pool=str(r.get("pool", "")),
+                device=str(r.get("device", "")),
+            )
+            for r in results
+            if r.get("driver") == DRIVER
+        ),
+    )
+
+
+@contextmanager
+def _mapped_gone(what: str) -> Iterator[None]:
+    try:
+        with _mapped(what):
+            yield
+    except KubeRejected as exc:
+        if exc.status == 410:
+            raise KubeGone(exc.message, status=410) from exc
+        raise
+
+
+def _json_body(response: Any) -> dict[str, Any]:
+    try:
+        body = json.loads(response.data)
+    finally:
+        response.release_conn()
+    return body if isinstance(body, dict) else {}
+
+
+def _collection(kind: str) -> tuple[str, Callable[..., Any], dict[str, Any], Callable[[dict[str, Any]], Any]]:
+    api = api_client()
+    if kind == "nodes":
+        return "nodes", client.CoreV1Api(api).list_node, {}, node_info
+    if kind == "slices":
+        return (
+            "resourceslices",
+            client.ResourceV1Api(api).list_resource_slice,
+            {"field_selector": f"spec.driver={DRIVER}"},
+            slice_info,
+        )
+    if kind == "claims":
+        return "resourceclaims", client.ResourceV1Api(api).list_resource_claim_for_all_namespaces, {}, claim_info
+    raise ValueError(f"unknown collection {kind!r}")
+
+
+def list_collection(kind: str, each: Callable[[Any], None], *, page_size: int = LIST_PAGE_SIZE) -> str:
+    """List "nodes", "slices" (the gpu.nvidia.com driver's) or "claims" (every namespace) page by page,
+    handing each object to `each` as NodeInfo, SliceInfo or ClaimInfo; returns the list's resourceVersion, where
+    a watch starts. Raises KubeGone when the continue token expired (list again), KubeUnavailable."""
+    what, fn, kwargs, convert = _collection(kind)
+    token: str | None = None
+    while True:
+        with _mapped_gone(what):
+            body = _json_body(
+                fn(limit=page_size, _continue=token, _preload_content=False, _request_timeout=_timeout(), **kwargs)
+            )
+        for item in body.get("items") or []:
+            if isinstance(item, dict):
+                each(convert(item))
+        meta = body.get("metadata") or {}
+        token = meta.get("continue") or None
+        if token is None:
+            return str(meta.get("resourceVersion", ""))
+
+
+def watch_collection(kind: str, resource_version: str, *, timeout_s: int) -> Iterator[WatchEvent]:
+    """Watch "nodes", "slices" or "claims" from `resource_version` with bookmarks, for at most `timeout_s`
+    (the server ends the watch then; start another from the last event's resourceVersion). Raises KubeGone
+    when that resourceVersion is too old (list again), KubeUnavailable when the stream breaks."""
+    what, fn, kwargs, convert = _collection(kind)
+    connect, read = _timeout()
+    with _mapped_gone(what):
+        response = fn(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            _preload_content=False,
+            # Bookmarks come about once a minute, changes whenever they happen: the read timeout covers the
+            # whole watch (the server closes it after timeout_s).
+            _request_timeout=(connect, timeout_s + read),
+            **kwargs,
+        )
+    try:
+        pending = b""
+        with _mapped(what):
+            for chunk in response.stream(amt=None, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(what, json.loads(line), convert)
+    finally:
+        response.release_conn()
+
+
+def _watch_event(what: str, event: dict[str, Any], convert: Callable[[dict[str, Any]], Any]) -> WatchEvent:
+    kind = str(event.get("type", ""))
+    raw = event.get("object") or {}
+    if kind == "ERROR":
+        code = int(raw.get("code") or 0)
+        message = f"{what} watch: {raw.get('message', code)}"
+        if code == 410:
+            raise KubeGone(message, status=410)
+        raise KubeUnavailable(message, status=code)
+    version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+    return WatchEvent(kind=kind, obj=None if kind == "BOOKMARK" else convert(raw), resource_version=version)

@@ -45,7 +45,8 @@ PORTAL_PERMISSIONS: tuple[Permission, ...] = (
         "resource.k8s.io",
         "resourceclaims",
         (*READ, "create", "patch", "delete"),
-        "apply_resource_claim, read_claim, list_claims, delete_resource_claim; the tenant Role grants the reads",
+        "apply_resource_claim, read_claim, list_claims, delete_resource_claim; discovery watches every namespace's; "
+        "the tenant Role grants the reads",
     ),
     Permission(
         "resource.k8s.io",

@@ -20,7 +20,7 @@ from allocations.costs import gpu_model_for
 from allocations.mig import scheduler
 from allocations.mig.layout import geometry
 from allocations.models import Allocation, Gpu, SlicePlacement
-from allocations.placement import dra_device_name
+from allocations.placement import dra_device_name, gpu_model_of, outside_instance, outside_instances
 from allocations.services.locks import lock_allocation, lock_pool
 from tenants.services import record_audit_event
 
@@ -52,17 +52,19 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
     if not placements:
         # Its plan was dropped as displaced, yet the scheduler found room: record what it allocated.
-        spec = gpu_model_for(pool.gpu_model).profile(allocation.profile)
+        pool_model = gpu_model_for(pool.gpu_model)
         for allocated_device in result.devices:
             where = placement_of(allocated_device.device)
             if where is not None:
+                gpu = Gpu.objects.get(node__name=result.node_name, index=where[0])
+                model = gpu_model_of(pool_model, gpu.figures_id) or pool_model
                 placements.append(
                     SlicePlacement.objects.create(
                         allocation=allocation,
-                        gpu=Gpu.objects.get(node__name=result.node_name, index=where[0]),
+                        gpu=gpu,
                         profile=allocation.profile,
                         start=where[1],
-                        size=spec.memory_slices,
+                        size=model.profile(allocation.profile).memory_slices,
                         device_name=allocated_device.device,
                     )
                 )
@@ -124,17 +126,24 @@ def follow_cluster_devices(*, placements: list[SlicePlacement], result: kube.Cla
 
 def repredict_waiting(*, pool_gpu_model: str, gpu_ids: set[int]) -> list[dict[str, str]]:
     """The scheduler allocated a claim on these GPUs in another order than predicted: predict again where it
-    will put the claims still waiting there, from what the GPUs now hold (first waiting first). A claim left
-    without room loses its plan ("displaced"); sync_claim_allocation then plans it anew. Caller holds the
-    pool lock."""
-    geom = geometry(gpu_model_for(pool_gpu_model))
+    will put the claims still waiting there, from what the GPUs now hold (first waiting first), devices held
+    outside the portal included, with each GPU's own figures. A claim left without room loses its plan
+    ("displaced"); sync_claim_allocation then plans it anew. Caller holds the pool lock."""
+    pool_model = gpu_model_for(pool_gpu_model)
+    figures = dict(Gpu.objects.filter(pk__in=gpu_ids).values_list("pk", "figures_id"))
+    outside = outside_instances(gpu_ids=gpu_ids)
     changes: list[dict[str, str]] = []
     for gpu_id in sorted(gpu_ids):
+        model = gpu_model_of(pool_model, figures.get(gpu_id))
+        if model is None:
+            continue
+        geom = geometry(model)
         rows = list(
             SlicePlacement.objects.filter(gpu_id=gpu_id, allocation__status__in=Allocation.QUOTA_HOLDING)
             .select_related("allocation", "gpu__node")
             .order_by("allocation_id", "pk")
         )
+        held_outside = [outside_instance(model, p, start, "outside") for p, start in outside.get(gpu_id, [])]
         settled = [r for r in rows if r.allocation.status != Status.PROVISIONING]
         waiting: dict[int, list[SlicePlacement]] = {}
         for r in rows:
@@ -143,7 +152,11 @@ def repredict_waiting(*, pool_gpu_model: str, gpu_ids: set[int]) -> list[dict[st
         if not waiting:
             continue
         try:
-            base = geom.named_key(tuple([(r.profile, r.start, False) for r in settled]))
+            base = geom.named_key(
+                tuple(
+                    [(r.profile, r.start, False) for r in settled] + [(i.profile, i.start, False) for i in held_outside]
+                )
+            )
         except ValueError as exc:  # the database and the cluster disagree; the reconcile task reports it
             logger.error("Cannot predict the waiting claims on GPU %d: %s", gpu_id, exc)
             continue

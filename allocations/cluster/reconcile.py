@@ -34,7 +34,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from allocations.cluster import kube
+from allocations.cluster import discovery, kube
 from allocations.cluster import placements as cluster_placements
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation, Node
@@ -109,22 +109,13 @@ def reconcile_cluster() -> ReconcileReport:
 
 
 def _sync_node_states(cluster_nodes: set[str], report: ReconcileReport) -> None:
-    for node in Node.objects.exclude(state=Node.State.GONE).exclude(name__in=cluster_nodes):
-        _set_node_state(node.pk, Node.State.GONE)
+    """The same gone / back marks fleet discovery makes (it usually makes them first, within a second)."""
+    for node in Node.objects.exclude(state=Node.State.GONE).exclude(name__in=cluster_nodes).order_by("pk"):
+        discovery.set_node_state(node_id=node.pk, state=Node.State.GONE)
         report.nodes_gone.append(node.name)
-    for node in Node.objects.filter(state=Node.State.GONE, name__in=cluster_nodes):
-        _set_node_state(node.pk, Node.State.READY)
+    for node in Node.objects.filter(state=Node.State.GONE, name__in=cluster_nodes).order_by("pk"):
+        discovery.set_node_state(node_id=node.pk, state=Node.State.READY)
         report.nodes_back.append(node.name)
-
-
-@transaction.atomic
-def _set_node_state(node_id: int, state: str) -> None:
-    node = Node.objects.select_for_update(no_key=True, of=("self",)).get(pk=node_id)
-    lock_pool(pool_id=node.pool_id)  # placement reads node states under this lock
-    before = node.state
-    node.state = state
-    node.save(update_fields=["state", "updated_at"])
-    record_audit_event(actor=None, verb="reconcile", obj=node, before={"state": before}, after={"state": state})
 
 
 def _reconcile_active(

@@ -26,7 +26,7 @@ from allocations.cluster import placements as cluster_placements
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
-from allocations.placement import dra_device_name, plan_slices_for_scheduler
+from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -200,10 +200,13 @@ def steering_spec(allocation: Allocation) -> kube.SteeringSpec | None:
     steered = [p for p in allocation.placements.select_related("gpu__node").order_by("pk") if p.blocked_starts]
     if not steered:
         return None
-    model = gpu_model_for(allocation.pool.gpu_model)
+    pool_model = gpu_model_for(allocation.pool.gpu_model)
     devices = tuple(
         dra_device_name(
-            gpu_index=p.gpu.index, profile=p.profile, profile_id=model.profile(p.profile).profile_id, start=start
+            gpu_index=p.gpu.index,
+            profile=p.profile,
+            profile_id=(gpu_model_of(pool_model, p.gpu.figures_id) or pool_model).profile(p.profile).profile_id,
+            start=start,
         )
         for p in steered
         for start in p.blocked_starts

@@ -21,9 +21,11 @@ So on Kubernetes the portal plans what the scheduler will do instead of the othe
   (DeviceTaintRules, :func:`steer`) until the claim is allocated; such a claim has its GPU to itself meanwhile.
 
 Only creatable placements count: dynamic MIG has no free instances to reuse. The scheduler knows nothing of
-our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`). A prediction follows the
-counters and is only made where our rules agree; where they would not (NVML figures that break a rule we
-hold), the GPU is not used for that request.
+our layout rules (:mod:`.layout`), only the driver's counters (:mod:`.counters`): the node's published ones
+once fleet discovery has seen them (the GPU's model is then built from its figures, :mod:`.figures`), NVIDIA's
+from the catalog otherwise. A prediction follows the counters and is only made where our rules agree; where
+they would not (NVML figures that break a rule we hold), or where there are no figures at all, the GPU is not
+used for that request.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import permutations
 
-from .counters import gpu_counters, profile_counters
+from .counters import counter_table
 from .layout import Geometry, LayoutKey, decode, encode
 
 #: At most this many unallocated claims wait on one GPU; the order check costs (n + 1)! first-fit runs.
@@ -52,16 +54,23 @@ def first_fit(
     multiprocessors, engines, memory) are all free: the driver's counters decide, not our rules. ``blocked``
     holds the ``(profile index, start)`` devices the scheduler may not take (tainted, see :func:`steer`).
     Greedy in request order is what the allocator's backtracking search finds first whenever greedy succeeds."""
-    need, capacity = _counters(geom)
+    table = counter_table(geom.model)
+    capacity = table.capacity
+    if capacity is None or any(table.need[i] is None for i in claim):
+        return None  # no figures (neither published nor NVIDIA's): the profile is not offered here
+    need = table.need
     info = geom.info(key)
     occupied = info.occupied
     used = [0] * len(capacity)
     for code in key:
-        for c, n in enumerate(need[decode(code)[1]]):
+        # An instance of a profile without figures (made outside the portal) consumes what nobody can say:
+        # count it as the whole GPU's, so that nothing is predicted next to it.
+        for c, n in enumerate(need[decode(code)[1]] or capacity):
             used[c] += n
     starts = []
     for i in claim:
-        fits = [u + n <= cap for u, n, cap in zip(used, need[i], capacity, strict=True)]
+        wants = need[i] or capacity
+        fits = [u + n <= cap for u, n, cap in zip(used, wants, capacity, strict=True)]
         placement = next(((s, m) for s, m in _walk(geom)[i] if not m & occupied and (i, s) not in blocked), None)
         if placement is None or not all(fits):
             return None
@@ -70,7 +79,7 @@ def first_fit(
             return None
         key = tuple(sorted((*key, encode(start, i, False))))
         occupied |= mask
-        used = [u + n for u, n in zip(used, need[i], strict=True)]
+        used = [u + n for u, n in zip(used, wants, strict=True)]
         starts.append(start)
     return key, starts
 
@@ -99,28 +108,29 @@ def driver_order(start: int) -> bytes:
     return str(start).encode()
 
 
-_WALKS: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {}
+Walk = tuple[tuple[tuple[int, int], ...], ...]
+_WALKS: dict[int, tuple[Geometry, Walk]] = {}
 
 
-def _walk(geom: Geometry) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Per profile index, its ``(start, mask)`` placements in the order the allocator walks them."""
+def _walk(geom: Geometry) -> Walk:
+    """Per profile index, its ``(start, mask)`` placements in the order the allocator walks them (cached per
+    geometry object; the entry keeps the geometry alive, so its id is not reused, as in counters.counter_table)."""
     found = _WALKS.get(id(geom))
-    if found is None:
-        found = _WALKS[id(geom)] = tuple(tuple(sorted(p, key=lambda pm: driver_order(pm[0]))) for p in geom.placements)
-    return found
+    if found is not None and found[0] is geom:
+        return found[1]
+    walk = tuple(tuple(sorted(p, key=lambda pm: driver_order(pm[0]))) for p in geom.placements)
+    _WALKS[id(geom)] = (geom, walk)
+    return walk
 
 
-_COUNTERS: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}
-
-
-def _counters(geom: Geometry) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
-    """Per profile index what a device consumes, and the GPU's counter set (memory slots aside)."""
-    found = _COUNTERS.get(id(geom))
-    if found is None:
-        model = geom.model
-        need = [tuple(profile_counters(model, p).values()) for p in geom.profiles]
-        found = _COUNTERS[id(geom)] = (need, tuple(gpu_counters(model).values()))
-    return found
+def fits(geom: Geometry, key: LayoutKey, i: int) -> int:
+    """How many more devices of profile ``i`` the scheduler would allocate, one after another, on a GPU with
+    layout ``key``: the what-if on Kubernetes, where the counters (published or NVIDIA's) decide."""
+    n = 0
+    while (placed := first_fit(geom, key, [i])) is not None:
+        key = placed[0]
+        n += 1
+    return n
 
 
 def order_safe(geom: Geometry, base: LayoutKey, claims: Sequence[Claim]) -> bool:

@@ -7,9 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 
+# A module, not a name: discovery imports services.locks, which loads this package first.
+from allocations.cluster import discovery
+from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import Gpu, Node, NodePool, default_tolerations
+from allocations.services.locks import lock_pool
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.services import full_clean_or_raise, record_audit_event
 
@@ -118,6 +122,17 @@ def checked_tolerations(tolerations: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _checked_selector(node_selector: str) -> str:
+    """A node selector in Kubernetes label selector syntax, normalised (blank: no discovered node joins)."""
+    text = node_selector.strip()
+    if not text:
+        return ""
+    try:
+        return str(parse_selector(text))
+    except InvalidSelector as exc:
+        raise InvalidInput({"node_selector": [str(exc)]}) from exc
+
+
 @transaction.atomic
 def create_node_pool(
     *,
@@ -128,9 +143,12 @@ def create_node_pool(
     profiles: list[str] | None = None,
     description: str = "",
     tolerations: list[dict[str, Any]] | None = None,
+    node_selector: str = "",
 ) -> NodePool:
     """Register a pool of one GPU model. `profiles` defaults to every profile of the model, `tolerations` (of
-    the holder pods, Kubernetes backend) to tolerating the usual GPU node taint (models.default_tolerations)."""
+    the holder pods, Kubernetes backend) to tolerating the usual GPU node taint (models.default_tolerations).
+    With a `node_selector`, the discovered GPU nodes whose labels match join it at once (cluster/discovery.py:
+    rematch_nodes, which locks every pool, then the nodes it moves)."""
     _require_staff(actor)
     pool = NodePool(
         name=name,
@@ -139,6 +157,7 @@ def create_node_pool(
         profiles=_checked_profiles(gpu_model, profiles),
         description=description,
         tolerations=checked_tolerations(default_tolerations() if tolerations is None else tolerations),
+        node_selector=_checked_selector(node_selector),
     )
     full_clean_or_raise(pool)
     pool.save()
@@ -152,8 +171,11 @@ def create_node_pool(
             "gpu_model": gpu_model,
             "profiles": pool.profiles,
             "tolerations": pool.tolerations,
+            "node_selector": pool.node_selector,
         },
     )
+    if pool.node_selector:
+        discovery.rematch_nodes()
     return pool
 
 
@@ -166,12 +188,19 @@ def update_node_pool(
     profiles: list[str] | None = None,
     description: str | None = None,
     tolerations: list[dict[str, Any]] | None = None,
+    node_selector: str | None = None,
 ) -> NodePool:
     """Rename a pool, change which profiles it offers or what its holder pods tolerate (running slices are
-    not affected: a holder pod keeps the tolerations it was made with). Locks the pool row."""
+    not affected: a holder pod keeps the tolerations it was made with), or its node selector (discovered nodes
+    join and leave at once: cluster/discovery.py rematch_nodes; the slices running on a node that leaves keep
+    running). Locks the pool; a selector change first locks every pool in pk order."""
     _require_staff(actor)
+    if node_selector is not None:
+        # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.
+        for pk in NodePool.objects.order_by("pk").values_list("pk", flat=True):
+            lock_pool(pool_id=pk)
     pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
-    fields = ("name", "profiles", "description", "tolerations")
+    fields = ("name", "profiles", "description", "tolerations", "node_selector")
     before = {f: getattr(pool, f) for f in fields}
     if name is not None:
         pool.name = name
@@ -181,9 +210,13 @@ def update_node_pool(
         pool.description = description
     if tolerations is not None:
         pool.tolerations = checked_tolerations(tolerations)
+    if node_selector is not None:
+        pool.node_selector = _checked_selector(node_selector)
     full_clean_or_raise(pool)
     pool.save(update_fields=[*fields, "updated_at"])
     record_audit_event(actor=actor, verb="update", obj=pool, before=before, after={f: getattr(pool, f) for f in fields})
+    if pool.node_selector != before["node_selector"]:
+        discovery.rematch_nodes()
     return pool
 
 

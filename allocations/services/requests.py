@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from allocations.costs import UnknownProfile, slice_cost
 from allocations.models import Allocation, NodePool, Notification
+from allocations.placement import offered_profiles
 from allocations.selectors import quota_shortfall
 from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation, lock_quota
@@ -63,6 +64,13 @@ def _validate_request(
     if profile not in pool.profiles:
         offered = ", ".join(pool.profiles)
         errors["profile"] = [f"{profile!r} is not offered in {pool.name} ({pool.gpu_model}). Choose one of: {offered}."]
+    elif profile not in (placeable := offered_profiles(pool)):
+        # Kubernetes: no node of the pool publishes this profile's figures and the catalog has no NVIDIA ones
+        # (allocations/mig/counters.py), so nobody can say where the scheduler would put it.
+        errors["profile"] = [
+            f"{profile!r} cannot be placed in {pool.name} yet: no node publishes its figures and NVIDIA's are not "
+            f"in the catalog. Placeable now: {', '.join(placeable) or 'none'}."
+        ]
     max_count = settings.FATIA_MAX_SLICES_PER_REQUEST
     if not 1 <= count <= max_count:
         errors["count"] = [f"Ask for between 1 and {max_count} slices."]

@@ -7,6 +7,7 @@ all still free, which is what the DRA allocator does with a claim pinned to a pr
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
+from allocations.cluster import kube
 from allocations.cluster.fake_fleet import resource_slices
+from allocations.cluster.published import DriverPools, gpu_model_of, summarize
 from allocations.mig import scheduler
 from allocations.mig.catalog import GpuModel, MigProfile, Placement
 from allocations.mig.engine import choose_placement
@@ -53,12 +56,28 @@ def profiles_of(model_name: str) -> list[str]:
     return [p.name for p in model(model_name).profiles]
 
 
+@functools.cache
+def published_model(model_name: str | GpuModel) -> GpuModel:
+    """The model fleet discovery builds from what the (fake) driver publishes for one GPU of `model_name`."""
+    base = model(model_name) if isinstance(model_name, str) else model_name
+    pools = DriverPools()
+    for i, body in enumerate(resource_slices(base, "n1", "uid-1", gpu_count=1)):
+        body["metadata"]["name"] = f"s{i}"
+        pools.put(summarize(kube.slice_info(body)))
+    view = pools.published("n1")
+    assert view is not None and view.gpus[0].figures is not None
+    built = gpu_model_of(view.gpus[0].figures, base)
+    assert built is not None
+    return built
+
+
 @pytest.mark.parametrize("model_name", MODELS)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_first_fit_is_the_first_device_whose_counters_fit(model_name: str, data: st.DataObject) -> None:
-    # given: a GPU as the driver publishes it, and a sequence of single-slice claims
-    geom = geometry(model(model_name))
+    # given: a GPU as the driver publishes it, and a sequence of single-slice claims; the prediction uses the
+    # figures the node publishes (issue 10: the cluster wins; the catalog lacks some, e.g. A100 1g.10gb)
+    geom = geometry(published_model(model_name))
     sequence = data.draw(st.lists(st.sampled_from(profiles_of(model_name)), max_size=8))
     cluster = CounterGpu(model_name)
     key = EMPTY
@@ -67,7 +86,7 @@ def test_first_fit_is_the_first_device_whose_counters_fit(model_name: str, data:
         predicted = scheduler.first_fit(geom, key, [geom.index[profile]])
         allocated = cluster.allocate(profile)
         # then: the scheduler takes exactly the device we predict, and refuses exactly what we say does not
-        # fit (the catalog's figures and our MIG rules agree on every model here)
+        # fit (the published figures and our MIG rules agree on every model here)
         if predicted is None:
             assert allocated is None, (sequence, profile)
             continue
@@ -125,7 +144,7 @@ def test_ours_first_slot_chooses_the_gpu_and_leaves_the_slot_to_first_fit() -> N
 def sixteen_slot_gpu() -> GpuModel:
     """A made-up GPU with a profile of 16 placements: no catalog model has a placement start of 10 or more yet
     (the RTX PRO 6000's last is 9), but NVML may report one, and then the driver's name order is not slot order.
-    Its figures beyond the grid are derived (allocations/mig/counters.py)."""
+    The catalog has no NVIDIA figures for it, so the tests read them from what the fake driver publishes."""
     return GpuModel(
         name="Synthetic 16-slot GPU",
         aliases=(),
@@ -153,9 +172,9 @@ def test_the_driver_order_of_placements_is_the_byte_order_of_their_device_names(
 
 def test_first_fit_follows_the_drivers_byte_order_where_it_differs_from_slot_order() -> None:
     # given: the 16-slot GPU, empty, as our model and as the scheduler sees it
-    m = sixteen_slot_gpu()
+    m = published_model(sixteen_slot_gpu())
     geom = geometry(m)
-    cluster = CounterGpu(m)
+    cluster = CounterGpu(sixteen_slot_gpu())
     key = EMPTY
     predicted, allocated = [], []
     # when: 1g.1gb claims are allocated one after another until it is full
@@ -173,10 +192,42 @@ def test_first_fit_follows_the_drivers_byte_order_where_it_differs_from_slot_ord
 
 
 def test_ours_first_slot_plans_the_slot_the_driver_order_gives() -> None:
-    # given: the 16-slot GPU with 1g.1gb slices at 0 and 1
-    m = sixteen_slot_gpu()
+    # given: the 16-slot GPU (as its node publishes it) with 1g.1gb slices at 0 and 1
+    m = published_model(sixteen_slot_gpu())
     fleet = Fleet([Node("n1", [Gpu("n1", 0, m, [Instance("1g.1gb", 0, "a"), Instance("1g.1gb", 1, "a")])])])
     # when
     decision = choose_placement(fleet, PlacementRequest("1g.1gb"), "ours-first-slot")
     # then: slot 10, where the scheduler will put it ("...-19-10" comes before "...-19-2")
     assert decision is not None and (decision.gpu_index, decision.start) == (0, 10)
+
+
+# --- where the figures come from (issue 10) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_name", "without_figures"),
+    [
+        ("NVIDIA A100-SXM4-40GB", ["1g.10gb"]),
+        # the whole GPU's figures are unknown, so no profile's counters can be checked
+        ("NVIDIA B200", ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"]),
+        ("NVIDIA H100 80GB HBM3", []),
+    ],
+)
+def test_with_no_published_and_no_nvidia_figures_a_profile_is_not_placed(
+    model_name: str, without_figures: list[str]
+) -> None:
+    # given: the catalog's model alone (no node has published anything)
+    geom = geometry(model(model_name))
+    # then: the profiles the catalog has no NVIDIA figures for are never predicted, the others are
+    refused = [p.name for p in geom.profiles if scheduler.first_fit(geom, EMPTY, [geom.index[p.name]]) is None]
+    assert refused == without_figures
+    # and: once a node publishes its figures, every profile is placed there
+    published = geometry(published_model(model_name))
+    assert [p.name for p in published.profiles if scheduler.fits(published, EMPTY, published.index[p.name]) == 0] == []
+
+
+def test_the_fourth_a100_1g10gb_fits_by_the_published_counters() -> None:
+    # given: an A100-40GB as its driver publishes it (the invented engine figures refused the 4th 1g.10gb)
+    geom = geometry(published_model("NVIDIA A100-SXM4-40GB"))
+    # then: as many 1g.10gb as the MIG guide allows
+    assert scheduler.fits(geom, EMPTY, geom.index["1g.10gb"]) == geom.model.profile("1g.10gb").max_count

@@ -588,7 +588,14 @@ def test_every_page_sends_anonymous_visitors_to_the_login_page(world: World, url
 
 # --- Admin pages --------------------------------------------------------------------------------------
 
-ADMIN_PAGES = ["/manage/tenants/", "/manage/pools/", "/manage/quotas/", "/manage/quota-changes/", "/manage/audit/"]
+ADMIN_PAGES = [
+    "/manage/tenants/",
+    "/manage/pools/",
+    "/manage/fleet/",
+    "/manage/quotas/",
+    "/manage/quota-changes/",
+    "/manage/audit/",
+]
 
 
 @pytest.mark.parametrize("url", ADMIN_PAGES)

@@ -99,6 +99,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes first: no host check, session or login for /healthz and /readyz (portal/health.py).
+    "portal.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

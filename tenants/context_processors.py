@@ -13,8 +13,10 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
 
     One query (allocations.selectors.nav_counts) on top of the session and user that every signed-in
     page loads anyway."""
-    user = request.user
-    if not user.is_authenticated:
+    # An error page for a request refused before the authentication middleware ran (a Host header outside
+    # ALLOWED_HOSTS is refused by CommonMiddleware) has no user: show it as to a visitor.
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
         return {}
     counts = nav_counts(user)
     return {

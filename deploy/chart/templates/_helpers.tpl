@@ -133,7 +133,7 @@ Annotations that tell checkov why a finding does not apply here (checkov reads c
 {{- if .api -}}
 {{- $skips = append $skips "CKV_K8S_38=this process calls the Kubernetes API as its ServiceAccount (the chart's ClusterRole)" -}}
 {{- end -}}
-{{- if eq (int .port) 0 -}}
+{{- if and (eq (int .port) 0) (not .job) -}}
 {{- $skips = append $skips "CKV_K8S_8=no HTTP port to probe; a stuck task ends at its hard time limit and the pod is replaced when the process exits" -}}
 {{- $skips = append $skips "CKV_K8S_9=no traffic is routed to this pod, so there is nothing for readiness to gate" -}}
 {{- end -}}

@@ -378,3 +378,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Helm chart (deploy/chart, issue 11) ---------------------------------------------------------------------------
+# Where `celery beat` keeps its schedule (last run times). The chart points it at the pod's /tmp, the only writable
+# place on a read-only root filesystem; the default is beat's own, in the working directory.
+CELERY_BEAT_SCHEDULE_FILENAME = os.environ.get("FATIA_BEAT_SCHEDULE_FILE", "celerybeat-schedule")

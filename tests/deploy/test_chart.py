@@ -211,6 +211,7 @@ def test_every_container_is_read_only_with_tmp_writable_and_secrets_as_files(hel
     assert config["FATIA_OIDC_ADMIN_GROUPS"] == "gpu-platform-admins"
     assert config["ALLOWED_HOSTS"] == "fatia.example.com"
     assert config["FATIA_HOLDER_IMAGE"] == "registry.k8s.io/pause:3.10"
+    assert config["FATIA_BEAT_SCHEDULE_FILE"] == "/tmp/celerybeat-schedule"  # noqa: S108 (the pod's /tmp)
 
 
 def test_the_migrations_run_as_a_hook_before_install_and_upgrade(helm: Path) -> None:

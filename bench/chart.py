@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be 1 or more")
 
+    load_before = os.getloadavg()[0]
     build = ROOT / "deploy" / "build-helm.sh"
     helm = run("bash", str(build)).stdout.splitlines()[-1]
     cold = cold_helm_build() if args.cold else None
@@ -142,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             "\nNo cold Helm build in this run (`--cold` adds one). The first build on this machine "
             "(`bash deploy/build-helm.sh` with modules already fetched, while other builds ran) took 495 s.\n"
         )
+    body += (
+        f"\nLoad average (1 min) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end: the "
+        "machine's other work shares these cores, and the cold build is the figure it moves most.\n"
+    )
     print(body)
     if not args.no_write:
         print(f"written to {report.write_section('chart', body, title='Helm chart')}")

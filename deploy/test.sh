@@ -66,6 +66,11 @@ export PATH="$VENV/bin:$PATH"
 log "kubernetes control plane"
 bash deploy/build-control-plane.sh
 
+# --- Helm, for the chart tests in tests/deploy --------------------------------------------------------------------
+# Built from the Go module proxy into $CACHE/helm the first time (a few minutes on 2 cores), skipped afterwards.
+log "helm"
+bash deploy/build-helm.sh
+
 # --- services --------------------------------------------------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/fatia-test.XXXXXX)
 chmod 755 "$RUN_DIR"

@@ -363,8 +363,13 @@ if not FATIA_HOLDER_IMAGE.strip():
 FATIA_DISCOVERY_RESYNC_S = env_int("FATIA_DISCOVERY_RESYNC_S", 300)
 if FATIA_CLUSTER_BACKEND not in ("simulated", "kubernetes"):
     raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND must be 'simulated' or 'kubernetes'.")
-if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not DEBUG:
-    raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND is 'kubernetes': set FATIA_KUBECONFIG.")
+# An empty FATIA_KUBECONFIG in a pod (the kubelet sets KUBERNETES_SERVICE_HOST) means the pod's ServiceAccount
+# (allocations/cluster/kube.py api_client); anywhere else it is a mistake.
+_in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+if FATIA_CLUSTER_BACKEND == "kubernetes" and not FATIA_KUBECONFIG and not _in_pod and not DEBUG:
+    raise ImproperlyConfigured(
+        "FATIA_CLUSTER_BACKEND is 'kubernetes': set FATIA_KUBECONFIG (or run in a pod, to use its ServiceAccount)."
+    )
 
 LOGGING = {
     "version": 1,
@@ -373,3 +378,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Helm chart (deploy/chart, issue 11) ---------------------------------------------------------------------------
+# Where `celery beat` keeps its schedule (last run times). The chart points it at the pod's /tmp, the only writable
+# place on a read-only root filesystem; the default is beat's own, in the working directory.
+CELERY_BEAT_SCHEDULE_FILENAME = os.environ.get("FATIA_BEAT_SCHEDULE_FILE", "celerybeat-schedule")

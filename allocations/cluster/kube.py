@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -161,27 +162,46 @@ _lock = threading.Lock()
 _clients: dict[str, client.ApiClient] = {}
 
 
+# The cache key of the client built from the pod's ServiceAccount (an empty FATIA_KUBECONFIG in a pod).
+IN_CLUSTER = "in-cluster"
+
+
+def in_cluster() -> bool:
+    """True in a pod: the kubelet sets KUBERNETES_SERVICE_HOST in every container's environment."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def api_client() -> client.ApiClient:
-    """One client per kubeconfig path and process (it holds a connection pool)."""
+    """One client per kubeconfig path and process (it holds a connection pool).
+
+    An empty FATIA_KUBECONFIG in a pod means the pod's own ServiceAccount (the Helm chart's way): the mounted token,
+    which the kubelet rotates and the loader re-reads, and the cluster's CA."""
     path = settings.FATIA_KUBECONFIG
-    if not path:
-        raise ImproperlyConfigured("FATIA_CLUSTER_BACKEND is 'kubernetes' but FATIA_KUBECONFIG is not set.")
+    if not path and not in_cluster():
+        raise ImproperlyConfigured(
+            "FATIA_CLUSTER_BACKEND is 'kubernetes' but FATIA_KUBECONFIG is not set and this is not a pod."
+        )
+    key = path or IN_CLUSTER
     with _lock:
-        if path not in _clients:
+        if key not in _clients:
             configuration = client.Configuration()
             try:
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=path, client_configuration=configuration, persist_config=False
-                )
+                if path:
+                    config.load_kube_config(  # type: ignore[no-untyped-call]
+                        config_file=path, client_configuration=configuration, persist_config=False
+                    )
+                else:
+                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             except (config.ConfigException, OSError, yaml.YAMLError) as exc:
                 # Retryable like an unreachable API: an operator fixes the file (or its secret mount) and the
                 # tasks' next try goes through; until then every request says why it waits.
-                raise KubeUnavailable(f"the kubeconfig {path} cannot be used: {exc}") from exc
+                where = f"the kubeconfig {path}" if path else "the pod's ServiceAccount"
+                raise KubeUnavailable(f"{where} cannot be used: {exc}") from exc
             # The tasks retry with backoff (allocations/tasks.py); urllib3's own retries would only multiply
             # every timeout before the task even hears of the failure.
             configuration.retries = 0
-            _clients[path] = client.ApiClient(configuration)
-        return _clients[path]
+            _clients[key] = client.ApiClient(configuration)
+        return _clients[key]
 
 
 def _timeout() -> tuple[float, float]:
@@ -715,14 +735,14 @@ def api_server_url() -> str:
 
 def _client_for_check() -> client.ApiClient:
     """api_client(), with an unreadable kubeconfig as ImproperlyConfigured instead of the loader's own errors."""
-    if not settings.FATIA_KUBECONFIG:
+    if not settings.FATIA_KUBECONFIG and not in_cluster():
         raise ImproperlyConfigured("FATIA_KUBECONFIG is not set: no cluster to check.")
     try:
         return api_client()
     except (KubeUnavailable, config.ConfigException, OSError, ValueError, TypeError) as exc:
-        raise ImproperlyConfigured(
-            f"FATIA_KUBECONFIG ({settings.FATIA_KUBECONFIG}) cannot be read: {exc.__class__.__name__}: {exc}"
-        ) from exc
+        path = settings.FATIA_KUBECONFIG
+        where = f"FATIA_KUBECONFIG ({path})" if path else "The pod's ServiceAccount"
+        raise ImproperlyConfigured(f"{where} cannot be read: {exc.__class__.__name__}: {exc}") from exc
 
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")

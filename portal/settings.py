@@ -358,6 +358,14 @@ if FATIA_TENANT_POD_SECURITY not in ("privileged", "baseline", "restricted"):
     )
 if not FATIA_HOLDER_IMAGE.strip():
     raise ImproperlyConfigured("FATIA_HOLDER_IMAGE must name an image, e.g. registry.k8s.io/pause:3.10.")
+# The holder pods' UID and GID: the pause image's own user by default. Empty: none is set, and the platform picks
+# one (OpenShift's restricted-v2 SCC assigns a UID from the namespace's range and refuses any other).
+_holder_uid = os.environ.get("FATIA_HOLDER_RUN_AS_USER", "65535").strip()
+if _holder_uid and not (_holder_uid.isdigit() and 0 < int(_holder_uid) < 2**31):
+    raise ImproperlyConfigured(
+        f"FATIA_HOLDER_RUN_AS_USER must be a UID above 0 (or empty: left to the platform), not {_holder_uid!r}."
+    )
+FATIA_HOLDER_RUN_AS_USER: int | None = int(_holder_uid) if _holder_uid else None
 # Fleet discovery (manage.py discover_fleet) lists the cluster again this often, on top of watching it: what a
 # watch could have missed is caught then.
 FATIA_DISCOVERY_RESYNC_S = env_int("FATIA_DISCOVERY_RESYNC_S", 300)

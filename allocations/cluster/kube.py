@@ -437,6 +437,8 @@ def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:
     # One claim keeps the pod-level name "gpu" that pods made before claims were split have.
     refs = ["gpu"] if len(spec.claim_names) == 1 else [f"gpu-{k}" for k in range(len(spec.claim_names))]
     priority_class = settings.FATIA_HOLDER_PRIORITY_CLASS
+    # HOLDER_UID unless FATIA_HOLDER_RUN_AS_USER says otherwise; None leaves it to the platform (OpenShift's SCC).
+    uid: int | None = settings.FATIA_HOLDER_RUN_AS_USER
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -454,8 +456,7 @@ def holder_pod_body(spec: HolderPodSpec) -> dict[str, Any]:
             **({"tolerations": [toleration_body(t) for t in spec.tolerations]} if spec.tolerations else {}),
             "securityContext": {
                 "runAsNonRoot": True,
-                "runAsUser": HOLDER_UID,
-                "runAsGroup": HOLDER_UID,
+                **({"runAsUser": uid, "runAsGroup": uid} if uid is not None else {}),
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "containers": [
@@ -584,7 +585,8 @@ def list_node_names() -> set[str]:
 
 # --- holder -----------------------------------------------------------------------------------------------
 
-#: The pause image's own user (its Dockerfile says USER 65535:65535): not root, as `restricted` requires.
+#: The pause image's own user (its Dockerfile says USER 65535:65535): not root, as `restricted` requires; the
+#: default of FATIA_HOLDER_RUN_AS_USER.
 HOLDER_UID = 65535
 #: Requests equal to limits: the Guaranteed QoS class, which the kubelet evicts last under node pressure. The
 #: pause process needs well under a MiB; the memory leaves room for the runtime's start-up in its cgroup.

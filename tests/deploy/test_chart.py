@@ -211,6 +211,7 @@ def test_every_container_is_read_only_with_tmp_writable_and_secrets_as_files(hel
     assert config["FATIA_OIDC_ADMIN_GROUPS"] == "gpu-platform-admins"
     assert config["ALLOWED_HOSTS"] == "fatia.example.com"
     assert config["FATIA_HOLDER_IMAGE"] == "registry.k8s.io/pause:3.10"
+    assert config["FATIA_HOLDER_RUN_AS_USER"] == "65535"
     assert config["FATIA_BEAT_SCHEDULE_FILE"] == "/tmp/celerybeat-schedule"  # noqa: S108 (the pod's /tmp)
 
 
@@ -259,6 +260,8 @@ def test_the_openshift_render_has_routes_and_leaves_the_uid_to_the_scc(helm: Pat
         assert "runAsUser" not in template["spec"]["securityContext"], name
         assert "fsGroup" not in template["spec"]["securityContext"], name
         assert template["spec"]["securityContext"]["runAsNonRoot"] is True, name
+    # and the holder pods in tenant namespaces name no UID either (restricted-v2 refuses 65535)
+    assert by_kind(docs, "ConfigMap")["fatia"]["data"]["FATIA_HOLDER_RUN_AS_USER"] == ""
     (monitor,) = by_kind(docs, "ServiceMonitor").values()
     assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == {"name": "fatia-metrics", "key": "token"}
     assert by_kind(docs, "DeviceClass") == {}

@@ -46,6 +46,22 @@ def pod_json(admin: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 # --- the pod ------------------------------------------------------------------------------------------------
 
 
+def test_the_holder_pod_leaves_the_uid_to_the_platform_when_told_to(settings: Any) -> None:
+    # given: OpenShift, whose restricted-v2 SCC assigns a UID from the namespace's range and refuses 65535
+    settings.FATIA_HOLDER_RUN_AS_USER = None
+    spec = kube.HolderPodSpec(
+        namespace="fatia-team-a", name="p", claim_names=("c",), node_name="", allocation_uuid="u", tenant_slug="t"
+    )
+    # then: no UID or GID, still non-root and restricted
+    assert kube.holder_pod_body(spec)["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # and: another UID is used as given
+    settings.FATIA_HOLDER_RUN_AS_USER = 1000
+    assert kube.holder_pod_body(spec)["spec"]["securityContext"]["runAsUser"] == 1000
+
+
 def test_the_holder_pod_references_every_claim_with_the_configured_image_priority_and_tolerations(
     settings: Any,
 ) -> None:

@@ -806,13 +806,22 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
 
     Seven queries whatever the fleet size (pools, tenants, memberships, GPUs, placements, pending,
     mix) plus three for the versions."""
-    filters = filters or DashboardFilters()
     if not user.is_authenticated:
         return []
+    return _pool_summaries(visible=_visible_tenant_ids(user), filters=filters or DashboardFilters(), versions=True)
+
+
+def fleet_pool_summaries() -> list[PoolSummary]:
+    """Every pool's summary as a platform admin sees it, without the live stream's versions: what GET /metrics
+    reports (portal/metrics/collector.py). Six queries whatever the fleet size."""
+    return _pool_summaries(visible=None, filters=DashboardFilters(), versions=False)
+
+
+def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, versions: bool) -> list[PoolSummary]:
+    """dashboard_overview for the tenants in `visible` (None: all); `versions` False leaves them empty."""
     pools = list(NodePool.objects.order_by("name"))
     colours = _tenant_colours()
     tenant_names = dict(Tenant.objects.values_list("pk", "name"))
-    visible = _visible_tenant_ids(user)
     models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
     compute_of: dict[tuple[int, str], int] = {}
     # No ORDER BY on these two: the layouts are grouped in Python, sorting thousands of rows would be waste.
@@ -845,7 +854,7 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
         row["pool_id"]: row["n"] for row in pending_requests.values("pool_id").annotate(n=Count("pk")).order_by()
     }
     mix = _requested_mix(pools)
-    versions = _pool_versions()
+    pool_versions = _pool_versions() if versions else {}
     outside = outside_instances()
     by_pool: dict[int, list[tuple[int, int, str, int, int | None]]] = {}
     for gpu_row in gpus:
@@ -919,7 +928,7 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
                 fragmentation_stranded=lost,
                 fragmentation_free=free,
                 pending=pending.get(pool.pk, 0),
-                version=versions.get(pool.pk, ""),
+                version=pool_versions.get(pool.pk, ""),
             )
         )
     return out

@@ -30,7 +30,7 @@ def database_ready() -> bool:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-            return cursor.fetchone() == (1,)
+            return bool(cursor.fetchone() == (1,))
     except Exception:  # any driver error means "not ready"; the log says which
         logger.warning("readiness: the database does not answer", exc_info=True)
         return False

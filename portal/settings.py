@@ -373,3 +373,17 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Metrics (issue 11: GET /metrics, portal/metrics/) --------------------------------------------------------
+# The bearer token Prometheus sends to GET /metrics on the web port (8000); unset, /metrics does not exist (404).
+FATIA_METRICS_TOKEN = env_secret("FATIA_METRICS_TOKEN")
+# HTTP latency, Celery retries and failures and the discovery/reconcile pass times are counted in the shared cache
+# (CACHE_URL, Redis) so that every web and worker process adds to the same figures; without CACHE_URL each process
+# counts on its own (the demo). Keys live under this prefix there.
+FATIA_METRICS_KEY_PREFIX = os.environ.get("FATIA_METRICS_KEY_PREFIX", "fatia:metrics:")
+# /metrics is answered right after the probes, ahead of host validation (portal/metrics/http.py); request latency
+# is timed from there, so it covers the whole middleware chain and the view.
+MIDDLEWARE[MIDDLEWARE.index("portal.health.HealthCheckMiddleware") + 1 : 0] = [
+    "portal.metrics.http.MetricsEndpointMiddleware",
+    "portal.metrics.http.RequestLatencyMiddleware",
+]

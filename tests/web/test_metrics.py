@@ -20,8 +20,8 @@ from allocations.cluster import kube
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import pool_capacity
-from allocations.services import provisioning
 from allocations.selectors import fleet_pool_summaries
+from allocations.services import provisioning
 from allocations.tasks import reconcile_cluster_task
 from tests.conftest import World
 

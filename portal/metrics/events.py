@@ -27,7 +27,7 @@ def observe_request(*, view: str, method: str, status: int, seconds: float) -> N
     """One answered request: its bucket (not cumulative; the collector sums them up), its count and its time."""
     labels = SEP.join((view, method if method in METHODS else "other", status_class(status)))
     bucket = bisect.bisect_left(HTTP_BUCKETS_S, seconds)  # len(HTTP_BUCKETS_S) is +Inf
-    get_store().add(HTTP, {f"{labels}{SEP}{bucket}": 1, f"{labels}{SEP}sum": seconds})
+    get_store().add(HTTP, {f"{labels}{SEP}{bucket}": 1, f"{labels}{SEP}sum": float(seconds)})
 
 
 def record_task_retry(task: str) -> None:

@@ -40,7 +40,7 @@ class StoreUnavailable(Exception):
 
 class Store(Protocol):
     def add(self, family: str, amounts: Mapping[str, float]) -> None:
-        """Add each amount to its field (counters; created at zero)."""
+        """Add each amount to its field (counters; created at zero). A field takes ints or floats, never both."""
 
     def put(self, family: str, values: Mapping[str, float]) -> None:
         """Set each field to its value (gauges such as a pass's time)."""
@@ -89,16 +89,21 @@ class RedisStore:
             pipe = self.client.pipeline(transaction=True)
             if add:
                 for field, amount in amounts.items():
-                    if float(amount).is_integer():
-                        pipe.hincrby(key, field, int(amount))
+                    # By type, not by value: once a field holds "2.3", Redis refuses HINCRBY on it.
+                    if isinstance(amount, int):
+                        pipe.hincrby(key, field, amount)
                     else:
                         pipe.hincrbyfloat(key, field, amount)
             else:
                 pipe.hset(key, mapping={field: float(value) for field, value in amounts.items()})
             pipe.execute()
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, OSError) as exc:
             self._resume_at = time.monotonic() + BACKOFF_S
-            logger.warning("metrics: the shared cache does not answer; dropping metric writes for %.0f s", BACKOFF_S)
+            logger.warning(
+                "metrics: the shared cache does not answer (%s); dropping metric writes for %.0f s",
+                exc.__class__.__name__,
+                BACKOFF_S,
+            )
 
     def add(self, family: str, amounts: Mapping[str, float]) -> None:
         self._write(family, amounts, add=True)

@@ -23,6 +23,7 @@ from allocations.placement import pool_capacity
 from allocations.selectors import fleet_pool_summaries
 from allocations.services import provisioning
 from allocations.tasks import reconcile_cluster_task
+from portal.metrics import events
 from tests.conftest import World
 
 TOKEN = "metrics-token-for-tests-0123456789"
@@ -310,3 +311,19 @@ class EmptyCluster:
 class UnreachableCluster(EmptyCluster):
     def list_collection(self, kind: str, each: Any) -> str:
         raise kube.KubeUnavailable("the Kubernetes API is unreachable (test)")
+
+
+def test_request_times_add_up_whether_or_not_they_are_whole_seconds() -> None:
+    # given: a whole number of seconds after a fraction (Redis refuses to add an integer to "2.3")
+    for seconds in (2.0, 0.3, 2.0, 11.0):
+        events.observe_request(view="pool-list", method="GET", status=200, seconds=seconds)
+    # when
+    text = scrape()
+    # then
+    labels = {"view": "pool-list", "method": "GET", "status": "2xx"}
+    assert value(text, "fatia_http_request_duration_seconds_count", **labels) == 4
+    assert value(text, "fatia_http_request_duration_seconds_sum", **labels) == pytest.approx(15.3)
+    assert value(text, "fatia_http_request_duration_seconds_bucket", le="2.5", **labels) == 3
+    assert value(text, "fatia_http_request_duration_seconds_bucket", le="10.0", **labels) == 3
+    assert value(text, "fatia_http_request_duration_seconds_bucket", le="+Inf", **labels) == 4
+    assert value(text, "fatia_metrics_store_up") == 1

@@ -9,10 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.contrib.postgres.aggregates import StringAgg
+from django.db import connection
+from django.db.models import CharField, Count, DurationField, ExpressionWrapper, F, Q, Sum, Value
+from django.db.models.functions import Cast, Concat
 
-from allocations.models import Allocation, Quota, SlicePlacement
-from allocations.selectors import PoolSummary, fleet_pool_summaries
+from allocations.costs import gpu_model_for
+from allocations.mig.catalog import GpuModel
+from allocations.models import Allocation, Gpu, Node, NodePool, Quota, SlicePlacement
+from allocations.placement import gpu_model_of, outside_instance, outside_instances
+from allocations.selectors import LayoutKeyByModel, layout_figures, requested_mix
 
 #: Upper bounds (seconds) of the provisioning latency histogram (approval -> active); +Inf follows. Kubernetes
 #: bursts took tens of seconds (docs/benchmarks.md, "provision"), the simulated backend well under one.
@@ -60,10 +66,103 @@ def slices_in_use() -> dict[tuple[str, str], int]:
     return {(pool, profile): n for pool, profile, n in rows}
 
 
-def pool_summaries() -> list[PoolSummary]:
-    """Per pool: fits-now per profile and fragmentation, as the dashboard computes them (the placement engine's
-    layouts and its stranded-capacity measure), node states and compute slices used and in all."""
-    return fleet_pool_summaries()
+@dataclass(frozen=True, slots=True)
+class PoolFigures:
+    slug: str
+    profiles: list[str]
+    node_states: dict[str, int]
+    gpu_count: int
+    compute_total: int
+    compute_used: int
+    fits_now: dict[str, int]
+    stranded: int
+    free: int
+
+
+def _held_layouts() -> dict[int, str]:
+    """Per GPU holding slices: its held (profile, start) pairs as one string, "1g.10gb@0,3g.40gb@4". PostgreSQL
+    joins them per GPU in one aggregate (a few thousand short rows instead of every slice); other databases (the
+    demo's SQLite) get the slices and join them here."""
+    held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING).order_by()
+    if connection.vendor == "postgresql":
+        pair = Concat(F("profile"), Value("@"), Cast("start", output_field=CharField()), output_field=CharField())
+        rows = held.values("gpu_id").annotate(layout=StringAgg(pair, delimiter=",")).values_list("gpu_id", "layout")
+        return dict(rows)
+    pairs: dict[int, list[str]] = {}
+    for gpu_id, profile, start in held.values_list("gpu_id", "profile", "start"):
+        pairs.setdefault(gpu_id, []).append(f"{profile}@{start}")
+    return {gpu_id: ",".join(p) for gpu_id, p in pairs.items()}
+
+
+def _instances(layout: str) -> list[tuple[str, int, bool]]:
+    out = []
+    for pair in filter(None, layout.split(",")):
+        profile, _, start = pair.rpartition("@")
+        out.append((profile, int(start), False))
+    return out
+
+
+def pool_figures() -> list[PoolFigures]:
+    """Per pool: nodes by state, GPUs, compute slices in all and held, and how many more of each offered profile
+    fit now and how fragmented the free capacity is, with the dashboard's own measure (selectors.layout_figures:
+    the placement engine's fits and stranded slices, once per distinct layout of ready GPUs; devices held outside
+    the portal included). Equal to fleet_pool_summaries() (tests/web/test_metrics.py), but the slices are joined
+    per GPU in the database: seven queries, and Python work per distinct layout rather than per slice."""
+    pools = list(NodePool.objects.order_by("name"))
+    models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
+    states: dict[int, dict[str, int]] = {}
+    for pool_id, state, n in (
+        Node.objects.filter(pool__isnull=False).values_list("pool_id", "state").annotate(n=Count("pk")).order_by()
+    ):
+        states.setdefault(pool_id, {})[state] = n
+    held_by_gpu = _held_layouts()
+    outside = outside_instances()
+    mix = requested_mix(pools)
+    gpu_counts: dict[int, int] = {}
+    layouts: dict[int, dict[LayoutKeyByModel, int]] = {}
+    gpu_models: dict[int, GpuModel] = {}
+    for gpu_id, pool_id, state, figures_id in (
+        Gpu.objects.filter(node__pool__isnull=False)
+        .order_by()
+        .values_list("pk", "node__pool_id", "node__state", "figures_id")
+    ):
+        gpu_counts[pool_id] = gpu_counts.get(pool_id, 0) + 1
+        if state != Node.State.READY:
+            continue
+        gpu_model = gpu_model_of(models[pool_id], figures_id)
+        if gpu_model is None:
+            continue
+        instances = _instances(held_by_gpu.get(gpu_id, ""))
+        for profile, start in outside.get(gpu_id, ()):
+            instance = outside_instance(gpu_model, profile, start, "o")
+            instances.append((instance.profile, instance.start, False))
+        gpu_models[id(gpu_model)] = gpu_model
+        key = (id(gpu_model), tuple(sorted(instances)))
+        pool_layouts = layouts.setdefault(pool_id, {})
+        pool_layouts[key] = pool_layouts.get(key, 0) + 1
+    compute_used: dict[int, int] = {}
+    slug_to_pk = {pool.slug: pool.pk for pool in pools}
+    for (slug, profile), n in slices_in_use().items():
+        model = models[slug_to_pk[slug]]
+        compute = model.profile(profile).compute_slices if model.has_profile(profile) else 0
+        compute_used[slug_to_pk[slug]] = compute_used.get(slug_to_pk[slug], 0) + n * compute
+    out = []
+    for pool in pools:
+        fits, lost, free = layout_figures(gpu_models, layouts.get(pool.pk, {}), mix[pool.pk])
+        out.append(
+            PoolFigures(
+                slug=pool.slug,
+                profiles=list(pool.profiles),
+                node_states=states.get(pool.pk, {}),
+                gpu_count=gpu_counts.get(pool.pk, 0),
+                compute_total=gpu_counts.get(pool.pk, 0) * models[pool.pk].compute_slices,
+                compute_used=compute_used.get(pool.pk, 0),
+                fits_now={name: fits.get(name, 0) for name in pool.profiles},
+                stranded=lost,
+                free=free,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ def _histogram_buckets(bounds: Iterable[float], cumulative: list[int]) -> list[t
 
 
 def database_families() -> Iterator[Metric]:
-    summaries = fleet.pool_summaries()
+    summaries = fleet.pool_figures()
     pools = [p.slug for p in summaries]
 
     requests = GaugeMetricFamily(
@@ -86,19 +86,19 @@ def database_families() -> Iterator[Metric]:
     )
     for summary in summaries:
         pool = summary.slug
-        profiles = sorted({*summary.fits_now, *(prof for p, prof in used if p == pool)})
+        profiles = sorted({*summary.profiles, *(prof for p, prof in used if p == pool)})
         for profile in profiles:
             in_use.add_metric([pool, profile], used.get((pool, profile), 0))
         for profile, n in sorted(summary.fits_now.items()):
             fit_now.add_metric([pool, profile], n)
         for state in Node.State.values:
-            nodes.add_metric([pool, state], summary.states.get(state, 0))
+            nodes.add_metric([pool, state], summary.node_states.get(state, 0))
         gpus.add_metric([pool], summary.gpu_count)
         compute_total.add_metric([pool], summary.compute_total)
         compute_used.add_metric([pool], summary.compute_used)
-        free.add_metric([pool], summary.fragmentation_free)
-        stranded.add_metric([pool], summary.fragmentation_stranded)
-        ratio = summary.fragmentation_stranded / summary.fragmentation_free if summary.fragmentation_free else 0.0
+        free.add_metric([pool], summary.free)
+        stranded.add_metric([pool], summary.stranded)
+        ratio = summary.stranded / summary.free if summary.free else 0.0
         fragmentation.add_metric([pool], ratio)
     yield from (in_use, fit_now, nodes, gpus, compute_total, compute_used, free, stranded, fragmentation)
 

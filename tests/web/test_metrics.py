@@ -15,16 +15,17 @@ from django.test.utils import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from allocations import metrics as fleet_metrics
 from allocations import services
 from allocations.cluster import kube
 from allocations.cluster.watcher import FleetDiscovery
-from allocations.models import Allocation
+from allocations.models import Allocation, ClaimedDevice, Gpu, Node, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.selectors import fleet_pool_summaries
 from allocations.services import provisioning
 from allocations.tasks import reconcile_cluster_task
 from portal.metrics import events
-from tests.conftest import World
+from tests.conftest import H100, World
 
 TOKEN = "metrics-token-for-tests-0123456789"
 AUTH = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
@@ -154,6 +155,47 @@ def test_requests_quotas_and_slices_equal_the_database(world: World) -> None:
     assert value(text, "fatia_pool_fragmentation_ratio", pool="h100") == pytest.approx(
         summary.fragmentation_stranded / summary.fragmentation_free
     )
+
+
+def test_the_pool_figures_equal_the_dashboards_with_outside_devices_and_a_cordoned_node(world: World) -> None:
+    # given: requests of several profiles on several GPUs, a second pool, a whole GPU and a 3g.40gb slice held by
+    # claims made outside the portal, a cordoned node, and a request released again
+    second = services.create_node_pool(name="Second", slug="second", gpu_model=H100, actor=world.root)
+    node = services.register_node(pool_id=second.pk, name="second-node-0", gpu_count=4, actor=world.root)
+    for profile, count in (("1g.10gb", 2), ("2g.20gb", 1), ("1g.20gb", 1), ("1g.10gb", 1)):
+        services.provision_allocation(allocation_id=make_request(world, profile=profile, count=count).pk)
+    gone = make_request(world, profile="1g.10gb", count=1)
+    services.provision_allocation(allocation_id=gone.pk)
+    services.release_allocation(allocation_id=gone.pk, actor=world.alice)
+    gpus = list(Gpu.objects.filter(node__pool=world.pool).order_by("node__name", "index"))
+    ClaimedDevice.objects.create(
+        namespace="ml", claim_name="whole", claim_uid="u1", node_name="n", gpu=gpus[-1], device="gpu-15", size=8
+    )
+    ClaimedDevice.objects.create(
+        namespace="ml", claim_name="part", claim_uid="u2", node_name="n", gpu=gpus[-2], device="mig-x",
+        profile="3g.40gb", start=4, size=4,
+    )  # fmt: skip
+    Node.objects.filter(pk=node.pk).update(state=Node.State.CORDONED)
+    # when
+    figures = {f.slug: f for f in fleet_metrics.pool_figures()}
+    summaries = {s.slug: s for s in fleet_pool_summaries()}
+    # then: the same numbers, computed from per-GPU layouts joined in the database
+    assert set(figures) == set(summaries) == {"h100", "second"}
+    for slug, summary in summaries.items():
+        mine = figures[slug]
+        assert mine.fits_now == summary.fits_now
+        assert (mine.stranded, mine.free) == (summary.fragmentation_stranded, summary.fragmentation_free)
+        assert (mine.gpu_count, mine.compute_total, mine.compute_used) == (
+            summary.gpu_count, summary.compute_total, summary.compute_used,
+        )  # fmt: skip
+        assert mine.node_states == summary.states
+    ours = set(
+        SlicePlacement.objects.filter(allocation__status=Allocation.Status.ACTIVE).values_list("gpu_id", flat=True)
+    )
+    assert not ours & {gpus[-1].pk, gpus[-2].pk}
+    assert figures["h100"].fits_now["7g.80gb"] == 16 - len(ours) - 2  # whole GPUs: not ours, not held outside
+    assert figures["second"].node_states == {"cordoned": 1}
+    assert figures["second"].free == 0  # no ready GPU
 
 
 def test_no_label_carries_a_user_name_an_email_or_an_id(world: World) -> None:

@@ -11,8 +11,7 @@ from datetime import timedelta
 
 from django.contrib.postgres.aggregates import StringAgg
 from django.db import connection
-from django.db.models import CharField, Count, DurationField, ExpressionWrapper, F, Q, Sum, Value
-from django.db.models.functions import Cast, Concat
+from django.db.models import CharField, Count, DurationField, ExpressionWrapper, F, Func, Q, Sum, Value
 
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import GpuModel
@@ -80,16 +79,22 @@ class PoolFigures:
 
 
 def _held_layouts() -> dict[int, str]:
-    """Per GPU holding slices: its held (profile, start) pairs as one string, "1g.10gb@0,3g.40gb@4". PostgreSQL
+    """Per GPU holding slices: its held (profile, start) pairs as one string, "1g.10gb@0,3g.40gb@4", by start (no
+    two instances of one GPU start at the same slot, so equal layouts make equal strings). PostgreSQL
     joins them per GPU in one aggregate (a few thousand short rows instead of every slice); other databases (the
     demo's SQLite) get the slices and join them here."""
     held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING).order_by()
     if connection.vendor == "postgresql":
-        pair = Concat(F("profile"), Value("@"), Cast("start", output_field=CharField()), output_field=CharField())
-        rows = held.values("gpu_id").annotate(layout=StringAgg(pair, delimiter=",")).values_list("gpu_id", "layout")
+        # PostgreSQL's CONCAT takes the integer as it is (Django's Concat would wrap every part in casts).
+        pair = Func(F("profile"), Value("@"), F("start"), function="CONCAT", output_field=CharField())
+        rows = (
+            held.values("gpu_id")
+            .annotate(layout=StringAgg(pair, delimiter=",", order_by=("start",)))
+            .values_list("gpu_id", "layout")
+        )
         return dict(rows)
     pairs: dict[int, list[str]] = {}
-    for gpu_id, profile, start in held.values_list("gpu_id", "profile", "start"):
+    for gpu_id, profile, start in held.order_by("start").values_list("gpu_id", "profile", "start"):
         pairs.setdefault(gpu_id, []).append(f"{profile}@{start}")
     return {gpu_id: ",".join(p) for gpu_id, p in pairs.items()}
 
@@ -119,27 +124,32 @@ def pool_figures() -> list[PoolFigures]:
     outside = outside_instances()
     mix = requested_mix(pools)
     gpu_counts: dict[int, int] = {}
-    layouts: dict[int, dict[LayoutKeyByModel, int]] = {}
-    gpu_models: dict[int, GpuModel] = {}
+    # Ready GPUs by (pool, published figures, held layout, outside devices): thousands of GPUs, a few dozen
+    # distinct keys, each parsed and measured once below.
+    distinct: dict[tuple[int, int | None, str, tuple[tuple[str, int], ...]], int] = {}
     for gpu_id, pool_id, state, figures_id in (
         Gpu.objects.filter(node__pool__isnull=False)
         .order_by()
         .values_list("pk", "node__pool_id", "node__state", "figures_id")
     ):
         gpu_counts[pool_id] = gpu_counts.get(pool_id, 0) + 1
-        if state != Node.State.READY:
-            continue
-        gpu_model = gpu_model_of(models[pool_id], figures_id)
+        if state == Node.State.READY:
+            key = (pool_id, figures_id, held_by_gpu.get(gpu_id, ""), tuple(outside.get(gpu_id, ())))
+            distinct[key] = distinct.get(key, 0) + 1
+    layouts: dict[int, dict[LayoutKeyByModel, int]] = {}
+    gpu_models: dict[int, GpuModel] = {}
+    for (pool_pk, figures, held, outside_pairs), n in distinct.items():
+        gpu_model = gpu_model_of(models[pool_pk], figures)
         if gpu_model is None:
             continue
-        instances = _instances(held_by_gpu.get(gpu_id, ""))
-        for profile, start in outside.get(gpu_id, ()):
+        instances = _instances(held)
+        for profile, start in outside_pairs:
             instance = outside_instance(gpu_model, profile, start, "o")
             instances.append((instance.profile, instance.start, False))
         gpu_models[id(gpu_model)] = gpu_model
-        key = (id(gpu_model), tuple(sorted(instances)))
-        pool_layouts = layouts.setdefault(pool_id, {})
-        pool_layouts[key] = pool_layouts.get(key, 0) + 1
+        layout = (id(gpu_model), tuple(sorted(instances)))
+        pool_layouts = layouts.setdefault(pool_pk, {})
+        pool_layouts[layout] = pool_layouts.get(layout, 0) + n
     compute_used: dict[int, int] = {}
     slug_to_pk = {pool.slug: pool.pk for pool in pools}
     for (slug, profile), n in slices_in_use().items():

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from allocations import metrics as fleet
@@ -114,51 +116,76 @@ def database_families() -> Iterator[Metric]:
     yield latency
 
 
-def _http_family(fields: dict[str, float]) -> HistogramMetricFamily:
-    """Rebuild cumulative buckets from the per-bucket counts the middleware adds (portal/metrics/events.py)."""
-    per_series: dict[tuple[str, ...], list[float]] = {}
-    sums: dict[tuple[str, ...], float] = {}
+HTTP_FAMILY = "fatia_http_request_duration_seconds"
+HTTP_HELP = "Time to answer a request, by URL pattern name, method and status class (every web process together)."
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def http_histogram_text(fields: dict[str, float]) -> str:
+    """The HTTP latency histogram in the text format, with cumulative buckets rebuilt from the per-bucket counts
+    the middleware adds (portal/metrics/events.py).
+
+    Written here rather than through prometheus_client's families: at a few hundred series (every URL pattern
+    name x method x status class) its per-sample validation and escaping was over half the scrape's CPU time
+    (bench/metrics.py); the tests parse this text with prometheus_client's own parser."""
     top = len(events.HTTP_BUCKETS_S)
+    per_series: dict[tuple[str, ...], list[int]] = {}
+    sums: dict[tuple[str, ...], float] = {}
     for field, value in fields.items():
-        *labels, what = field.split(events.SEP)
-        key = tuple(labels)
+        *parts, what = field.split(events.SEP)
+        key = tuple(parts)
         if len(key) != 3:
             continue  # written by another version of the portal: not ours to read
-        counts = per_series.setdefault(key, [0.0] * (top + 1))
+        counts = per_series.setdefault(key, [0] * (top + 1))
         if what == "sum":
             sums[key] = value
         elif what.isdigit() and int(what) <= top:
-            counts[int(what)] += value
-    family = HistogramMetricFamily(
-        "fatia_http_request_duration_seconds",
-        "Time to answer a request, by URL pattern name, method and status class (every web process together).",
-        labels=["view", "method", "status"],
-    )
+            counts[int(what)] += int(value)
+    bounds = [repr(float(b)) for b in events.HTTP_BUCKETS_S] + ["+Inf"]
+    lines = [f"# HELP {HTTP_FAMILY} {HTTP_HELP}", f"# TYPE {HTTP_FAMILY} histogram"]
     for key, counts in sorted(per_series.items()):
-        cumulative, running = [], 0
-        for n in counts:
-            running += int(n)
-            cumulative.append(running)
-        family.add_metric(list(key), _histogram_buckets(events.HTTP_BUCKETS_S, cumulative), sums.get(key, 0.0))
-    return family
+        view, method, status = map(_label, key)
+        series = f'view="{view}",method="{method}",status="{status}"'
+        running = 0
+        for bound, n in zip(bounds, counts, strict=True):
+            running += n
+            lines.append(f'{HTTP_FAMILY}_bucket{{{series},le="{bound}"}} {running}')
+        lines.append(f"{HTTP_FAMILY}_count{{{series}}} {running}")
+        lines.append(f"{HTTP_FAMILY}_sum{{{series}}} {sums.get(key, 0.0)!r}")
+    return "\n".join(lines) + "\n"
 
 
-def store_families() -> Iterator[Metric]:
+@dataclass(frozen=True, slots=True)
+class StoreFigures:
+    """What the processes recorded in the shared store (portal/metrics/store.py); `up` False when unreadable."""
+
+    up: bool
+    http: dict[str, float]
+    tasks: dict[str, float]
+    passes: dict[str, float]
+
+
+def read_store() -> StoreFigures:
     store = get_store()
+    try:
+        return StoreFigures(True, store.read(HTTP), store.read(TASKS), store.read(PASSES))
+    except StoreUnavailable:
+        logger.warning("metrics: the shared cache does not answer; HTTP, task and pass figures left out")
+        return StoreFigures(False, {}, {}, {})
+
+
+def store_families(figures: StoreFigures) -> Iterator[Metric]:
+    """Everything from the store but the HTTP histogram (http_histogram_text)."""
     up = GaugeMetricFamily(
         "fatia_metrics_store_up", "1 when the shared store of HTTP, task and pass figures could be read."
     )
-    try:
-        http, tasks, passes = store.read(HTTP), store.read(TASKS), store.read(PASSES)
-    except StoreUnavailable:
-        logger.warning("metrics: the shared cache does not answer; HTTP, task and pass figures left out")
-        up.add_metric([], 0)
-        yield up
-        return
-    up.add_metric([], 1)
+    up.add_metric([], 1 if figures.up else 0)
     yield up
-    yield _http_family(http)
-
+    if not figures.up:
+        return
     retries = CounterMetricFamily(
         "fatia_celery_task_retries", "Celery task runs that ended in a scheduled retry.", labels=["task"]
     )
@@ -167,7 +194,7 @@ def store_families() -> Iterator[Metric]:
         "Celery task runs that failed for good (no retry left or not retryable).",
         labels=["task"],
     )
-    for field, value in sorted(tasks.items()):
+    for field, value in sorted(figures.tasks.items()):
         task, _, what = field.rpartition(events.SEP)
         if what == "retry":
             retries.add_metric([task], value)
@@ -180,16 +207,26 @@ def store_families() -> Iterator[Metric]:
         family = GaugeMetricFamily(
             f"fatia_{name}_last_success_timestamp_seconds", f"Unix time the last {name} pass finished without error."
         )
-        if name in passes:
-            family.add_metric([], passes[name])
+        if name in figures.passes:
+            family.add_metric([], figures.passes[name])
         yield family
 
 
-class FatiaCollector(Collector):
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
     def collect(self) -> Iterable[Metric]:
-        yield from database_families()
-        yield from store_families()
+        return self.families
 
 
-REGISTRY = CollectorRegistry(auto_describe=False)
-REGISTRY.register(FatiaCollector())
+def render() -> bytes:
+    """The whole /metrics body: the database's families, the store's, and the HTTP latency histogram."""
+    store = read_store()
+    families = [*database_families(), *store_families(store)]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    body = generate_latest(registry)
+    if store.up:
+        body += http_histogram_text(store.http).encode()
+    return body

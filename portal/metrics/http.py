@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from portal.metrics import events
-from portal.metrics.collector import REGISTRY
+from portal.metrics.collector import render
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class MetricsEndpointMiddleware:
             response = _json(401, "Send the metrics token as 'Authorization: Bearer <token>'.")
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
-        response = HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE)
+        response = HttpResponse(render(), content_type=CONTENT_TYPE)
         response["Cache-Control"] = "no-store"
         return response
 

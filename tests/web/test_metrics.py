@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -369,3 +373,32 @@ def test_request_times_add_up_whether_or_not_they_are_whole_seconds() -> None:
     assert value(text, "fatia_http_request_duration_seconds_bucket", le="10.0", **labels) == 3
     assert value(text, "fatia_http_request_duration_seconds_bucket", le="+Inf", **labels) == 4
     assert value(text, "fatia_metrics_store_up") == 1
+
+
+def test_the_token_can_come_from_a_file_as_kubernetes_mounts_secrets(tmp_path: Path) -> None:
+    # given: the token in a file (a Secret mounted as a volume), not in the environment
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    env = {k: v for k, v in os.environ.items() if k != "FATIA_METRICS_TOKEN"}
+    env.update(DEBUG="True", FATIA_METRICS_TOKEN_FILE=str(token_file), DJANGO_SETTINGS_MODULE="portal.settings")
+    # when
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+         "print(repr(settings.FATIA_METRICS_TOKEN))"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    # then: read, without its newline
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "'from-a-file'"
+
+
+def test_the_http_histograms_text_escapes_label_values_as_the_format_wants() -> None:
+    # given: a name with a quote, a backslash and a newline (no URL pattern has one; the text must still parse)
+    events.observe_request(view='odd"view\\name\nx', method="GET", status=500, seconds=0.02)
+    # when
+    text = scrape()
+    # then
+    odd = {"view": 'odd"view\\name\nx', "method": "GET", "status": "5xx"}
+    assert value(text, "fatia_http_request_duration_seconds_bucket", le="0.01", **odd) == 0
+    assert value(text, "fatia_http_request_duration_seconds_bucket", le="0.025", **odd) == 1
+    assert value(text, "fatia_http_request_duration_seconds_count", **odd) == 1

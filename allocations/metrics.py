@@ -24,10 +24,10 @@ from allocations.selectors import LayoutKeyByModel, layout_figures, requested_mi
 PROVISIONING_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
-def request_counts() -> dict[tuple[str, str], int]:
-    """(pool slug, state) -> requests in that state. One query."""
-    rows = Allocation.objects.values_list("pool__slug", "status").annotate(n=Count("pk")).order_by()
-    return {(pool, status): n for pool, status, n in rows}
+def request_counts(slugs: dict[int, str]) -> dict[tuple[str, str], int]:
+    """(pool slug, state) -> requests in that state. One query (grouped by the pool's id: no join)."""
+    rows = Allocation.objects.values_list("pool_id", "status").annotate(n=Count("pk")).order_by()
+    return {(slugs[pool_id], status): n for pool_id, status, n in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,22 +53,13 @@ def quota_figures() -> list[QuotaFigures]:
     return [QuotaFigures(*row) for row in rows]
 
 
-def slices_in_use() -> dict[tuple[str, str], int]:
-    """(pool slug, profile) -> MIG slices placed for requests that hold them (provisioning to releasing). One
-    query."""
-    rows = (
-        SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
-        .values_list("allocation__pool__slug", "profile")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    return {(pool, profile): n for pool, profile, n in rows}
-
-
 @dataclass(frozen=True, slots=True)
 class PoolFigures:
+    pk: int
     slug: str
     profiles: list[str]
+    #: MIG slices placed for the pool's requests from approved to releasing, by profile (every offered one).
+    slices_in_use: dict[str, int]
     node_states: dict[str, int]
     gpu_count: int
     compute_total: int
@@ -78,25 +69,28 @@ class PoolFigures:
     free: int
 
 
-def _held_layouts() -> dict[int, str]:
-    """Per GPU holding slices: its held (profile, start) pairs as one string, "1g.10gb@0,3g.40gb@4", by start (no
-    two instances of one GPU start at the same slot, so equal layouts make equal strings). PostgreSQL
-    joins them per GPU in one aggregate (a few thousand short rows instead of every slice); other databases (the
-    demo's SQLite) get the slices and join them here."""
+def _held_layouts() -> dict[tuple[int, int], str]:
+    """Per GPU holding slices and the pool of the requests they are for (one pool, unless discovery moved the node
+    since): the held (profile, start) pairs as one string, "1g.10gb@0,3g.40gb@4", by start (no two instances of
+    one GPU start at the same slot, so equal layouts make equal strings). PostgreSQL joins them per GPU in one
+    aggregate (a few thousand short rows instead of every slice); other databases (the demo's SQLite) get the
+    slices and join them here."""
     held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING).order_by()
     if connection.vendor == "postgresql":
         # PostgreSQL's CONCAT takes the integer as it is (Django's Concat would wrap every part in casts).
         pair = Func(F("profile"), Value("@"), F("start"), function="CONCAT", output_field=CharField())
         rows = (
-            held.values("gpu_id")
+            held.values("gpu_id", "allocation__pool_id")
             .annotate(layout=StringAgg(pair, delimiter=",", order_by=("start",)))
-            .values_list("gpu_id", "layout")
+            .values_list("gpu_id", "allocation__pool_id", "layout")
         )
-        return dict(rows)
-    pairs: dict[int, list[str]] = {}
-    for gpu_id, profile, start in held.order_by("start").values_list("gpu_id", "profile", "start"):
-        pairs.setdefault(gpu_id, []).append(f"{profile}@{start}")
-    return {gpu_id: ",".join(p) for gpu_id, p in pairs.items()}
+        return {(gpu_id, pool_id): layout for gpu_id, pool_id, layout in rows}
+    pairs: dict[tuple[int, int], list[str]] = {}
+    for gpu_id, pool_id, profile, start in held.order_by("start").values_list(
+        "gpu_id", "allocation__pool_id", "profile", "start"
+    ):
+        pairs.setdefault((gpu_id, pool_id), []).append(f"{profile}@{start}")
+    return {key: ",".join(p) for key, p in pairs.items()}
 
 
 def _instances(layout: str) -> list[tuple[str, int, bool]]:
@@ -111,8 +105,9 @@ def pool_figures() -> list[PoolFigures]:
     """Per pool: nodes by state, GPUs, compute slices in all and held, and how many more of each offered profile
     fit now and how fragmented the free capacity is, with the dashboard's own measure (selectors.layout_figures:
     the placement engine's fits and stranded slices, once per distinct layout of ready GPUs; devices held outside
-    the portal included). Equal to fleet_pool_summaries() (tests/web/test_metrics.py), but the slices are joined
-    per GPU in the database: seven queries, and Python work per distinct layout rather than per slice."""
+    the portal included), and the slices in use by profile. Equal to fleet_pool_summaries()
+    (tests/web/test_metrics.py), but the slices are joined per GPU in the database: seven queries, and Python work
+    per GPU and per distinct layout rather than per slice."""
     pools = list(NodePool.objects.order_by("name"))
     models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
     states: dict[int, dict[str, int]] = {}
@@ -120,7 +115,17 @@ def pool_figures() -> list[PoolFigures]:
         Node.objects.filter(pool__isnull=False).values_list("pool_id", "state").annotate(n=Count("pk")).order_by()
     ):
         states.setdefault(pool_id, {})[state] = n
-    held_by_gpu = _held_layouts()
+    # Slices in use by the requests' pool and profile, counted once per distinct layout string.
+    by_pool_layout: dict[tuple[int, str], int] = {}
+    held_by_gpu: dict[int, str] = {}
+    for (gpu_id, pool_id), layout in _held_layouts().items():
+        by_pool_layout[(pool_id, layout)] = by_pool_layout.get((pool_id, layout), 0) + 1
+        held_by_gpu[gpu_id] = f"{held_by_gpu[gpu_id]},{layout}" if gpu_id in held_by_gpu else layout
+    in_use: dict[int, dict[str, int]] = {}
+    for (pool_id, layout), n in by_pool_layout.items():
+        counts = in_use.setdefault(pool_id, {})
+        for profile, _, _ in _instances(layout):
+            counts[profile] = counts.get(profile, 0) + n
     outside = outside_instances()
     mix = requested_mix(pools)
     gpu_counts: dict[int, int] = {}
@@ -138,35 +143,36 @@ def pool_figures() -> list[PoolFigures]:
             distinct[key] = distinct.get(key, 0) + 1
     layouts: dict[int, dict[LayoutKeyByModel, int]] = {}
     gpu_models: dict[int, GpuModel] = {}
-    for (pool_pk, figures, held, outside_pairs), n in distinct.items():
+    for (pool_pk, figures, held_pairs, outside_pairs), n in distinct.items():
         gpu_model = gpu_model_of(models[pool_pk], figures)
         if gpu_model is None:
             continue
-        instances = _instances(held)
+        instances = _instances(held_pairs)
         for profile, start in outside_pairs:
             instance = outside_instance(gpu_model, profile, start, "o")
             instances.append((instance.profile, instance.start, False))
         gpu_models[id(gpu_model)] = gpu_model
-        layout = (id(gpu_model), tuple(sorted(instances)))
+        layout_key = (id(gpu_model), tuple(sorted(instances)))
         pool_layouts = layouts.setdefault(pool_pk, {})
-        pool_layouts[layout] = pool_layouts.get(layout, 0) + n
-    compute_used: dict[int, int] = {}
-    slug_to_pk = {pool.slug: pool.pk for pool in pools}
-    for (slug, profile), n in slices_in_use().items():
-        model = models[slug_to_pk[slug]]
-        compute = model.profile(profile).compute_slices if model.has_profile(profile) else 0
-        compute_used[slug_to_pk[slug]] = compute_used.get(slug_to_pk[slug], 0) + n * compute
+        pool_layouts[layout_key] = pool_layouts.get(layout_key, 0) + n
     out = []
     for pool in pools:
         fits, lost, free = layout_figures(gpu_models, layouts.get(pool.pk, {}), mix[pool.pk])
+        model = models[pool.pk]
+        used = in_use.get(pool.pk, {})
+        compute_used = sum(
+            n * model.profile(name).compute_slices for name, n in used.items() if model.has_profile(name)
+        )
         out.append(
             PoolFigures(
+                pk=pool.pk,
                 slug=pool.slug,
                 profiles=list(pool.profiles),
                 node_states=states.get(pool.pk, {}),
                 gpu_count=gpu_counts.get(pool.pk, 0),
                 compute_total=gpu_counts.get(pool.pk, 0) * models[pool.pk].compute_slices,
-                compute_used=compute_used.get(pool.pk, 0),
+                compute_used=compute_used,
+                slices_in_use={name: used.get(name, 0) for name in sorted({*pool.profiles, *used})},
                 fits_now={name: fits.get(name, 0) for name in pool.profiles},
                 stranded=lost,
                 free=free,
@@ -184,7 +190,7 @@ class LatencyHistogram:
     sum_seconds: float
 
 
-def provisioning_latency() -> dict[str, LatencyHistogram]:
+def provisioning_latency(slugs: dict[int, str]) -> dict[str, LatencyHistogram]:
     """Per pool slug: approval (decided_at) -> active (activated_at) of every request that became active, from
     the rows' own timestamps. Computed from the database, it is the same whichever web process is scraped and
     however many workers provisioned; it only grows, because requests are never deleted. One query."""
@@ -196,14 +202,14 @@ def provisioning_latency() -> dict[str, LatencyHistogram]:
     rows = (
         Allocation.objects.filter(activated_at__isnull=False, decided_at__isnull=False)
         .annotate(latency=duration)
-        .values("pool__slug")
+        .values("pool_id")
         .annotate(n=Count("pk"), total=Sum("latency"), **buckets)
         .order_by()
     )
     out = {}
     for row in rows:
         total: timedelta | None = row["total"]
-        out[row["pool__slug"]] = LatencyHistogram(
+        out[slugs[row["pool_id"]]] = LatencyHistogram(
             buckets=[row[f"le_{i}"] for i in range(len(PROVISIONING_BUCKETS_S))] + [row["n"]],
             count=row["n"],
             sum_seconds=total.total_seconds() if total is not None else 0.0,

@@ -32,12 +32,13 @@ def _histogram_buckets(bounds: Iterable[float], cumulative: list[int]) -> list[t
 
 def database_families() -> Iterator[Metric]:
     summaries = fleet.pool_figures()
-    pools = [p.slug for p in summaries]
+    slugs = {p.pk: p.slug for p in summaries}
+    pools = list(slugs.values())
 
     requests = GaugeMetricFamily(
         "fatia_requests", "Slice requests by pool and state (pending, active, released, ...).", labels=["pool", "state"]
     )
-    counts = fleet.request_counts()
+    counts = fleet.request_counts(slugs)
     for pool in sorted({*pools, *(p for p, _ in counts)}):
         for state in Allocation.Status.values:
             requests.add_metric([pool, state], counts.get((pool, state), 0))
@@ -66,7 +67,6 @@ def database_families() -> Iterator[Metric]:
         "Free slices by profile: how many more of the profile fit now on ready GPUs, each profile alone.",
         labels=["pool", "profile"],
     )
-    used = fleet.slices_in_use()
     nodes = GaugeMetricFamily("fatia_pool_nodes", "Nodes in a pool by state.", labels=["pool", "state"])
     gpus = GaugeMetricFamily("fatia_pool_gpus", "GPUs in a pool.", labels=["pool"])
     compute_total = GaugeMetricFamily("fatia_pool_compute_slices", "Compute slices of every GPU.", labels=["pool"])
@@ -88,9 +88,8 @@ def database_families() -> Iterator[Metric]:
     )
     for summary in summaries:
         pool = summary.slug
-        profiles = sorted({*summary.profiles, *(prof for p, prof in used if p == pool)})
-        for profile in profiles:
-            in_use.add_metric([pool, profile], used.get((pool, profile), 0))
+        for profile, n in summary.slices_in_use.items():
+            in_use.add_metric([pool, profile], n)
         for profile, n in sorted(summary.fits_now.items()):
             fit_now.add_metric([pool, profile], n)
         for state in Node.State.values:
@@ -109,7 +108,7 @@ def database_families() -> Iterator[Metric]:
         "Approval to active, per request that became active (from the requests' own timestamps).",
         labels=["pool"],
     )
-    for pool, histogram in sorted(fleet.provisioning_latency().items()):
+    for pool, histogram in sorted(fleet.provisioning_latency(slugs).items()):
         latency.add_metric(
             [pool], _histogram_buckets(fleet.PROVISIONING_BUCKETS_S, histogram.buckets), histogram.sum_seconds
         )

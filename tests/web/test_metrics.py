@@ -199,6 +199,12 @@ def test_the_pool_figures_equal_the_dashboards_with_outside_devices_and_a_cordon
     assert not ours & {gpus[-1].pk, gpus[-2].pk}
     assert figures["h100"].fits_now["7g.80gb"] == 16 - len(ours) - 2  # whole GPUs: not ours, not held outside
     assert figures["second"].node_states == {"cordoned": 1}
+    held = SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING, allocation__pool=world.pool)
+    placed = {p: held.filter(profile=p).count() for p in world.pool.profiles}
+    assert figures["h100"].slices_in_use == placed
+    # the released request is still releasing (its teardown task has not run): its slice is in use
+    assert {p: n for p, n in placed.items() if n} == {"1g.10gb": 4, "2g.20gb": 1, "1g.20gb": 1}
+    assert set(figures["second"].slices_in_use.values()) == {0}
     assert figures["second"].free == 0  # no ready GPU
 
 

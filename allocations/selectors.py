@@ -845,8 +845,8 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
 
 
 def fleet_pool_summaries() -> list[PoolSummary]:
-    """Every pool's summary as a platform admin sees it, without the live stream's versions: what GET /metrics
-    reports (portal/metrics/collector.py). Six queries whatever the fleet size."""
+    """Every pool's summary as a platform admin sees it, without the live stream's versions. GET /metrics computes
+    the same figures its own way (allocations/metrics.py, pool_figures; tests/web/test_metrics.py holds them equal)."""
     return _pool_summaries(visible=None, filters=DashboardFilters(), versions=False)
 
 

@@ -778,7 +778,40 @@ def dashboard_versions(user: User) -> ViewerVersions:
     return fleet_versions().for_viewer(viewer_scope(user))
 
 
-def _requested_mix(pools: list[NodePool]) -> dict[int, dict[str, float]]:
+#: A GPU layout as the dashboard and /metrics group them: (id of its GpuModel, its sorted (profile, start, idle)).
+LayoutKeyByModel = tuple[int, tuple[tuple[str, int, bool], ...]]
+
+
+def layout_figures(
+    gpu_models: dict[int, GpuModel], layouts: dict[LayoutKeyByModel, int], mix: dict[str, float]
+) -> tuple[dict[str, int], int, int]:
+    """For `layouts` (distinct GPU layouts -> how many ready GPUs have each) of one pool: how many more of each
+    profile fit (each alone, layout_fits), the compute slices no mix of the pool's requested profiles can use
+    (the placement policy's stranded measure) and the free compute slices. Each distinct layout is computed once.
+    Returns (fits, stranded, free)."""
+    total_mix = sum(mix.values()) or 1.0
+    fits: dict[str, int] = {}
+    lost = free = 0
+    for (model_id, instances_key), n in layouts.items():
+        gpu_model = gpu_models[model_id]
+        geom = geometry(gpu_model)
+        allowed = frozenset(
+            geom.index[name]
+            for name, count in mix.items()
+            if name in geom.index and count / total_mix >= DASHBOARD_MIX_THRESHOLD
+        )
+        try:
+            layout_key = geom.named_key(instances_key)
+        except ValueError:
+            continue  # the database and the cluster disagree on this GPU: placement leaves it out too
+        for name, f in layout_fits(gpu_model, instances_key).items():
+            fits[name] = fits.get(name, 0) + n * f
+        free += n * (gpu_model.compute_slices - geom.info(layout_key).allocated_compute)
+        lost += n * stranded(geom, layout_key, allowed)
+    return fits, lost, free
+
+
+def requested_mix(pools: list[NodePool]) -> dict[int, dict[str, float]]:
     since = timezone.now() - timedelta(days=DASHBOARD_MIX_DAYS)
     mix: dict[int, dict[str, float]] = {}
     for row in (
@@ -806,13 +839,22 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
 
     Seven queries whatever the fleet size (pools, tenants, memberships, GPUs, placements, pending,
     mix) plus three for the versions."""
-    filters = filters or DashboardFilters()
     if not user.is_authenticated:
         return []
+    return _pool_summaries(visible=_visible_tenant_ids(user), filters=filters or DashboardFilters(), versions=True)
+
+
+def fleet_pool_summaries() -> list[PoolSummary]:
+    """Every pool's summary as a platform admin sees it, without the live stream's versions. GET /metrics computes
+    the same figures its own way (allocations/metrics.py, pool_figures; tests/web/test_metrics.py holds them equal)."""
+    return _pool_summaries(visible=None, filters=DashboardFilters(), versions=False)
+
+
+def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, versions: bool) -> list[PoolSummary]:
+    """dashboard_overview for the tenants in `visible` (None: all); `versions` False leaves them empty."""
     pools = list(NodePool.objects.order_by("name"))
     colours = _tenant_colours()
     tenant_names = dict(Tenant.objects.values_list("pk", "name"))
-    visible = _visible_tenant_ids(user)
     models = {pool.pk: gpu_model_for(pool.gpu_model) for pool in pools}
     compute_of: dict[tuple[int, str], int] = {}
     # No ORDER BY on these two: the layouts are grouped in Python, sorting thousands of rows would be waste.
@@ -844,8 +886,8 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
     pending = {
         row["pool_id"]: row["n"] for row in pending_requests.values("pool_id").annotate(n=Count("pk")).order_by()
     }
-    mix = _requested_mix(pools)
-    versions = _pool_versions()
+    mix = requested_mix(pools)
+    pool_versions = _pool_versions() if versions else {}
     outside = outside_instances()
     by_pool: dict[int, list[tuple[int, int, str, int, int | None]]] = {}
     for gpu_row in gpus:
@@ -860,7 +902,7 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
         seen_nodes: set[int] = set()
         # Ready GPUs grouped by model (the catalog's, or the one a node publishes) and layout, devices held
         # outside the portal included: fits-now and fragmentation are computed once per distinct pair.
-        layouts: dict[tuple[int, tuple[tuple[str, int, bool], ...]], int] = {}
+        layouts: dict[LayoutKeyByModel, int] = {}
         gpu_models: dict[int, GpuModel] = {}
         for gpu_id, node_id, state, _, figures_id in rows:
             if node_id not in seen_nodes:
@@ -875,25 +917,7 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
                 gpu_models[id(gpu_model)] = gpu_model
                 layout = (id(gpu_model), tuple(sorted(instances)))
                 layouts[layout] = layouts.get(layout, 0) + 1
-        total_mix = sum(mix[pool.pk].values()) or 1.0
-        fits: dict[str, int] = {}
-        lost = free = 0
-        for (model_id, instances_key), n in layouts.items():
-            gpu_model = gpu_models[model_id]
-            geom = geometry(gpu_model)
-            allowed = frozenset(
-                geom.index[name]
-                for name, count in mix[pool.pk].items()
-                if name in geom.index and count / total_mix >= DASHBOARD_MIX_THRESHOLD
-            )
-            try:
-                layout_key = geom.named_key(instances_key)
-            except ValueError:
-                continue  # the database and the cluster disagree on this GPU: placement leaves it out too
-            for name, f in layout_fits(gpu_model, instances_key).items():
-                fits[name] = fits.get(name, 0) + n * f
-            free += n * (gpu_model.compute_slices - geom.info(layout_key).allocated_compute)
-            lost += n * stranded(geom, layout_key, allowed)
+        fits, lost, free = layout_figures(gpu_models, layouts, mix[pool.pk])
         pool_usage = usage.get(pool.pk, {})
         # Slices of tenants the viewer does not belong to are counted in the totals only (key None).
         tenants = [
@@ -919,7 +943,7 @@ def dashboard_overview(user: User, filters: DashboardFilters | None = None) -> l
                 fragmentation_stranded=lost,
                 fragmentation_free=free,
                 pending=pending.get(pool.pk, 0),
-                version=versions.get(pool.pk, ""),
+                version=pool_versions.get(pool.pk, ""),
             )
         )
     return out

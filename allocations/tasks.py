@@ -23,6 +23,7 @@ from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import leases, provisioning, requeue
+from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
 # work again (services/requeue.py), so an outage of any length converges.
@@ -84,6 +85,7 @@ def reconcile_cluster_task() -> None:
         reconcile.reconcile_cluster()
     else:
         requeue.sweep_stuck_requests()
+    metric_events.record_pass("reconcile")
 
 
 @shared_task(acks_late=True, soft_time_limit=240, time_limit=300)

@@ -15,6 +15,9 @@ app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Task retries and failures for GET /metrics, counted from every worker into the shared store.
+import portal.metrics.celery_signals  # noqa: E402, F401
+
 # Celery's Django fixup closes every database connection after each task unless this is set, and a new
 # connection costs a PostgreSQL backend start: on Kubernetes a request runs about five tasks. Connections are
 # reused across tasks instead, as Django reuses them across web requests: before each task, Django's

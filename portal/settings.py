@@ -391,3 +391,17 @@ LOGGING = {
 # Where `celery beat` keeps its schedule (last run times). The chart points it at the pod's /tmp, the only writable
 # place on a read-only root filesystem; the default is beat's own, in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = os.environ.get("FATIA_BEAT_SCHEDULE_FILE", "celerybeat-schedule")
+
+# --- Metrics (issue 11: GET /metrics, portal/metrics/) --------------------------------------------------------
+# The bearer token Prometheus sends to GET /metrics on the web port (8000); unset, /metrics does not exist (404).
+FATIA_METRICS_TOKEN = env_secret("FATIA_METRICS_TOKEN")
+# HTTP latency, Celery retries and failures and the discovery/reconcile pass times are counted in the shared cache
+# (CACHE_URL, Redis) so that every web and worker process adds to the same figures; without CACHE_URL each process
+# counts on its own (the demo). Keys live under this prefix there.
+FATIA_METRICS_KEY_PREFIX = os.environ.get("FATIA_METRICS_KEY_PREFIX", "fatia:metrics:")
+# /metrics is answered right after the probes, ahead of host validation (portal/metrics/http.py); request latency
+# is timed from there, so it covers the whole middleware chain and the view.
+MIDDLEWARE[MIDDLEWARE.index("portal.health.HealthCheckMiddleware") + 1 : 0] = [
+    "portal.metrics.http.MetricsEndpointMiddleware",
+    "portal.metrics.http.RequestLatencyMiddleware",
+]

@@ -36,6 +36,7 @@ from allocations.cluster.discovery import (
     sync_fleet,
 )
 from allocations.cluster.published import DriverPools, SliceSummary, summarize
+from portal.metrics import events as metric_events
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +219,9 @@ class FleetDiscovery:
         for kind in KINDS:
             items, _ = self._list(kind)
             self.view.load(kind, items)
-        return self.view.flush()
+        report = self.view.flush()
+        metric_events.record_pass("discovery")
+        return report
 
     # --- the long-lived process ---------------------------------------------------------------------------
 
@@ -302,11 +305,15 @@ class FleetDiscovery:
 
     def _flush(self) -> DiscoveryReport:
         try:
-            return self.view.flush()
+            report = self.view.flush()
         except DatabaseError:
             logger.exception("discovery: could not write to the database; trying again")
             close_old_connections()
             return DiscoveryReport()
+        # The database follows the cluster as of now: a change, or at least the resync's full list, is written
+        # every FATIA_DISCOVERY_RESYNC_S while discovery is healthy (fatia_discovery_last_success_timestamp_seconds).
+        metric_events.record_pass("discovery")
+        return report
 
     def run_forever(self) -> None:
         self.start()

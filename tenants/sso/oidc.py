@@ -132,10 +132,21 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         return claims
 
     def retrieve_matching_jwk(self, token: str) -> Any:
+        """The provider's published key that signed `token`: the one with the token's key id, or the only signing
+        key when the token names none (some providers publish one key without an id)."""
+        header = jwt.get_unverified_header(token)
+        response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=timeouts())
+        response.raise_for_status()
+        keys = [k for k in response.json().get("keys", []) if isinstance(k, dict) and k.get("use", "sig") == "sig"]
+        keys = [k for k in keys if "alg" not in k or k["alg"] == header.get("alg")]
+        kid = header.get("kid")
+        matching = [k for k in keys if k.get("kid") == kid] if kid is not None else keys
+        if len(matching) != 1:
+            raise SuspiciousOperation(f"ID token refused: no single published key matches key id {kid!r}.")
         try:
-            return super().retrieve_matching_jwk(token)
-        except (KeyError, jwt.InvalidKeyError, jwt.PyJWKError) as exc:
-            raise SuspiciousOperation(f"ID token refused: no usable key ({exc}).") from exc
+            return jwt.PyJWK(matching[0])
+        except jwt.PyJWKError as exc:
+            raise SuspiciousOperation(f"ID token refused: the provider's key is unusable ({exc}).") from exc
 
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
         """The verified ID token's claims, with the user-info endpoint's on top when the provider has one."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -137,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             sub = f"bench-user-{n - 1 if returning else n}"
             requests.put(f"{issuer}/users/{sub}", json={"preferred_username": sub, "groups": [GROUP]}, timeout=10)
             context = browser.new_context(base_url=base)
+            # The provider's page links a stylesheet from a CDN; nothing outside this machine is reachable (or
+            # measured): refuse it at once rather than wait for it.
+            context.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())
             page = context.new_page()
             page.goto("/login/")
             t0 = time.perf_counter()
@@ -152,6 +156,25 @@ def main(argv: list[str] | None = None) -> int:
             legs["returning" if returning else "first"].append((t3 - t2) * 1000)
             context.close()
         browser.close()
+    # The portal's own share, without a browser: the redirect to the provider, and the callback (code -> token,
+    # keys, ID token checks, user info, user and memberships, session) up to its redirect home.
+    portal: dict[str, list[float]] = {"authenticate": [], "provider": [], "callback": []}
+    for n in range(args.rounds):
+        sub = f"bench-http-{n}"
+        requests.put(f"{issuer}/users/{sub}", json={"preferred_username": sub, "groups": [GROUP]}, timeout=10)
+        session = requests.Session()
+        t0 = time.perf_counter()
+        start = session.get(f"{base}/oidc/authenticate/", allow_redirects=False, timeout=30)
+        t1 = time.perf_counter()
+        back = requests.post(start.headers["Location"], data={"sub": sub}, allow_redirects=False, timeout=30)
+        t2 = time.perf_counter()
+        done = session.get(back.headers["Location"], allow_redirects=False, timeout=30)
+        t3 = time.perf_counter()
+        if done.status_code != 302 or done.headers["Location"] != "/":
+            raise SystemExit(f"the callback did not sign {sub} in: {done.status_code} {done.headers.get('Location')}")
+        portal["authenticate"].append((t1 - t0) * 1000)
+        portal["provider"].append((t2 - t1) * 1000)
+        portal["callback"].append((t3 - t2) * 1000)
 
     def row(name: str, values: list[float]) -> str:
         return (
@@ -172,13 +195,19 @@ def main(argv: list[str] | None = None) -> int:
             row("click Authorize -> signed-in page, returning user", legs["returning"]),
             row("both clicks together, first sign-in", first_total),
             row("both clicks together, returning user", returning_total),
+            row("portal alone: GET /oidc/authenticate/ (no browser)", portal["authenticate"]),
+            row("provider alone: its sign-in form POST -> redirect back (no browser)", portal["provider"]),
+            row("portal alone: GET /oidc/callback/ -> 302 home, first sign-in (no browser)", portal["callback"]),
         ]
     )
     body = (
         f"`{command}`: {args.rounds} sign-ins in headless Chromium against a real OpenID Connect provider "
         f"(oidc-provider-mock on loopback) and `gunicorn portal.wsgi` with {args.workers} sync workers, "
         "PostgreSQL, DEBUG=False; a fresh browser context per sign-in. The time at the provider's page (typing) "
-        "is not counted; the first rounds include each worker's first discovery-document fetch.\n\n" + table
+        "is not counted; the first rounds include each worker's first discovery-document fetch (no CACHE_URL: "
+        "each worker caches it for itself). The provider's page links a CDN stylesheet, refused at once (no "
+        f"network here). Load average when it started: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+        "(the machine is shared).\n\n" + table
     )
     print(table)
     if not args.no_write:

@@ -100,7 +100,7 @@ class SsoGroupMappingSerializer(serializers.ModelSerializer[SsoGroupMapping]):
 
 class SsoGroupMappingCreateSerializer(serializers.Serializer[Any]):
     group = serializers.CharField(max_length=255, help_text="As the identity provider sends it in the groups claim.")
-    tenant = serializers.IntegerField(min_value=1)
+    tenant = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     role = serializers.ChoiceField(choices=Membership.Role.choices)
 
 

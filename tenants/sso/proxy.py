@@ -46,8 +46,8 @@ def from_trusted_proxy(request: HttpRequest) -> bool:
 
 
 def groups_from_header(raw: str) -> list[str]:
-    """oauth-proxy style: names separated by commas (or by "|", as some proxies send them)."""
-    return [g.strip() for g in raw.replace("|", ",").split(",") if g.strip()]
+    """Group names separated by commas, as oauth2-proxy sends them."""
+    return [g.strip() for g in raw.split(",") if g.strip()]
 
 
 class AuthProxyBackend(ModelBackend):

@@ -76,3 +76,16 @@ def test_without_an_issuer_there_is_no_sso_button(world: World):
     # then
     assert "/oidc/authenticate/" not in page
     assert response.status_code == 404
+
+
+def test_the_deploy_check_warns_about_a_plain_http_issuer(settings: Any):
+    from tenants.checks import oidc_issuer_https_check
+
+    # given
+    settings.FATIA_OIDC_ISSUER = "http://sso.example.test/realms/company"
+    # when
+    warnings = oidc_issuer_https_check(None)
+    settings.FATIA_OIDC_ISSUER = "https://sso.example.test/realms/company"
+    # then
+    assert [w.id for w in warnings] == ["fatia.W002"]
+    assert oidc_issuer_https_check(None) == []

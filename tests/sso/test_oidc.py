@@ -25,7 +25,7 @@ from tenants.models import AuditEvent, Membership, SsoGroupMapping, SsoIdentity
 from tenants.sso.oidc import OidcBackend
 from tests.conftest import World
 from tests.sso.conftest import CLIENT_ID
-from tests.sso.provider import Provider, callback_path, free_port
+from tests.sso.provider import Provider, callback_path, free_port, running_provider
 
 
 def sign_in(client: Client, provider: Provider, sub: str) -> Any:
@@ -249,3 +249,46 @@ def test_an_unsigned_token_is_refused(db: Any, sso: Provider):
     # when / then
     with pytest.raises(SuspiciousOperation, match="algorithm 'none'"):
         _backend().verify_token(unsigned, nonce="n-6")
+
+
+def test_the_discovery_document_is_fetched_once_and_cached(db: Any, settings: Any):
+    # given: a provider of its own, asked once
+    with running_provider() as provider:
+        settings.FATIA_OIDC_ISSUER = provider.issuer
+        settings.FATIA_OIDC_CLIENT_ID = CLIENT_ID
+        first = Client().get("/oidc/authenticate/")
+    # when: the provider is gone
+    second = Client().get("/oidc/authenticate/")
+    # then: the endpoints still come from the cache
+    assert first.status_code == 302
+    assert second.status_code == 302
+    assert second["Location"].startswith(f"{provider.issuer}/oauth2/authorize?")
+
+
+def test_a_provider_that_goes_down_during_the_sign_in_gives_a_friendly_page(db: Any, settings: Any):
+    # given: a sign-in under way at a provider that then stops
+    with running_provider() as provider:
+        settings.FATIA_OIDC_ISSUER = provider.issuer
+        settings.FATIA_OIDC_CLIENT_ID = CLIENT_ID
+        provider.set_user("sub-xena", preferred_username="xena", email="xena@example.test")
+        client = Client()
+        back = provider.authorize(client.get("/oidc/authenticate/")["Location"], "sub-xena")
+    # when: the browser comes back; the code cannot be exchanged
+    response = client.get(callback_path(back))
+    # then
+    assert response.status_code == 503
+    assert "Single sign-on is unavailable" in response.content.decode()
+    assert not User.objects.filter(username="xena").exists()
+
+
+def test_a_code_the_provider_refuses_signs_nobody_in_with_a_message(db: Any, sso: Provider):
+    # given: a sign-in under way, and a made-up code for its state
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    # when
+    response = client.get(f"/oidc/callback/?code=made-up&state={state}", follow=True)
+    # then
+    assert response.redirect_chain == [("/login/", 302)]
+    assert "Single sign-on did not sign you in" in response.content.decode()
+    assert signed_in_username(client) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from django.test import Client
 
 from tenants import services
@@ -192,3 +193,38 @@ def test_an_admin_made_by_hand_stays_an_admin_without_the_group(world: World, se
     # then
     vic.refresh_from_db()
     assert vic.is_staff
+
+
+def test_the_audit_log_tells_what_single_sign_on_did_in_sentences(world: World, settings: Any):
+    from tenants.audit_text import describe_event
+
+    # given
+    settings.FATIA_OIDC_ADMIN_GROUPS = ["platform-admins"]
+    client = world.client(world.root)
+    client.post(URL, {"group": "gpu-a", "tenant": world.tenant_a.pk, "role": "manager"}, format="json")
+    # when
+    _sign_in("yara", ["gpu-a", "platform-admins"])
+    _sign_in("yara", [])
+    # then
+    events = AuditEvent.objects.filter(Q(actor_name="sso") | Q(object_type="ssogroupmapping")).order_by("id")
+    assert [describe_event(e) for e in events] == [
+        "root mapped group gpu-a to manager in team-a",
+        "sso created user yara at their first sign-in",
+        "sso made yara a platform admin",
+        "sso added yara as manager",
+        "sso took platform admin away from yara",
+        "sso removed yara from the tenant",
+    ]
+
+
+def test_the_tenant_page_says_which_memberships_came_from_single_sign_on(world: World):
+    # given
+    SsoGroupMapping.objects.create(group="gpu-a", tenant=world.tenant_a, role="member")
+    _sign_in("zoe", ["gpu-a"])
+    client = Client()
+    client.force_login(world.root)
+    # when
+    page = client.get(f"/manage/tenants/{world.tenant_a.pk}/").content.decode()
+    # then: zoe's row says so, alice's (added by hand) does not
+    assert page.count("from single sign-on groups") == 1
+    assert page.index("zoe") < page.index("from single sign-on groups")

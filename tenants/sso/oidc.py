@@ -137,7 +137,11 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         header = jwt.get_unverified_header(token)
         response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=timeouts())
         response.raise_for_status()
-        keys = [k for k in response.json().get("keys", []) if isinstance(k, dict) and k.get("use", "sig") == "sig"]
+        document = response.json()
+        published = document.get("keys") if isinstance(document, dict) else None
+        if not isinstance(published, list):
+            raise SuspiciousOperation("ID token refused: the provider's key set (JWKS) has no list of keys.")
+        keys = [k for k in published if isinstance(k, dict) and k.get("use", "sig") == "sig"]
         keys = [k for k in keys if "alg" not in k or k["alg"] == header.get("alg")]
         kid = header.get("kid")
         matching = [k for k in keys if k.get("kid") == kid] if kid is not None else keys

@@ -405,3 +405,83 @@ MIDDLEWARE[MIDDLEWARE.index("portal.health.HealthCheckMiddleware") + 1 : 0] = [
     "portal.metrics.http.MetricsEndpointMiddleware",
     "portal.metrics.http.RequestLatencyMiddleware",
 ]
+
+# --- Single sign-on (issue 11; tenants/sso/, docs/operations.md "Single sign-on") ---------------------------------
+# OpenID Connect: the provider's issuer URL; its endpoints come from its discovery document
+# (<issuer>/.well-known/openid-configuration), fetched on the first sign-in and cached. Empty: no SSO button.
+FATIA_OIDC_ISSUER = os.environ.get("FATIA_OIDC_ISSUER", "").rstrip("/")
+FATIA_OIDC_CLIENT_ID = os.environ.get("FATIA_OIDC_CLIENT_ID", "")
+FATIA_OIDC_CLIENT_SECRET = env_secret("FATIA_OIDC_CLIENT_SECRET") or ""
+FATIA_OIDC_SCOPES = os.environ.get("FATIA_OIDC_SCOPES", "openid email profile groups")
+FATIA_OIDC_GROUPS_CLAIM = os.environ.get("FATIA_OIDC_GROUPS_CLAIM", "groups")
+# Members of these groups are platform admins (is_staff), given and taken away at each SSO sign-in.
+FATIA_OIDC_ADMIN_GROUPS = [g.strip() for g in os.environ.get("FATIA_OIDC_ADMIN_GROUPS", "").split(",") if g.strip()]
+# Seconds to wait for the provider (discovery, token, keys, user info) before the sign-in page says it is down.
+FATIA_OIDC_TIMEOUT_S = env_int("FATIA_OIDC_TIMEOUT_S", 5)
+FATIA_OIDC_DISCOVERY_CACHE_S = env_int("FATIA_OIDC_DISCOVERY_CACHE_S", 3600)
+# The button's words on the sign-in page, e.g. "Sign in with Keycloak".
+FATIA_OIDC_BUTTON_LABEL = os.environ.get("FATIA_OIDC_BUTTON_LABEL", "Sign in with single sign-on")
+# False: no username-and-password sign-in anywhere (the login page shows only the SSO button; Django's admin login
+# refuses too). API tokens keep working.
+FATIA_LOCAL_LOGIN = env_bool("FATIA_LOCAL_LOGIN", True)
+# An authenticating proxy in front of the portal (OpenShift's oauth-proxy) that passes the user and their groups in
+# headers. The headers count only when the connection comes straight from an address in the trusted ranges;
+# from anywhere else they are ignored.
+FATIA_AUTH_PROXY = env_bool("FATIA_AUTH_PROXY", False)
+FATIA_AUTH_PROXY_TRUSTED_CIDRS = [
+    c.strip() for c in os.environ.get("FATIA_AUTH_PROXY_TRUSTED_CIDRS", "").split(",") if c.strip()
+]
+FATIA_AUTH_PROXY_USER_HEADER = os.environ.get("FATIA_AUTH_PROXY_USER_HEADER", "X-Forwarded-User")
+FATIA_AUTH_PROXY_GROUPS_HEADER = os.environ.get("FATIA_AUTH_PROXY_GROUPS_HEADER", "X-Forwarded-Groups")
+
+
+def _check_sso_settings() -> None:
+    import ipaddress
+
+    for cidr in FATIA_AUTH_PROXY_TRUSTED_CIDRS:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"FATIA_AUTH_PROXY_TRUSTED_CIDRS: {cidr!r} is not an address range like 10.128.0.0/14."
+            ) from exc
+    if FATIA_AUTH_PROXY and not FATIA_AUTH_PROXY_TRUSTED_CIDRS:
+        raise ImproperlyConfigured(
+            "FATIA_AUTH_PROXY is on: set FATIA_AUTH_PROXY_TRUSTED_CIDRS to the proxy's addresses (e.g. 127.0.0.1/32 "
+            "for an oauth-proxy sidecar); the user header is trusted only from there."
+        )
+    if FATIA_OIDC_ISSUER and not FATIA_OIDC_ISSUER.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(f"FATIA_OIDC_ISSUER must be a URL, not {FATIA_OIDC_ISSUER!r}.")
+    if FATIA_OIDC_ISSUER and not FATIA_OIDC_CLIENT_ID:
+        raise ImproperlyConfigured("FATIA_OIDC_ISSUER is set: set FATIA_OIDC_CLIENT_ID too.")
+    if not FATIA_LOCAL_LOGIN and not FATIA_OIDC_ISSUER and not FATIA_AUTH_PROXY:
+        raise ImproperlyConfigured(
+            "FATIA_LOCAL_LOGIN is False but neither FATIA_OIDC_ISSUER nor FATIA_AUTH_PROXY is set: "
+            "nobody could sign in."
+        )
+    for name in ("FATIA_AUTH_PROXY_USER_HEADER", "FATIA_AUTH_PROXY_GROUPS_HEADER"):
+        value = globals()[name]
+        if not value or not all(ch.isalnum() or ch == "-" for ch in value):
+            raise ImproperlyConfigured(f"{name} must be a header name like X-Forwarded-User, not {value!r}.")
+
+
+_check_sso_settings()
+# Both sign-in backends are always installed; each does nothing unless its settings are on (tenants/sso/).
+AUTHENTICATION_BACKENDS = [
+    *AUTHENTICATION_BACKENDS,
+    "tenants.sso.oidc.OidcBackend",
+    "tenants.sso.proxy.AuthProxyBackend",
+]
+# The proxy's headers are read right after the session's user is known.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "tenants.sso.proxy.AuthProxyMiddleware",
+)
+# mozilla-django-oidc's own settings, for what our subclasses (tenants/sso/oidc.py) leave to it.
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_USE_NONCE = True
+OIDC_CREATE_USER = True
+OIDC_STORE_ID_TOKEN = False
+OIDC_STORE_ACCESS_TOKEN = False

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from tenants.models import ApiToken, AuditEvent, Membership, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, SsoIdentity, Tenant
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -35,9 +35,20 @@ class TenantAdmin(ReadOnlyAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(ReadOnlyAdmin):
-    list_display = ["tenant", "user", "role"]
+    list_display = ["tenant", "user", "role", "sso_managed"]
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
     list_display = ["user", "name", "prefix", "scope", "expires_at", "revoked_at"]
+
+
+@admin.register(SsoGroupMapping)
+class SsoGroupMappingAdmin(ReadOnlyAdmin):
+    list_display = ["group", "tenant", "role", "created_at"]
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(ReadOnlyAdmin):
+    list_display = ["user", "issuer", "subject", "staff_from_sso", "last_login_at"]
+    search_fields = ["subject", "user__username"]

@@ -192,6 +192,18 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("membership", "add_member"): lambda: f"{actor} added {after.get('user', '?')} as {after.get('role', '?')}",
         ("membership", "change_role"): lambda: f"{actor} made {after.get('user', '?')} a {after.get('role', '?')}",
         ("membership", "remove_member"): lambda: f"{actor} removed {before.get('user', '?')} from the tenant",
+        ("ssogroupmapping", "create"): lambda: (
+            f"{actor} mapped group {after.get('group', '?')} to {after.get('role', '?')} in {after.get('tenant', '?')}"
+        ),
+        ("ssogroupmapping", "update"): lambda: (
+            f"{actor} made group {after.get('group', '?')} give {after.get('role', '?')} in {after.get('tenant', '?')}"
+        ),
+        ("ssogroupmapping", "delete"): lambda: (
+            f"{actor} stopped mapping group {before.get('group', '?')} to {before.get('tenant', '?')}"
+        ),
+        ("user", "create_sso_user"): lambda: f"{actor} created user {after.get('user', '?')} at their first sign-in",
+        ("user", "grant_admin"): lambda: f"{actor} made {after.get('user', '?')} a platform admin",
+        ("user", "revoke_admin"): lambda: f"{actor} took platform admin away from {before.get('user', '?')}",
         ("apitoken", "create_token"): lambda: (
             f"{actor} created API token “{after.get('name', '?')}” ({after.get('scope', '?')})"
         ),

@@ -20,3 +20,18 @@ def shared_cache_check(app_configs: Any, **kwargs: Any) -> list[Warning]:
             id="fatia.W001",
         )
     ]
+
+
+@register(Tags.security, deploy=True)
+def oidc_issuer_https_check(app_configs: Any, **kwargs: Any) -> list[Warning]:
+    """The client secret and the codes travel to the provider: plain HTTP would show them to the network."""
+    if settings.DEBUG or not settings.FATIA_OIDC_ISSUER.startswith("http://"):
+        return []
+    return [
+        Warning(
+            f"FATIA_OIDC_ISSUER is plain HTTP ({settings.FATIA_OIDC_ISSUER}): the client secret and sign-in codes "
+            "would cross the network unencrypted.",
+            hint="Use the provider's https:// issuer URL.",
+            id="fatia.W002",
+        )
+    ]

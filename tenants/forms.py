@@ -134,3 +134,13 @@ class AuditFilterForm(forms.Form):
             "since": datetime.combine(since, time.min, tzinfo=tz) if since else None,
             "until": datetime.combine(until + timedelta(days=1), time.min, tzinfo=tz) if until else None,
         }
+
+
+class SsoGroupMappingForm(forms.Form):
+    group = forms.CharField(
+        max_length=255,
+        help_text="Exactly as the identity provider sends it in the groups claim, e.g. gpu-ml-research-managers.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.order_by("name"), empty_label=None)
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)

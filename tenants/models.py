@@ -104,6 +104,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    # Made by single sign-on from the user's groups (tenants/sso/services.py): kept in step with them at each
+    # sign-in, and removed when no group maps to the tenant any more. Memberships added by hand are never touched.
+    sso_managed = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MembershipQuerySet.as_manager()
@@ -191,3 +194,59 @@ class AuditEvent(models.Model):
 
     def describe(self) -> dict[str, Any]:
         return {"verb": self.verb, "before": self.before, "after": self.after}
+
+
+class SsoGroupMapping(models.Model):
+    """An identity-provider group that gives its members a role in a tenant at single sign-on.
+
+    Set by platform admins. One row per (group, tenant); a user in several groups that map to one tenant gets the
+    highest of their roles. Applied at each SSO sign-in (tenants/sso/services.py), not retroactively.
+    """
+
+    group = models.CharField(max_length=255)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sso_group_mappings")
+    role = models.CharField(max_length=16, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "tenant__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "tenant"],
+                name="sso_group_mapping_unique_group_tenant",
+                violation_error_message="This group already maps to this tenant.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.tenant} ({self.role})"
+
+
+class SsoIdentity(models.Model):
+    """The link between a portal user and an account at an identity provider: (issuer, subject) -> user.
+
+    Users who sign in by SSO are found by this link only, never by e-mail or username, so an account at the
+    provider can never take over a local account that happens to share its name or address.
+    `staff_from_sso` records that SSO made the user a platform admin (from FATIA_OIDC_ADMIN_GROUPS), so that SSO
+    takes it away again when the group goes, but never touches an admin made by hand.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities")
+    # The OpenID Connect issuer URL, or "proxy" for the authenticating proxy's user header.
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    staff_from_sso = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"],
+                name="sso_identity_unique_issuer_subject",
+                violation_error_message="This account at the identity provider is already linked to a user.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -52,12 +52,14 @@ def record_audit_event(
     tenant_id: int | None = None,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
+    actor_name: str | None = None,
 ) -> AuditEvent:
     """Append one event to the audit log. Called inside the service's transaction, so the event
-    and the change it describes commit or roll back together."""
+    and the change it describes commit or roll back together. `actor_name` names a non-person actor
+    (e.g. "sso" for single sign-on) when `actor` is None."""
     return AuditEvent.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
-        actor_name=actor.get_username() if actor is not None else SYSTEM_ACTOR,
+        actor_name=actor.get_username() if actor is not None else (actor_name or SYSTEM_ACTOR),
         tenant_id=tenant.pk if tenant is not None else tenant_id,
         verb=verb,
         object_type=obj._meta.model_name or type(obj).__name__.lower(),

@@ -34,6 +34,9 @@ class LockoutModelBackend(ModelBackend):
     def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
     ) -> Any:
+        # FATIA_LOCAL_LOGIN=False: no password sign-in anywhere, the admin site's included (single sign-on only).
+        if not settings.FATIA_LOCAL_LOGIN:
+            return None
         if username is not None and throttling.login_lock(username=username, address=_address(request)):
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
@@ -56,11 +59,19 @@ class SignInForm(AuthenticationForm):
     """The login page's form: a locked account or address gets its own message instead of "did not match"."""
 
     locked: throttling.LoginLock | None = None
+    # The error names its own cause (locked out, or password sign-in off) instead of "did not match".
+    explained = False
 
     def clean(self) -> dict[str, Any]:
+        if not settings.FATIA_LOCAL_LOGIN:
+            self.explained = True
+            raise forms.ValidationError(
+                "Password sign-in is turned off here: use single sign-on.", code="local_login_off"
+            )
         username = self.data.get("username", "")
         self.locked = throttling.login_lock(username=str(username), address=_address(self.request))
         if self.locked is not None:
+            self.explained = True
             minutes = math.ceil(self.locked.seconds_left / 60)
             whom = "this account" if self.locked.reason == "account" else "your network address"
             raise forms.ValidationError(
@@ -74,8 +85,17 @@ class SignInView(auth_views.LoginView):
     form_class = SignInForm
     template_name = "registration/login.html"
 
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["local_login"] = settings.FATIA_LOCAL_LOGIN
+        context["sso_enabled"] = bool(settings.FATIA_OIDC_ISSUER)
+        context["sso_label"] = settings.FATIA_OIDC_BUTTON_LABEL
+        return context
+
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         response = super().form_invalid(form)
+        if not settings.FATIA_LOCAL_LOGIN:
+            response.status_code = 400
         lock = getattr(form, "locked", None)
         if lock is not None:
             response.status_code = 429

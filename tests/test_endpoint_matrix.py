@@ -17,7 +17,7 @@ from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
 from tenants.api.urls import router as tenants_router
-from tenants.models import ApiToken, AuditEvent, Membership, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
 from tenants.services import create_api_token
 from tests.conftest import World
 
@@ -36,6 +36,7 @@ class Ids:
     active: int
     event: int
     extension: int
+    mapping: int
 
 
 def objects(world: World) -> Ids:
@@ -81,6 +82,7 @@ def objects(world: World) -> Ids:
     token, _ = create_api_token(user=world.alice, name="mine", scope="read", expires_at=None, actor=world.alice)
     event = AuditEvent.objects.filter(tenant=world.tenant_a).order_by("pk").first()
     assert event is not None
+    mapping = SsoGroupMapping.objects.create(group="gpu-team-a", tenant=world.tenant_a, role="member")
     return Ids(
         tenant=world.tenant_a.pk,
         membership=Membership.objects.get(user=world.alice).pk,
@@ -92,6 +94,7 @@ def objects(world: World) -> Ids:
         active=active.pk,
         event=event.pk,
         extension=extension.pk,
+        mapping=mapping.pk,
     )
 
 
@@ -107,6 +110,7 @@ def snapshot() -> tuple[Any, ...]:
         list(NodePool.objects.order_by("pk").values_list("pk", "name", "profiles")),
         list(LeaseExtension.objects.order_by("pk").values_list("pk", "status")),
         list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
+        list(SsoGroupMapping.objects.order_by("pk").values_list("pk", "group", "tenant_id", "role")),
     )
 
 
@@ -132,6 +136,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "reason": {"reason": "because"},
         "extend": {"hours": 2},
         "extend-long": {"hours": 30},
+        "mapping": {"group": "gpu-team-a-managers", "tenant": a, "role": "manager"},
         "none": {},
     }[name]
 
@@ -180,6 +185,12 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/lease-extensions/{extension}/reject/", "reason", (403, 200, 404, 401)),
     ("get", "/api/v1/audit-events/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/audit-events/{event}/", "none", (404, 200, 404, 401)),
+    # Single sign-on group mappings: platform admins only.
+    ("get", "/api/v1/sso-group-mappings/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/sso-group-mappings/", "mapping", (403, 403, 403, 401)),
+    ("get", "/api/v1/sso-group-mappings/{mapping}/", "none", (403, 403, 403, 401)),
+    ("patch", "/api/v1/sso-group-mappings/{mapping}/", "role", (403, 403, 403, 401)),
+    ("delete", "/api/v1/sso-group-mappings/{mapping}/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

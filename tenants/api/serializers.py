@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from tenants.models import ApiToken, Membership, Tenant
+from tenants.models import ApiToken, Membership, SsoGroupMapping, Tenant
 
 
 class TenantSerializer(serializers.ModelSerializer[Tenant]):
@@ -87,3 +87,22 @@ class MeSerializer(serializers.Serializer[Any]):
     username = serializers.CharField()
     is_platform_admin = serializers.BooleanField()
     memberships = MembershipSerializer(many=True)
+
+
+class SsoGroupMappingSerializer(serializers.ModelSerializer[SsoGroupMapping]):
+    tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
+
+    class Meta:
+        model = SsoGroupMapping
+        fields = ["id", "group", "tenant", "tenant_slug", "role", "created_at"]
+        read_only_fields = fields
+
+
+class SsoGroupMappingCreateSerializer(serializers.Serializer[Any]):
+    group = serializers.CharField(max_length=255, help_text="As the identity provider sends it in the groups claim.")
+    tenant = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class SsoGroupMappingUpdateSerializer(serializers.Serializer[Any]):
+    role = serializers.ChoiceField(choices=Membership.Role.choices)

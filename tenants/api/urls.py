@@ -9,5 +9,6 @@ router = SimpleRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("memberships", views.MembershipViewSet, basename="membership")
 router.register("tokens", views.ApiTokenViewSet, basename="token")
+router.register("sso-group-mappings", views.SsoGroupMappingViewSet, basename="sso-group-mapping")
 
 urlpatterns = [path("me/", views.MeView.as_view(), name="me"), *router.urls]

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,7 +17,9 @@ from tenants.api import serializers as s
 from tenants.api.auth import acting_user
 from tenants.api.filters import MembershipFilter
 from tenants.errors import InvalidInput
-from tenants.models import ApiToken, Membership, Tenant
+from tenants.models import ApiToken, Membership, SsoGroupMapping, Tenant
+from tenants.permissions import IsPlatformAdmin, TokenScopeAllows
+from tenants.sso import services as sso_services
 
 
 class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Tenant]):
@@ -129,3 +132,42 @@ class MeView(APIView):
                 }
             ).data
         )
+
+
+class SsoGroupMappingViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[SsoGroupMapping]
+):
+    """Single sign-on: identity-provider groups that give a role in a tenant (platform admins only)."""
+
+    serializer_class = s.SsoGroupMappingSerializer
+    permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdmin]
+    filterset_fields = ["group", "tenant"]
+    ordering_fields = ["group", "created_at"]
+
+    def get_queryset(self) -> QuerySet[SsoGroupMapping]:
+        return SsoGroupMapping.objects.select_related("tenant").order_by("group", "tenant__name", "pk")
+
+    @extend_schema(request=s.SsoGroupMappingCreateSerializer, responses={201: s.SsoGroupMappingSerializer})
+    def create(self, request: Request) -> Response:
+        data = s.SsoGroupMappingCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        mapping = sso_services.create_sso_group_mapping(
+            group=v["group"], tenant_id=v["tenant"], role=v["role"], actor=acting_user(request)
+        )
+        return Response(s.SsoGroupMappingSerializer(mapping).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.SsoGroupMappingUpdateSerializer, responses={200: s.SsoGroupMappingSerializer})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        mapping = self.get_object()
+        data = s.SsoGroupMappingUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        mapping = sso_services.update_sso_group_mapping(
+            mapping_id=mapping.pk, role=data.validated_data["role"], actor=acting_user(request)
+        )
+        return Response(s.SsoGroupMappingSerializer(mapping).data)
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        mapping = self.get_object()
+        sso_services.delete_sso_group_mapping(mapping_id=mapping.pk, actor=acting_user(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)

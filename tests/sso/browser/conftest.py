@@ -1,0 +1,7 @@
+"""The SSO browser tests reuse the Playwright fixtures of tests/browser (system Chromium)."""
+
+from __future__ import annotations
+
+from tests.browser.conftest import browser, screenshot
+
+__all__ = ["browser", "screenshot"]

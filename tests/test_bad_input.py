@@ -117,6 +117,15 @@ def test_a_date_off_the_calendar_is_a_400(world: World, value):
     assert list(body["errors"]) == ["created_before"]
 
 
+@pytest.mark.parametrize("url", ["/api/v1/allocations/", "/api/v1/audit-events/"])
+def test_an_empty_date_is_a_400_not_an_ignored_filter(world: World, url):
+    # found by the schema fuzzer: `?created_after=` was answered 200 with every row, as if not given
+    response = world.client(world.mallory).get(url, {"created_after": "", "created_before": "2030-01-01T00:00:00Z"})
+    body = assert_json_error(response, 400, "invalid")
+    assert list(body["errors"]) == ["created_after"]
+    assert "ISO 8601" in body["errors"]["created_after"][0]
+
+
 # --- NUL bytes --------------------------------------------------------------------------------------------
 
 

@@ -78,9 +78,16 @@ class OrderingFilter(filters.OrderingFilter):
 
 class UtcIsoDateTimeField(IsoDateTimeField):
     """An ISO 8601 date-time, turned into UTC here: PostgreSQL refuses offsets beyond +-15:59 (a 500 before), and
-    a date that leaves the calendar on the way to UTC is the client's mistake (400)."""
+    a date that leaves the calendar on the way to UTC is the client's mistake (400), as is an empty value
+    (`?created_after=`): the schema says date-time, and a filter that silently filters nothing hides a client's bug.
+    A parameter left out is no filter."""
 
     def to_python(self, value: Any) -> datetime | None:
+        if isinstance(value, str) and not value.strip():
+            raise forms.ValidationError(
+                "Give a date and time in ISO 8601 (e.g. 2026-11-30T09:00:00Z), or leave the parameter out.",
+                code="invalid",
+            )
         parsed: datetime | None = super().to_python(value)
         if parsed is None:
             return None

@@ -3,7 +3,7 @@
 | variable | default | |
 | --- | --- | --- |
 | ``FATIA_AGENT_PORTAL_URL`` | (required) | the portal's base URL, e.g. ``https://fatia.example.org`` |
-| ``FATIA_AGENT_TOKEN`` / ``FATIA_AGENT_TOKEN_FILE`` | (required) | this node's credential (``manage.py agent_credential issue``) |
+| ``FATIA_AGENT_TOKEN`` (or ``_FILE``) | (required) | this node's credential (``manage.py agent_credential issue``) |
 | ``FATIA_AGENT_NODE`` | ``NODE_NAME``, else the host name | the Kubernetes node name the credential is bound to |
 | ``FATIA_AGENT_INTERVAL_S`` | 5 | seconds between telemetry samples |
 | ``FATIA_AGENT_INVENTORY_S`` | 300 | the inventory is sent again this often even when unchanged |

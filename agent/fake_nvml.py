@@ -41,7 +41,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pynvml
 
@@ -54,7 +54,7 @@ _NO_INSTANCE = 0xFFFFFFFF
 _CI_ENUM_BY_SLICES = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
 # Handle address ranges: a fake handle is a real ctypes pointer whose address is our key, so it fits the caller-
 # allocated arrays pynvml users pass (and must never be dereferenced: NVML handles are opaque).
-_DEVICE, _GI, _CI, _MIG, _GPM, _EVENTS = (0x1000 << 20, 0x2000 << 20, 0x3000 << 20, 0x4000 << 20, 0x5000 << 20, 0x6000 << 20)
+_DEVICE, _GI, _CI, _MIG, _GPM, _EVENTS = (n << 32 for n in range(1, 7))
 
 
 def _handle(kind: Any, key: int) -> Any:
@@ -66,7 +66,7 @@ def _key(handle: Any) -> int:
     return int(value or 0)
 
 
-def _raise(code: int) -> None:
+def _raise(code: int) -> NoReturn:
     raise pynvml.NVMLError(code)
 
 
@@ -213,7 +213,6 @@ class FakeNvml(types.SimpleNamespace):
             if key == _DEVICE + gpu.index:
                 return gpu
         _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        raise AssertionError  # unreachable: _raise raised
 
     def _find_gi(self, handle: Any) -> tuple[_Gpu, _GpuInstance]:
         key = _key(handle)
@@ -222,7 +221,6 @@ class FakeNvml(types.SimpleNamespace):
                 if gi.key == key:
                     return gpu, gi
         _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        raise AssertionError
 
     def _find_ci(self, handle: Any) -> tuple[_Gpu, _GpuInstance, _ComputeInstance]:
         key = _key(handle)
@@ -232,7 +230,6 @@ class FakeNvml(types.SimpleNamespace):
                     if ci.key == key or ci.key + (_MIG - _CI) == key:
                         return gpu, gi, ci
         _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        raise AssertionError
 
     def _is_mig_handle(self, handle: Any) -> bool:
         return _MIG <= _key(handle) < _GPM
@@ -386,7 +383,6 @@ class FakeNvml(types.SimpleNamespace):
             p = self._profile_by_enum(gpu, profile)
             if p is None or not gpu.mig_current:
                 _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            assert p is not None
             info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
             info.id = int(p["nvml_profile_id"])
             info.isP2pSupported = 0
@@ -414,17 +410,16 @@ class FakeNvml(types.SimpleNamespace):
             p = self._profile_by_id(gpu, profileId)
             if p is None:
                 _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            assert p is not None
             count = countRef._obj
             if placementsRef is None:
                 count.value = len(p["placements"])
-                return pynvml.NVML_SUCCESS
+                return int(pynvml.NVML_SUCCESS)
             if count.value < len(p["placements"]) and len(placementsRef) < len(p["placements"]):
                 _raise(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
             for i, pl in enumerate(p["placements"]):
                 placementsRef[i].start, placementsRef[i].size = pl["start"], pl["size"]
             count.value = len(p["placements"])
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstanceRemainingCapacity(self, device: Any, profileId: int) -> int:
         with self._lock:
@@ -433,7 +428,6 @@ class FakeNvml(types.SimpleNamespace):
             p = self._profile_by_id(gpu, profileId)
             if p is None or not gpu.mig_current:
                 _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            assert p is not None
             layout = [(g.profile["name"], g.start) for g in gpu.instances]
             free = 0
             for pl in p["placements"]:
@@ -449,7 +443,6 @@ class FakeNvml(types.SimpleNamespace):
             p = self._profile_by_id(gpu, profileId)
             if p is None:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            assert p is not None
             placement = getattr(placement, "_obj", placement)  # byref(...) or the structure itself
             if int(placement.size) != int(p["memory_slices"]):
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -463,13 +456,11 @@ class FakeNvml(types.SimpleNamespace):
             p = self._profile_by_id(gpu, profileId)
             if p is None:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            assert p is not None
             for pl in p["placements"]:  # first fit, as the driver does
                 layout = [(g.profile["name"], g.start) for g in gpu.instances] + [(p["name"], pl["start"])]
                 if not layout_violations(gpu.model, layout):
                     return _handle(pynvml.c_nvmlGpuInstance_t, self._create_gi(gpu, p, pl["start"]).key)
             _raise(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-            raise AssertionError
 
     def nvmlGpuInstanceDestroy(self, gpuInstance: Any) -> int:
         with self._lock:
@@ -478,7 +469,7 @@ class FakeNvml(types.SimpleNamespace):
             if gi.cis:
                 _raise(pynvml.NVML_ERROR_IN_USE)
             gpu.instances.remove(gi)
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstances(self, device: Any, profileId: int, gpuInstancesRef: Any, countRef: Any) -> int:
         with self._lock:
@@ -492,7 +483,7 @@ class FakeNvml(types.SimpleNamespace):
             for i, gi in enumerate(sorted(found, key=lambda g: g.gi_id)):
                 gpuInstancesRef[i] = _handle(pynvml.c_nvmlGpuInstance_t, gi.key)
             countRef._obj.value = len(found)
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> Any:
         with self._lock:
@@ -502,7 +493,6 @@ class FakeNvml(types.SimpleNamespace):
                 if gi.gi_id == gpuInstanceId:
                     return _handle(pynvml.c_nvmlGpuInstance_t, gi.key)
             _raise(pynvml.NVML_ERROR_NOT_FOUND)
-            raise AssertionError
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
         with self._lock:
@@ -555,7 +545,7 @@ class FakeNvml(types.SimpleNamespace):
             for i, ci in enumerate(found):
                 computeInstancesRef[i] = _handle(pynvml.c_nvmlComputeInstance_t, ci.key)
             countRef._obj.value = len(found)
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)
 
     def nvmlComputeInstanceGetInfo(self, computeInstance: Any) -> Any:
         with self._lock:
@@ -577,7 +567,7 @@ class FakeNvml(types.SimpleNamespace):
             if ci.processes:
                 _raise(pynvml.NVML_ERROR_IN_USE)
             gi.cis.remove(ci)
-            return pynvml.NVML_SUCCESS
+            return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
         gpu = self._find_gpu(device)
@@ -638,7 +628,6 @@ class FakeNvml(types.SimpleNamespace):
             gi = next((g for g in gpu.instances if g.gi_id == gpuInstanceId), None)
             if gi is None or _key(gpmSample) not in self._gpm_samples:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            assert gi is not None
             self._gpm_samples[_key(gpmSample)] = (gpu.index, gi.gi_id, gi.sm_util)
             return gpmSample
 
@@ -648,7 +637,6 @@ class FakeNvml(types.SimpleNamespace):
             second = self._gpm_samples.get(_key(metricsGet.sample2))
             if first is None or second is None or first[:2] != second[:2]:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            assert second is not None
             for i in range(metricsGet.numMetrics):
                 metric = metricsGet.metrics[i]
                 metric.nvmlReturn = pynvml.NVML_SUCCESS

@@ -27,6 +27,9 @@ _RETRYABLE = (
 )
 
 
+_SHARED = 0  # NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+
+
 class NvmlError(Exception):
     """An NVML call failed; ``code`` is the NVML_ERROR_* value."""
 
@@ -293,9 +296,7 @@ class Nvml:
         lib = self.lib
         out = []
         for enum in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            info = self._maybe(
-                lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-            )
+            info = self._maybe(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, _SHARED)
             if info is None:
                 continue
             buf = (lib.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
@@ -434,7 +435,8 @@ class Nvml:
             if events is None:
                 return []
             for gpu in inventory.gpus:
-                self._maybe(lib.nvmlDeviceRegisterEvents, self._device(gpu.index), lib.nvmlEventTypeXidCriticalError, events)
+                handle = self._device(gpu.index)
+                self._maybe(lib.nvmlDeviceRegisterEvents, handle, lib.nvmlEventTypeXidCriticalError, events)
             self._events = events
         by_address = {ctypes.cast(self._device(g.index), ctypes.c_void_p).value: g.uuid for g in inventory.gpus}
         out = []
@@ -449,7 +451,9 @@ class Nvml:
             gi = int(data.gpuInstanceId)
             ci = int(data.computeInstanceId)
             none = 0xFFFFFFFF  # NVML's "not a MIG event" value for the instance ids
-            out.append(HealthEvent(uuid, "xid", int(data.eventData), None if gi == none else gi, None if ci == none else ci))
+            out.append(
+                HealthEvent(uuid, "xid", int(data.eventData), None if gi == none else gi, None if ci == none else ci)
+            )
         return out
 
     # --- the one write ----------------------------------------------------------------------------------------
@@ -466,9 +470,7 @@ class Nvml:
             if index == gpu_index and g == gi_id and self._call(lib.nvmlDeviceGetComputeRunningProcesses, m):
                 raise InstanceBusy(f"GPU {gpu_index} instance {gi_id} ({uuid}) has running processes")
         for enum in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            info = self._maybe(
-                lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-            )
+            info = self._maybe(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, _SHARED)
             if info is None:
                 continue
             buf = (lib.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()

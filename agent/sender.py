@@ -11,6 +11,7 @@ not return all at once when the portal comes back.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import random
@@ -79,6 +80,7 @@ class Sender:
         boot: str,
         capacity: int = 720,
         batch: int = 60,
+        batch_bytes: int = 48_000,
         backoff_base_s: float = 1.0,
         backoff_cap_s: float = 60.0,
         wait: Callable[[float], object] | None = None,
@@ -89,6 +91,9 @@ class Sender:
         self.boot = boot
         self.capacity = capacity
         self.batch = batch
+        # The portal refuses bodies over DATA_UPLOAD_MAX_MEMORY_SIZE (64 KiB by default): a sample of 8 GPUs x 7 MIG
+        # devices is about 8 KB, so a batch stops at this many bytes of samples (and always holds at least one).
+        self.batch_bytes = batch_bytes
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
         self.jitter = jitter
@@ -130,8 +135,14 @@ class Sender:
         """One attempt: the inventory if one waits, else one batch of samples. "idle", "sent" or "failed"."""
         with self._lock:
             inventory = self._inventory
-            batch = list(self._samples)[: self.batch] if inventory is None else []
+            batch = list(itertools.islice(self._samples, self.batch)) if inventory is None else []
             dropped = self.dropped
+        size = 0
+        for n, sample in enumerate(batch):
+            size += len(json.dumps(sample, separators=(",", ":")))
+            if n and size > self.batch_bytes:
+                batch = batch[:n]
+                break
         if inventory is not None:
             status = self._post(INVENTORY_PATH, inventory)
             if status is None or not (200 <= status < 300 or status in (400, 413)):

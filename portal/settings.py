@@ -373,3 +373,12 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Node agent (issue 12): the portal's side of `python -m agent` (nodeagent/) ----------------------------------
+INSTALLED_APPS += ["nodeagent"]
+# A node whose agent has reported before but not for this long is marked agent-silent (placement skips it until the
+# agent is heard again).
+FATIA_AGENT_SILENT_AFTER_S = env_int("FATIA_AGENT_SILENT_AFTER_S", 60)
+# History kept: one row per device per minute, and per hour.
+FATIA_AGENT_MINUTES_KEPT_DAYS = env_int("FATIA_AGENT_MINUTES_KEPT_DAYS", 7)
+FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)

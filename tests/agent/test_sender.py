@@ -133,3 +133,28 @@ def test_sampling_goes_on_while_the_sender_is_stuck_in_a_request():
     # then: the samples were taken while the request was still held
     assert released_by_test
     assert agent.seq == 11
+
+
+def test_batches_stay_under_the_portals_body_limit():
+    # given: a full node (8 GPUs x 7 MIG devices) sampled 20 times; batches of at most 48 kB of samples
+    from tests.agent.scenarios import full_node
+
+    portal = RecordingPortal(free_port())
+    portal.start()
+    clock = itertools.count(1000.0, 5.0)
+    sender = Sender(transport=HttpTransport(portal.url, "fagent_x_y"), node="n", boot="b", batch_bytes=48_000)
+    agent = Agent(nvml=Nvml(fake(full_node())), sender=sender, node="n", clock=lambda: next(clock))
+    for _ in range(20):
+        agent.tick()
+
+    # when
+    try:
+        while sender.send_pending() != "idle":
+            pass
+    finally:
+        portal.stop()
+
+    # then: every sample arrived once, in batches of five (about 8.5 kB each)
+    batches = [body["samples"] for path, body, _ in portal.requests if path.endswith("/telemetry/")]
+    assert [len(b) for b in batches] == [5, 5, 5, 5]
+    assert [s["seq"] for b in batches for s in b] == list(range(1, 21))

@@ -160,7 +160,8 @@ def record_inventory(
 
 
 def _wake_on_commit(node: Node) -> None:
-    if node.state == Node.State.AGENT_SILENT:
+    # Read the state afresh: the credential's node row may be older than the freshness task's last mark.
+    if Node.objects.filter(pk=node.pk, state=Node.State.AGENT_SILENT).exists():
         node_id = node.pk
         transaction.on_commit(lambda: set_agent_silent(node_id=node_id, silent=False))
 

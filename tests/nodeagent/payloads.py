@@ -8,7 +8,7 @@ from agent.nvml import Nvml
 from agent.payloads import inventory_payload, telemetry_payload, telemetry_sample
 from tests.agent.scenarios import fake, two_gpus
 
-T0 = 1_796_032_800.0  # 2026-12-01 12:00:00 UTC
+T0 = 1_796_040_000.0  # 2026-11-30 12:00:00 UTC
 
 
 class FakeNode:

@@ -28,7 +28,6 @@ class SliceUsage:
             return 0
         return min(100, round(100 * self.memory_used_mib / self.memory_total_mib))
 
-
     @property
     def short(self) -> str:
         """What fits in the slot: "8.0 GiB · 40 %" (the utilisation only where NVML gives it)."""

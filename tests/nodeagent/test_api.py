@@ -4,6 +4,7 @@ refused report."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from rest_framework.test import APIClient
@@ -175,3 +176,32 @@ def test_invalid_json_is_400(token):
     response = _agent_client(token).post("/api/v1/agent/telemetry/", "{not json", content_type="application/json")
     assert (response.status_code, response.json()["code"]) == (400, "parse_error")
     assert _nothing_stored()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {},
+        {"node": 5, "boot": "", "dropped": True, "samples": "x"},
+        {"node": "n", "boot": "b", "dropped": 0, "samples": [{"seq": 0, "ts": "x", "gpus": [{}], "events": None}]},
+        {"node": None, "boot": "b" * 40, "dropped": 1.5, "samples": [1, {"seq": 1}], "extra": 1},
+    ],
+)
+def test_the_fast_validator_answers_like_the_serializers(broken):
+    from rest_framework.exceptions import ValidationError
+
+    from nodeagent.api.fastcheck import compile_serializer
+    from nodeagent.api.serializers import TelemetryIn
+
+    # given: the agent's real payload passes both
+    good = FakeNode("h100-node-0").telemetry(T0)
+    assert compile_serializer(TelemetryIn)(good) == dict(TelemetryIn(data=good).is_valid() and good)
+
+    # when
+    drf = TelemetryIn(data=broken)
+    drf.is_valid()
+    with pytest.raises(ValidationError) as fast:
+        compile_serializer(TelemetryIn)(broken)
+
+    # then: the same messages in the same places (DRF's error codes are not part of the API's answer)
+    assert json.loads(json.dumps(fast.value.detail)) == json.loads(json.dumps(drf.errors))

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, FloatField, Max, Q, Sum
 from django.db.models.functions import Cast, TruncHour
 from django.utils import timezone
@@ -252,6 +252,31 @@ _STATE_FIELDS = [
 ]
 
 
+def _update_states(states: list[DeviceState]) -> None:
+    """Write back one node's device rows. Django's bulk_update builds a CASE per column over every row (about
+    25 ms of Python for 64 devices, the hot path of ingest); on PostgreSQL this is one UPDATE ... FROM (VALUES ...),
+    elsewhere (the demo's SQLite) one UPDATE per row. Values go in as the model holds them: the rows were read
+    from the database and filled from validated figures."""
+    concrete = {f.name: f for f in DeviceState._meta.concrete_fields}
+    columns = [concrete[name] for name in _STATE_FIELDS]
+    quote = connection.ops.quote_name
+    table = quote(DeviceState._meta.db_table)
+    rows = [[getattr(state, c.attname) for c in columns] + [state.pk] for state in states]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            casts = [f"%s::{c.db_type(connection)}" for c in columns] + ["%s::bigint"]
+            values = ", ".join(f"({', '.join(casts)})" for _ in rows)
+            names = ", ".join(quote(c.column) for c in columns)
+            assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
+            cursor.execute(
+                f"UPDATE {table} AS t SET {assignments} FROM (VALUES {values}) AS v({names}, id) WHERE t.id = v.id",  # noqa: S608
+                [value for row in rows for value in row],
+            )
+        else:
+            assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
+            cursor.executemany(f"UPDATE {table} SET {assignments} WHERE id = %s", rows)  # noqa: S608
+
+
 @transaction.atomic
 def record_telemetry(
     *, credential: AgentCredential, payload: dict[str, Any], now: datetime | None = None
@@ -345,7 +370,7 @@ def _apply_samples(
         DeviceState.objects.filter(pk__in=[s.pk for s in gone if s.pk is not None]).delete()
     DeviceState.objects.bulk_create([s for s in created.values() if s.uuid in latest])
     if existing:
-        DeviceState.objects.bulk_update(existing, _STATE_FIELDS)
+        _update_states(existing)
     # A minute already written (the agent restarted within it) keeps its first figures.
     DeviceRollup.objects.bulk_create(rollups, ignore_conflicts=True)
     HealthEvent.objects.bulk_create(events)

@@ -74,7 +74,7 @@ class DeviceState(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     gpu = models.ForeignKey(Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     kind = models.CharField(max_length=3, choices=Kind.choices)
-    uuid = models.CharField(max_length=64, unique=True)
+    uuid = models.CharField(max_length=64)
     gpu_uuid = models.CharField(max_length=64)
     profile = models.CharField(max_length=32, blank=True)
     start = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -96,6 +96,8 @@ class DeviceState(models.Model):
     minute_processes_max = models.PositiveIntegerField(default=0)
 
     class Meta:
+        # Per node: a credential speaks for its own node only, so a UUID another node reports cannot collide.
+        constraints = [models.UniqueConstraint(fields=["node", "uuid"], name="device_state_unique_node_uuid")]
         indexes = [models.Index(fields=["node", "kind"]), models.Index(fields=["gpu", "start"])]
 
     def __str__(self) -> str:
@@ -127,7 +129,9 @@ class DeviceRollup(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["uuid", "resolution", "bucket"], name="device_rollup_unique_bucket"),
+            models.UniqueConstraint(
+                fields=["node", "uuid", "resolution", "bucket"], name="device_rollup_unique_bucket"
+            ),
         ]
         indexes = [models.Index(fields=["resolution", "bucket"])]
 

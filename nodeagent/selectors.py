@@ -43,8 +43,8 @@ class SliceUsage:
         if self.utilisation is None:
             util = "utilisation not reported by NVML for MIG devices on this GPU"
         else:
-            where = "this instance (GPM)" if self.utilisation_source == "gpm" else "the whole GPU"
-            util = f"SM utilisation {self.utilisation:.0f} % ({where})"
+            where = "of this instance (GPM)" if self.utilisation_source == "gpm" else "of the whole GPU"
+            util = f"SM utilisation {self.utilisation:.0f} % {where}"
         procs = f"{self.processes} process{'es' if self.processes != 1 else ''}"
         return f"Memory used {used} of {total} GiB · {util} · {procs} · as of {self.sampled_at:%H:%M:%S} UTC"
 

@@ -424,7 +424,7 @@ def roll_up_hours(*, now: datetime | None = None) -> int:
     DeviceRollup.objects.bulk_create(
         hourly,
         update_conflicts=True,
-        unique_fields=["uuid", "resolution", "bucket"],
+        unique_fields=["node", "uuid", "resolution", "bucket"],
         update_fields=[
             "samples",
             "memory_mean_mib",

@@ -11,6 +11,8 @@ MAX_GPUS = 16
 MAX_MIG_DEVICES = 8  # 7 on every MIG GPU so far
 MAX_SAMPLES = 120  # ten minutes of 5-second samples per request; the agent sends 60
 MAX_EVENTS = 64
+MAX_INT = 2**31 - 1  # what the integer columns hold
+MAX_BIG = 2**62
 UUID_LENGTH = 64
 
 
@@ -81,19 +83,19 @@ class MigSample(_Strict):
     gi = serializers.IntegerField(min_value=0)
     profile = serializers.CharField(max_length=32)
     start = serializers.IntegerField(min_value=0, max_value=64)
-    mem = serializers.IntegerField(min_value=0)
-    total = serializers.IntegerField(min_value=0)
+    mem = serializers.IntegerField(min_value=0, max_value=MAX_INT)
+    total = serializers.IntegerField(min_value=0, max_value=MAX_INT)
     procs = serializers.IntegerField(min_value=0, max_value=100_000)
     util = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
 
 
 class GpuSample(_Strict):
     uuid = serializers.CharField(max_length=UUID_LENGTH)
-    mem = serializers.IntegerField(min_value=0, allow_null=True)
+    mem = serializers.IntegerField(min_value=0, max_value=MAX_INT, allow_null=True)
     util = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
     src = serializers.ChoiceField(choices=["gpm", "device", "none"])
     ecc = serializers.ListField(
-        child=serializers.IntegerField(min_value=0, allow_null=True), min_length=2, max_length=2
+        child=serializers.IntegerField(min_value=0, max_value=MAX_BIG, allow_null=True), min_length=2, max_length=2
     )
     mig = serializers.ListField(child=MigSample(), max_length=MAX_MIG_DEVICES)
 
@@ -102,13 +104,13 @@ class Event(_Strict):
     gpu = serializers.CharField(max_length=UUID_LENGTH)
     kind = serializers.ChoiceField(choices=["xid", "ecc"])
     code = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
-    gi = serializers.IntegerField(min_value=0, allow_null=True)
-    ci = serializers.IntegerField(min_value=0, allow_null=True)
+    gi = serializers.IntegerField(min_value=0, max_value=MAX_INT, allow_null=True)
+    ci = serializers.IntegerField(min_value=0, max_value=MAX_INT, allow_null=True)
 
 
 class Sample(_Strict):
-    seq = serializers.IntegerField(min_value=1)
-    ts = serializers.FloatField(min_value=0)
+    seq = serializers.IntegerField(min_value=1, max_value=MAX_BIG)
+    ts = serializers.FloatField(min_value=0, max_value=4_102_444_800)  # seconds since 1970, before 2100
     gpus = serializers.ListField(child=GpuSample(), max_length=MAX_GPUS)
     events = serializers.ListField(child=Event(), max_length=MAX_EVENTS)
 
@@ -116,7 +118,7 @@ class Sample(_Strict):
 class TelemetryIn(_Strict):
     node = serializers.CharField(max_length=253)
     boot = serializers.CharField(max_length=32)
-    dropped = serializers.IntegerField(min_value=0)
+    dropped = serializers.IntegerField(min_value=0, max_value=MAX_BIG)
     samples = serializers.ListField(child=Sample(), min_length=1, max_length=MAX_SAMPLES)
 
 

@@ -139,8 +139,18 @@ def _break(payload, path, value):
             {"samples": {"0": {"gpus": {"0": {"src": ['"guess" is not a valid choice.']}}}}},
         ),
         (["surprise"], 1, {"surprise": ["Unknown field."]}),
+        (
+            ["samples", 0, "ts"],
+            1e300,
+            {"samples": {"0": {"ts": ["Ensure this value is less than or equal to 4102444800."]}}},
+        ),
+        (
+            ["samples", 0, "seq"],
+            2**70,
+            {"samples": {"0": {"seq": [f"Ensure this value is less than or equal to {2**62}."]}}},
+        ),
     ],
-    ids=["missing", "negative", "empty", "type", "range", "choice", "unknown"],
+    ids=["missing", "negative", "empty", "type", "range", "choice", "unknown", "far-future", "huge-seq"],
 )
 def test_a_malformed_report_is_400_with_field_messages_and_nothing_stored(token, path, value, errors):
     payload = _break(FakeNode("h100-node-0").telemetry(T0), path, value)
@@ -205,3 +215,17 @@ def test_the_fast_validator_answers_like_the_serializers(broken):
 
     # then: the same messages in the same places (DRF's error codes are not part of the API's answer)
     assert json.loads(json.dumps(fast.value.detail)) == json.loads(json.dumps(drf.errors))
+
+
+def test_a_node_reporting_another_nodes_device_uuid_gets_its_own_row(world, token, node0):
+    # given: node 0 reports; node 1's agent (its own credential) reports the very same device UUIDs
+    node1 = Node.objects.get(name="h100-node-1")
+    other = services.issue_agent_credential(node_id=node1.pk, actor=world.root)[1]
+    first = _agent_client(token).post("/api/v1/agent/telemetry/", FakeNode("h100-node-0").telemetry(T0), format="json")
+
+    # when
+    second = _agent_client(other).post("/api/v1/agent/telemetry/", FakeNode("h100-node-1").telemetry(T0), format="json")
+
+    # then: no clash; each node has its own rows
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert DeviceState.objects.filter(node=node0).count() == DeviceState.objects.filter(node=node1).count() == 5

@@ -43,7 +43,7 @@ def test_the_slice_owner_sees_memory_used_and_utilisation(world, reported):
     assert '<span class="slot__figures">8.0 GiB · 40 %</span>' in html
     assert '<span class="slot__meter" style="width: 20%" aria-hidden="true"></span>' in html
     assert (
-        "Memory used 8.0 of 39.5 GiB · SM utilisation 40 % (this instance (GPM)) · 1 process · as of 12:00:05 UTC"
+        "Memory used 8.0 of 39.5 GiB · SM utilisation 40 % of this instance (GPM) · 1 process · as of 12:00:05 UTC"
         in html
     )
 

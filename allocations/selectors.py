@@ -1076,9 +1076,7 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     if usage:
         for gpu_id, on_gpu in slices.items():
             # Usage shows only on slices the viewer may see in full: another tenant's activity is not theirs to see.
-            on_gpu[:] = [
-                dataclasses.replace(v, usage=usage.get((gpu_id, v.start))) if v.visible else v for v in on_gpu
-            ]
+            on_gpu[:] = [dataclasses.replace(v, usage=usage.get((gpu_id, v.start))) if v.visible else v for v in on_gpu]
     states = dict(Node.State.choices)
     views = []
     for node_id, name, state in node_rows:

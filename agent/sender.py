@@ -11,6 +11,7 @@ not return all at once when the portal comes back.
 from __future__ import annotations
 
 import collections
+import http.client
 import itertools
 import json
 import logging
@@ -61,8 +62,8 @@ class HttpTransport:
         except urllib.error.HTTPError as exc:
             exc.read()
             return int(exc.code)
-        except (urllib.error.URLError, OSError) as exc:
-            raise TransportError(str(exc)) from exc
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise TransportError(str(exc) or type(exc).__name__) from exc
 
 
 def _jitter(delay: float) -> float:
@@ -181,7 +182,11 @@ class Sender:
 
     def run(self) -> None:
         while not self._stop.is_set():
-            outcome = self.send_pending()
+            try:
+                outcome = self.send_pending()
+            except Exception:  # a bug here must not end the thread: the samples would pile up unsent
+                log.exception("sending failed")
+                outcome = "failed"
             if outcome == "sent":
                 self.failures = 0
             elif outcome == "failed":

@@ -25,6 +25,7 @@ class RecordingPortal:
         self.status = 201
         self.on_request: Callable[[str, dict[str, Any]], None] | None = None
         self.hold: threading.Event | None = None  # set: requests wait until it is set
+        self.garble = 0  # this many next requests get a malformed HTTP answer (the connection breaks mid-answer)
         self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> None:
@@ -35,6 +36,11 @@ class RecordingPortal:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if portal.hold is not None:
                     portal.hold.wait(30)
+                if portal.garble:
+                    portal.garble -= 1
+                    self.wfile.write(b"NOT HTTP\r\n\r\n")
+                    self.close_connection = True
+                    return
                 portal.requests.append((self.path, body, self.headers.get("Authorization", "")))
                 self.send_response(portal.status)
                 self.send_header("Content-Type", "application/json")

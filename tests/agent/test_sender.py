@@ -158,3 +158,24 @@ def test_batches_stay_under_the_portals_body_limit():
     batches = [body["samples"] for path, body, _ in portal.requests if path.endswith("/telemetry/")]
     assert [len(b) for b in batches] == [5, 5, 5, 5]
     assert [s["seq"] for b in batches for s in b] == list(range(1, 21))
+
+
+def test_a_garbled_answer_counts_as_a_failure_and_the_batch_is_sent_again():
+    # given: the first two answers are not HTTP at all
+    portal = RecordingPortal(free_port())
+    portal.garble = 2
+    portal.start()
+    delays: list[float] = []
+    agent, sender = _agent(portal.url, wait=delays.append)
+    agent.tick()
+
+    # when
+    try:
+        outcomes = [sender.send_pending() for _ in range(4)]
+    finally:
+        portal.stop()
+
+    # then: the inventory fails twice, then it and the sample arrive, once each
+    assert outcomes == ["failed", "failed", "sent", "sent"]
+    assert [path.split("/")[-2] for path, _, _ in portal.requests] == ["inventory", "telemetry"]
+    assert [s["seq"] for s in portal.samples()] == [1]

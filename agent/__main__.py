@@ -31,6 +31,7 @@ def main() -> int:
         boot=new_boot_id(),
         capacity=config.buffer,
         backoff_cap_s=config.backoff_cap_s,
+        send_interval_s=config.send_interval_s,
     )
     agent = Agent(nvml=nvml, sender=sender, node=config.node, inventory_s=config.inventory_s)
     stop = threading.Event()

@@ -9,6 +9,7 @@
 | ``FATIA_AGENT_INVENTORY_S`` | 300 | the inventory is sent again this often even when unchanged |
 | ``FATIA_AGENT_BUFFER`` | 720 | samples kept while the portal is unreachable (an hour at 5 s); older ones are dropped |
 | ``FATIA_AGENT_BACKOFF_CAP_S`` | 60 | longest wait between two attempts to reach the portal |
+| ``FATIA_AGENT_SEND_INTERVAL_S`` | 0 | 0 sends each sample at once; e.g. 30 batches six samples per request |
 | ``FATIA_AGENT_FAKE_NVML`` | (empty) | a scenario file: use :mod:`agent.fake_nvml` instead of the GPU driver |
 """
 
@@ -35,6 +36,7 @@ class Config:
     buffer: int
     backoff_cap_s: float
     fake_nvml: str
+    send_interval_s: float = 0.0
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
@@ -81,4 +83,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         buffer=int(_positive(env, "FATIA_AGENT_BUFFER", 720)),
         backoff_cap_s=_positive(env, "FATIA_AGENT_BACKOFF_CAP_S", 60.0),
         fake_nvml=fake,
+        send_interval_s=_positive(env, "FATIA_AGENT_SEND_INTERVAL_S", 0.0)
+        if env.get("FATIA_AGENT_SEND_INTERVAL_S", "").strip() not in ("", "0")
+        else 0.0,
     )

@@ -84,6 +84,7 @@ class Sender:
         batch_bytes: int = 48_000,
         backoff_base_s: float = 1.0,
         backoff_cap_s: float = 60.0,
+        send_interval_s: float = 0.0,
         wait: Callable[[float], object] | None = None,
         jitter: Callable[[float], float] = _jitter,
     ) -> None:
@@ -97,6 +98,9 @@ class Sender:
         self.batch_bytes = batch_bytes
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
+        # 0: send each sample as soon as it is taken. More: wait this long after a send that emptied the buffer, so
+        # samples travel in batches (fewer requests for the portal, fresher figures later).
+        self.send_interval_s = send_interval_s
         self.jitter = jitter
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -189,6 +193,8 @@ class Sender:
                 outcome = "failed"
             if outcome == "sent":
                 self.failures = 0
+                if self.send_interval_s and not self.pending():
+                    self._wait(self.send_interval_s)
             elif outcome == "failed":
                 self.failures += 1
                 delay = self.jitter(min(self.backoff_cap_s, self.backoff_base_s * 2 ** (self.failures - 1)))

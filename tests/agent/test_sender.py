@@ -179,3 +179,32 @@ def test_a_garbled_answer_counts_as_a_failure_and_the_batch_is_sent_again():
     assert outcomes == ["failed", "failed", "sent", "sent"]
     assert [path.split("/")[-2] for path, _, _ in portal.requests] == ["inventory", "telemetry"]
     assert [s["seq"] for s in portal.samples()] == [1]
+
+
+def test_with_a_send_interval_it_waits_after_emptying_its_buffer_and_sends_what_gathered_in_one_batch():
+    # given: a sender that waits 30 s after each send that empties its buffer
+    portal = RecordingPortal(free_port())
+    portal.start()
+    waits: list[float] = []
+
+    def sample_three_then_stop(delay):
+        waits.append(delay)
+        if len(waits) == 1:
+            for _ in range(3):  # the sampler goes on while the sender waits
+                agent.tick()
+        else:
+            sender.stop()
+
+    agent, sender = _agent(portal.url, send_interval_s=30.0, wait=sample_three_then_stop)
+    agent.tick()
+
+    # when
+    try:
+        sender.run()
+    finally:
+        portal.stop()
+
+    # then: inventory, then sample 1; a 30 s wait; then samples 2-4 in one request
+    telemetry = [[s["seq"] for s in body["samples"]] for path, body, _ in portal.requests if "telemetry" in path]
+    assert telemetry == [[1], [2, 3, 4]]
+    assert waits == [30.0, 30.0]

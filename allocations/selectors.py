@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from allocations.models import (
     SlicePlacement,
 )
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from nodeagent.selectors import SliceUsage, slice_usage
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -603,6 +605,8 @@ class SliceView:
     # staff: members learn nothing of who holds it.
     outside: bool = False
     namespace: str = ""
+    # What the node's agent last reported for the MIG device in this slot (nodeagent/); None without an agent.
+    usage: SliceUsage | None = None
 
     @property
     def label(self) -> str:
@@ -1092,6 +1096,11 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             )
         )
         legend.setdefault("outside", TenantUsage("Outside Fatia (a claim the portal did not make)", "", 0, 0, False))
+    usage = slice_usage(widths)
+    if usage:
+        for gpu_id, on_gpu in slices.items():
+            # Usage shows only on slices the viewer may see in full: another tenant's activity is not theirs to see.
+            on_gpu[:] = [dataclasses.replace(v, usage=usage.get((gpu_id, v.start))) if v.visible else v for v in on_gpu]
     states = dict(Node.State.choices)
     views = []
     for node_id, name, state in node_rows:

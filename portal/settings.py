@@ -485,3 +485,12 @@ OIDC_USE_NONCE = True
 OIDC_CREATE_USER = True
 OIDC_STORE_ID_TOKEN = False
 OIDC_STORE_ACCESS_TOKEN = False
+
+# --- Node agent (issue 12): the portal's side of `python -m agent` (nodeagent/) ----------------------------------
+INSTALLED_APPS += ["nodeagent"]
+# A node whose agent has reported before but not for this long is marked agent-silent (placement skips it until the
+# agent is heard again).
+FATIA_AGENT_SILENT_AFTER_S = env_int("FATIA_AGENT_SILENT_AFTER_S", 60)
+# History kept: one row per device per minute, and per hour.
+FATIA_AGENT_MINUTES_KEPT_DAYS = env_int("FATIA_AGENT_MINUTES_KEPT_DAYS", 7)
+FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)

@@ -222,6 +222,15 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("node", "node_unmatched"): lambda: f"Discovery: a GPU node in no pool: {after.get('note', '?')}",
         ("node", "node_gone"): lambda: "The node left the cluster",
         ("node", "node_back"): lambda: "The node is back in the cluster",
+        # Node agents (nodeagent/).
+        ("node", "agent_silent"): lambda: "The node's agent went silent; no new slice is placed there until it reports",
+        ("node", "agent_back"): lambda: "The node's agent reports again",
+        ("agentcredential", "issue_agent_credential"): lambda: (
+            f"{actor} issued agent credential {after.get('prefix', '?')} for node {after.get('node', '?')}"
+        ),
+        ("agentcredential", "revoke_agent_credential"): lambda: (
+            f"{actor} revoked agent credential {after.get('prefix', '?')} of node {after.get('node', '?')}"
+        ),
         ("node", "gpus_changed"): lambda: (
             f"Discovery: the node's GPUs changed (added {human_value(after.get('added'))}; removed "
             f"{human_value(after.get('removed'))}; changed {human_value(after.get('changed'))}; driver "

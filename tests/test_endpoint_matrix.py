@@ -16,6 +16,9 @@ from django.urls import resolve
 from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
+from nodeagent.api.urls import urlpatterns as nodeagent_urls
+from nodeagent.models import AgentCredential, AgentStatus
+from nodeagent.services import issue_agent_credential
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
 from tenants.services import create_api_token
@@ -37,6 +40,7 @@ class Ids:
     event: int
     extension: int
     mapping: int
+    agent_credential: int
 
 
 def objects(world: World) -> Ids:
@@ -83,6 +87,9 @@ def objects(world: World) -> Ids:
     event = AuditEvent.objects.filter(tenant=world.tenant_a).order_by("pk").first()
     assert event is not None
     mapping = SsoGroupMapping.objects.create(group="gpu-team-a", tenant=world.tenant_a, role="member")
+    node = world.pool.nodes.order_by("pk").first()
+    assert node is not None
+    credential, _ = issue_agent_credential(node_id=node.pk, actor=world.root)
     return Ids(
         tenant=world.tenant_a.pk,
         membership=Membership.objects.get(user=world.alice).pk,
@@ -95,6 +102,7 @@ def objects(world: World) -> Ids:
         event=event.pk,
         extension=extension.pk,
         mapping=mapping.pk,
+        agent_credential=credential.pk,
     )
 
 
@@ -111,6 +119,8 @@ def snapshot() -> tuple[Any, ...]:
         list(LeaseExtension.objects.order_by("pk").values_list("pk", "status")),
         list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
         list(SsoGroupMapping.objects.order_by("pk").values_list("pk", "group", "tenant_id", "role")),
+        list(AgentCredential.objects.order_by("pk").values_list("pk", "revoked_at")),
+        AgentStatus.objects.count(),
     )
 
 
@@ -137,6 +147,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "extend": {"hours": 2},
         "extend-long": {"hours": 30},
         "mapping": {"group": "gpu-team-a-managers", "tenant": a, "role": "manager"},
+        "credential": {"node": "h100-node-1"},
         "none": {},
     }[name]
 
@@ -191,6 +202,13 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/sso-group-mappings/{mapping}/", "none", (403, 403, 403, 401)),
     ("patch", "/api/v1/sso-group-mappings/{mapping}/", "role", (403, 403, 403, 401)),
     ("delete", "/api/v1/sso-group-mappings/{mapping}/", "none", (403, 403, 403, 401)),
+    # Node agents: only platform admins manage credentials; the ingest endpoints take an agent's credential, never a
+    # person's session (tests/nodeagent/ covers them with agent credentials).
+    ("get", "/api/v1/agent-credentials/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/agent-credentials/", "credential", (403, 403, 403, 401)),
+    ("post", "/api/v1/agent-credentials/{agent_credential}/revoke/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/agent/inventory/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/agent/telemetry/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]
@@ -217,6 +235,6 @@ def test_each_route_answers_each_user_as_expected(world: World, method, template
 def test_every_api_route_is_in_the_matrix(world: World):
     ids = objects(world)
     covered = {resolve(template.format(**ids.__dict__)).url_name for _, template, _, _ in CASES}
-    routes = {u.name for u in [*allocations_router.urls, *tenants_router.urls]} | {"me", "schema"}
+    routes = {u.name for u in [*allocations_router.urls, *tenants_router.urls, *nodeagent_urls]} | {"me", "schema"}
     # Routes that exist only as formats of the same views (e.g. ".json" suffixes) are not separate routes.
     assert routes - covered == set()

@@ -1,0 +1,51 @@
+"""``python -m agent``: the node agent (settings in ``agent/config.py``)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from agent.config import ConfigError, load_config
+from agent.nvml import Nvml, NvmlError
+from agent.runner import Agent, load_library, new_boot_id
+from agent.sender import HttpTransport, Sender
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        sys.stderr.write(f"fatia agent: {exc}\n")
+        return 2
+    try:
+        nvml = Nvml(load_library(config.fake_nvml))
+    except NvmlError as exc:
+        sys.stderr.write(f"fatia agent: cannot initialise NVML: {exc}\n")
+        return 1
+    sender = Sender(
+        transport=HttpTransport(config.portal_url, config.token),
+        node=config.node,
+        boot=new_boot_id(),
+        capacity=config.buffer,
+        backoff_cap_s=config.backoff_cap_s,
+        send_interval_s=config.send_interval_s,
+    )
+    agent = Agent(nvml=nvml, sender=sender, node=config.node, inventory_s=config.inventory_s)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sender.start()
+    logging.getLogger("agent").info("reporting node %s to %s", config.node, config.portal_url)
+    try:
+        agent.run(stop, config.interval_s)
+    finally:
+        sender.stop()
+        nvml.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Ships what the sampler buffers to the portal, on its own thread.
+
+The sampler only ever calls :meth:`Sender.put_sample` / :meth:`Sender.put_inventory`: a short lock and an append,
+so NVML sampling never waits on the network. The buffer is bounded: past ``capacity`` samples the oldest is
+dropped and counted (the count travels with the next batch, so the portal knows what it missed). A batch leaves the
+buffer only when the portal has answered 2xx; any other outcome keeps it, so a lost connection loses nothing within
+the bound. Failures back off exponentially up to ``backoff_cap`` seconds, with jitter so that a fleet of agents does
+not return all at once when the portal comes back.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import itertools
+import json
+import logging
+import random
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from agent.payloads import telemetry_payload
+
+log = logging.getLogger("agent.sender")
+
+INVENTORY_PATH = "/api/v1/agent/inventory/"
+TELEMETRY_PATH = "/api/v1/agent/telemetry/"
+
+
+class TransportError(Exception):
+    """The portal could not be reached (refused, reset, timed out)."""
+
+
+class Transport(Protocol):
+    def post(self, path: str, body: dict[str, Any]) -> int: ...
+
+
+class HttpTransport:
+    """JSON over HTTP(S) with the node's credential; ``post`` returns the status code."""
+
+    def __init__(self, base_url: str, token: str, timeout_s: float = 10.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"the portal URL must start with http:// or https://, not {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def post(self, path: str, body: dict[str, Any]) -> int:
+        request = urllib.request.Request(  # noqa: S310 -- the scheme is checked in __init__
+            self.base_url + path,
+            data=json.dumps(body, separators=(",", ":")).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                response.read()
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            exc.read()
+            return int(exc.code)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise TransportError(str(exc) or type(exc).__name__) from exc
+
+
+def _jitter(delay: float) -> float:
+    return delay * random.uniform(0.5, 1.0)  # noqa: S311 -- spreading retries, not security
+
+
+class Sender:
+    """A bounded buffer of telemetry samples plus the latest inventory, and the thread that sends them."""
+
+    def __init__(
+        self,
+        *,
+        transport: Transport,
+        node: str,
+        boot: str,
+        capacity: int = 720,
+        batch: int = 60,
+        batch_bytes: int = 48_000,
+        backoff_base_s: float = 1.0,
+        backoff_cap_s: float = 60.0,
+        send_interval_s: float = 0.0,
+        wait: Callable[[float], object] | None = None,
+        jitter: Callable[[float], float] = _jitter,
+    ) -> None:
+        self.transport = transport
+        self.node = node
+        self.boot = boot
+        self.capacity = capacity
+        self.batch = batch
+        # The portal refuses bodies over DATA_UPLOAD_MAX_MEMORY_SIZE (64 KiB by default): a sample of 8 GPUs x 7 MIG
+        # devices is about 8 KB, so a batch stops at this many bytes of samples (and always holds at least one).
+        self.batch_bytes = batch_bytes
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        # 0: send each sample as soon as it is taken. More: wait this long after a send that emptied the buffer, so
+        # samples travel in batches (fewer requests for the portal, fresher figures later).
+        self.send_interval_s = send_interval_s
+        self.jitter = jitter
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._wait = wait or self._stop.wait
+        self._lock = threading.Lock()
+        self._samples: collections.deque[dict[str, Any]] = collections.deque()
+        self._inventory: dict[str, Any] | None = None
+        self._thread: threading.Thread | None = None
+        self.dropped = 0  # samples thrown away because the buffer was full
+        self.rejected = 0  # samples the portal refused as malformed (400/413): resending cannot help
+        self.sent = 0
+        self.failures = 0  # consecutive failed attempts (drives the back-off)
+        self.delays: list[float] = []  # back-off delays waited, newest last (the last 100)
+
+    # --- sampler side: never blocks on the network -------------------------------------------------------------
+
+    def put_sample(self, sample: dict[str, Any]) -> None:
+        with self._lock:
+            if len(self._samples) >= self.capacity:
+                self._samples.popleft()
+                self.dropped += 1
+            self._samples.append(sample)
+        self._wake.set()
+
+    def put_inventory(self, payload: dict[str, Any]) -> None:
+        with self._lock:
+            self._inventory = payload  # only the latest matters
+        self._wake.set()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._samples) + (self._inventory is not None)
+
+    # --- sender side ---------------------------------------------------------------------------------------------
+
+    def send_pending(self) -> str:
+        """One attempt: the inventory if one waits, else one batch of samples. "idle", "sent" or "failed"."""
+        with self._lock:
+            inventory = self._inventory
+            batch = list(itertools.islice(self._samples, self.batch)) if inventory is None else []
+            dropped = self.dropped
+        size = 0
+        for n, sample in enumerate(batch):
+            size += len(json.dumps(sample, separators=(",", ":")))
+            if n and size > self.batch_bytes:
+                batch = batch[:n]
+                break
+        if inventory is not None:
+            status = self._post(INVENTORY_PATH, inventory)
+            if status is None or not (200 <= status < 300 or status in (400, 413)):
+                return "failed"
+            with self._lock:
+                if self._inventory is inventory:
+                    self._inventory = None
+            return "sent"
+        if not batch:
+            return "idle"
+        status = self._post(TELEMETRY_PATH, telemetry_payload(self.node, self.boot, dropped, batch))
+        if status is None or not (200 <= status < 300 or status in (400, 413)):
+            return "failed"
+        last = batch[-1]["seq"]
+        with self._lock:
+            while self._samples and self._samples[0]["seq"] <= last:
+                self._samples.popleft()
+        if status in (400, 413):
+            self.rejected += len(batch)
+            log.error("the portal refused %d samples as malformed (HTTP %d); they are dropped", len(batch), status)
+        else:
+            self.sent += len(batch)
+        return "sent"
+
+    def _post(self, path: str, body: dict[str, Any]) -> int | None:
+        try:
+            status = self.transport.post(path, body)
+        except TransportError as exc:
+            log.warning("portal unreachable: %s", exc)
+            return None
+        if status in (401, 403):
+            log.error("the portal refused this node's credential (HTTP %d)", status)
+        elif not 200 <= status < 300:
+            log.warning("portal answered HTTP %d to %s", status, path)
+        return status
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                outcome = self.send_pending()
+            except Exception:  # a bug here must not end the thread: the samples would pile up unsent
+                log.exception("sending failed")
+                outcome = "failed"
+            if outcome == "sent":
+                self.failures = 0
+                if self.send_interval_s and not self.pending():
+                    self._wait(self.send_interval_s)
+            elif outcome == "failed":
+                self.failures += 1
+                delay = self.jitter(min(self.backoff_cap_s, self.backoff_base_s * 2 ** (self.failures - 1)))
+                self.delays = [*self.delays[-99:], delay]
+                self._wait(delay)
+            else:
+                self._wake.wait(1.0)
+                self._wake.clear()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="fatia-agent-sender", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from nodeagent.api import views
+
+router = SimpleRouter()
+router.register("agent-credentials", views.AgentCredentialViewSet, basename="agent-credential")
+
+urlpatterns = [
+    path("agent/inventory/", views.InventoryView.as_view(), name="agent-inventory"),
+    path("agent/telemetry/", views.TelemetryView.as_view(), name="agent-telemetry"),
+    *router.urls,
+]

@@ -1,0 +1,95 @@
+"""Ingest endpoints for node agents, and the admin API for their credentials. Thin: validate, call one service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from allocations.models import Node
+from nodeagent import services
+from nodeagent.api import serializers as s
+from nodeagent.api.fastcheck import compile_serializer
+from nodeagent.authentication import AgentCredentialAuthentication
+from nodeagent.models import AgentCredential
+
+_validate_inventory = compile_serializer(s.InventoryIn)
+_validate_telemetry = compile_serializer(s.TelemetryIn)
+
+
+class IsAgent(permissions.BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, AgentCredential)
+
+
+class _AgentView(APIView):
+    authentication_classes = [AgentCredentialAuthentication]
+    permission_classes = [IsAgent]
+    throttle_classes: list[Any] = []  # one agent per node at a known rate; a credential is the bound
+
+    def _validated(self, request: Request, validate: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        # Bodies over DATA_UPLOAD_MAX_MEMORY_SIZE are refused before this (400, "too_large"); the agent batches
+        # below it. The serializers are checked by a compiled validator: same rules and messages, 30x faster.
+        return validate(request.data)
+
+    def _credential(self, request: Request) -> AgentCredential:
+        credential = request.auth
+        assert isinstance(credential, AgentCredential)  # noqa: S101 -- IsAgent guarantees it
+        services.touch_agent_credential(credential=credential, now=timezone.now())
+        return credential
+
+
+class InventoryView(_AgentView):
+    """A node's agent reports its GPUs, MIG profiles with their placements, and its GPU/compute instances."""
+
+    @extend_schema(request=s.InventoryIn, responses={200: s.IngestOut}, operation_id="agent_inventory")
+    def post(self, request: Request) -> Response:
+        data = self._validated(request, _validate_inventory)
+        services.record_inventory(credential=self._credential(request), payload=data)
+        return Response({"accepted": 1, "duplicates": 0}, status=status.HTTP_200_OK)
+
+
+class TelemetryView(_AgentView):
+    """A node's agent reports a batch of telemetry samples (resending one is harmless)."""
+
+    @extend_schema(request=s.TelemetryIn, responses={200: s.IngestOut}, operation_id="agent_telemetry")
+    def post(self, request: Request) -> Response:
+        data = self._validated(request, _validate_telemetry)
+        result = services.record_telemetry(credential=self._credential(request), payload=data)
+        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_200_OK)
+
+
+class AgentCredentialViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[AgentCredential]):
+    """Platform admins issue, list and revoke node agent credentials. The token is in the create answer only."""
+
+    permission_classes = [permissions.IsAdminUser]
+    serializer_class = s.AgentCredentialOut
+
+    def get_queryset(self) -> QuerySet[AgentCredential]:
+        return AgentCredential.objects.select_related("node").order_by("node__name", "-created_at")
+
+    @extend_schema(request=s.AgentCredentialIn, responses={201: s.AgentCredentialCreated})
+    def create(self, request: Request) -> Response:
+        given = s.AgentCredentialIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        node = Node.objects.filter(name=given.validated_data["node"]).first()
+        if node is None:
+            raise serializers.ValidationError({"node": ["No node of that name."]})
+        credential, token = services.issue_agent_credential(node_id=node.pk, actor=request.user)  # type: ignore[arg-type]
+        body = s.AgentCredentialOut(credential).data | {"token": token}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: s.AgentCredentialOut})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        credential = self.get_object()
+        credential = services.revoke_agent_credential(credential_id=credential.pk, actor=request.user)  # type: ignore[arg-type]
+        return Response(s.AgentCredentialOut(credential).data)

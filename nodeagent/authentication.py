@@ -1,0 +1,68 @@
+"""Node agents authenticate with ``Authorization: Bearer fagent_<prefix>_<secret>`` on /api/v1/agent/ only.
+
+The request's user is an :class:`AgentPrincipal` (not a person: no tenant, no staff rights); ``request.auth`` is the
+:class:`~nodeagent.models.AgentCredential`, whose node is the only one it may report for.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from nodeagent.models import AgentCredential
+from nodeagent.services import TOKEN_PREFIX, hash_agent_token
+
+
+class AgentPrincipal:
+    """The node agent behind a request."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = None
+
+    def __init__(self, node_name: str) -> None:
+        self.username = f"agent:{node_name}"
+
+    def get_username(self) -> str:
+        return self.username
+
+
+class AgentCredentialAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[AgentPrincipal, AgentCredential] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1").split()
+        if not header or header[0] != self.keyword:
+            return None
+        pieces = header[1].split("_", 2) if len(header) == 2 else []
+        if len(pieces) != 3 or pieces[0] != TOKEN_PREFIX:
+            raise exceptions.AuthenticationFailed("Authorization must be 'Bearer fagent_<prefix>_<secret>'.")
+        credential = AgentCredential.objects.select_related("node").filter(prefix=pieces[1]).first()
+        if credential is None or not hmac.compare_digest(credential.digest, hash_agent_token(header[1])):
+            raise exceptions.AuthenticationFailed("Invalid node agent credential.")
+        if credential.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("This node agent credential has been revoked.")
+        return AgentPrincipal(credential.node.name), credential
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+class AgentCredentialScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "nodeagent.authentication.AgentCredentialAuthentication"
+    name = "agentCredential"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "fagent_<prefix>_<secret>",
+            "description": "A node agent's credential (manage.py agent_credential issue <node>); it reports for "
+            "its own node only.",
+        }

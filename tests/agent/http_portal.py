@@ -1,0 +1,65 @@
+"""A tiny local HTTP server standing in for the portal's agent endpoints: it records what arrives and answers
+with whatever status the test sets. The agent's own code runs unchanged against it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RecordingPortal:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.requests: list[tuple[str, dict[str, Any], str]] = []
+        self.status = 201
+        self.on_request: Callable[[str, dict[str, Any]], None] | None = None
+        self.hold: threading.Event | None = None  # set: requests wait until it is set
+        self.garble = 0  # this many next requests get a malformed HTTP answer (the connection breaks mid-answer)
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        portal = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 -- http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if portal.hold is not None:
+                    portal.hold.wait(30)
+                if portal.garble:
+                    portal.garble -= 1
+                    self.wfile.write(b"NOT HTTP\r\n\r\n")
+                    self.close_connection = True
+                    return
+                portal.requests.append((self.path, body, self.headers.get("Authorization", "")))
+                self.send_response(portal.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                if portal.on_request is not None:
+                    portal.on_request(self.path, body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def samples(self) -> list[dict[str, Any]]:
+        return [s for path, body, _ in self.requests if path.endswith("/telemetry/") for s in body["samples"]]

@@ -3,7 +3,7 @@
 Compact on purpose: a telemetry sample of 8 GPUs x 7 MIG devices is about 4 KB, sent every 5 s by every node.
 Inventory is sent when the agent starts, when it changes and every few minutes; telemetry samples are batched, so
 a sender that was cut off catches up in a few requests. The portal's serializers are the other half of this
-contract (``nodeagent/api/serializers.py``).
+contract (``allocations/nodeagent/api/serializers.py``).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ from allocations.models import (
     QuotaChangeRequest,
     SlicePlacement,
 )
+from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
-from nodeagent.selectors import SliceUsage, slice_usage
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -605,7 +605,7 @@ class SliceView:
     # staff: members learn nothing of who holds it.
     outside: bool = False
     namespace: str = ""
-    # What the node's agent last reported for the MIG device in this slot (nodeagent/); None without an agent.
+    # What the node's agent last reported for the MIG device in this slot (allocations/nodeagent/); None without one.
     usage: SliceUsage | None = None
 
     @property

@@ -138,7 +138,7 @@ def seed(nodes: int) -> list[tuple[str, str]]:
 
     from allocations import services
     from allocations.models import Gpu, Node
-    from nodeagent.services import issue_agent_credential
+    from allocations.nodeagent.services import issue_agent_credential
 
     call_command("migrate", verbosity=0)
     root = User.objects.create_user("bench-root", is_staff=True)

@@ -124,7 +124,7 @@ if [ "${FATIA_QUICK:-0}" != 1 ]; then
   ruff check .
   ruff format --check .
   log "mypy"
-  mypy portal tenants allocations nodeagent agent
+  mypy portal tenants allocations agent
 fi
 log "django checks"
 python manage.py check --fail-level WARNING

@@ -54,17 +54,17 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.warn_expiring_leases_task",
         "schedule": crontab(minute="*/5"),
     },
-    # Node agents (nodeagent/): freshness, hourly history from minutes, retention.
+    # Node agents (allocations/nodeagent/): freshness, hourly history from minutes, retention.
     "mark-silent-agents": {
-        "task": "nodeagent.tasks.mark_silent_agents_task",
+        "task": "allocations.nodeagent.tasks.mark_silent_agents_task",
         "schedule": 15.0,
     },
     "roll-up-agent-history": {
-        "task": "nodeagent.tasks.roll_up_agent_history_task",
+        "task": "allocations.nodeagent.tasks.roll_up_agent_history_task",
         "schedule": crontab(minute="*/10"),
     },
     "prune-agent-history": {
-        "task": "nodeagent.tasks.prune_agent_history_task",
+        "task": "allocations.nodeagent.tasks.prune_agent_history_task",
         "schedule": crontab(minute=17, hour="*/6"),
     },
 }

@@ -486,8 +486,8 @@ OIDC_CREATE_USER = True
 OIDC_STORE_ID_TOKEN = False
 OIDC_STORE_ACCESS_TOKEN = False
 
-# --- Node agent (issue 12): the portal's side of `python -m agent` (nodeagent/) ----------------------------------
-INSTALLED_APPS += ["nodeagent"]
+# --- Node agent (issue 12): the portal's side of `python -m agent` (allocations/nodeagent/) -----------------------
+INSTALLED_APPS += ["allocations.nodeagent"]
 # A node whose agent has reported before but not for this long is marked agent-silent (placement skips it until the
 # agent is heard again).
 FATIA_AGENT_SILENT_AFTER_S = env_int("FATIA_AGENT_SILENT_AFTER_S", 60)

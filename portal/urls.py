@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 urlpatterns = [
     path("api/v1/", include("tenants.api.urls")),
     path("api/v1/", include("allocations.api.urls")),
-    path("api/v1/", include("nodeagent.api.urls")),
+    path("api/v1/", include("allocations.nodeagent.api.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start-up script as a file: the CSP allows no inline script.
     path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

@@ -222,7 +222,7 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("node", "node_unmatched"): lambda: f"Discovery: a GPU node in no pool: {after.get('note', '?')}",
         ("node", "node_gone"): lambda: "The node left the cluster",
         ("node", "node_back"): lambda: "The node is back in the cluster",
-        # Node agents (nodeagent/).
+        # Node agents (allocations/nodeagent/).
         ("node", "agent_silent"): lambda: "The node's agent went silent; no new slice is placed there until it reports",
         ("node", "agent_back"): lambda: "The node's agent reports again",
         ("agentcredential", "issue_agent_credential"): lambda: (

@@ -16,9 +16,9 @@ from django.urls import resolve
 from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
-from nodeagent.api.urls import urlpatterns as nodeagent_urls
-from nodeagent.models import AgentCredential, AgentStatus
-from nodeagent.services import issue_agent_credential
+from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
+from allocations.nodeagent.models import AgentCredential, AgentStatus
+from allocations.nodeagent.services import issue_agent_credential
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
 from tenants.services import create_api_token

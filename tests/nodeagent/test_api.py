@@ -10,8 +10,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from allocations.models import Node
-from nodeagent import services
-from nodeagent.models import AgentStatus, DeviceState, HealthEvent
+from allocations.nodeagent import services
+from allocations.nodeagent.models import AgentStatus, DeviceState, HealthEvent
 from tests.agent.scenarios import A100
 from tests.nodeagent.payloads import T0, FakeNode
 
@@ -200,8 +200,8 @@ def test_invalid_json_is_400(token):
 def test_the_fast_validator_answers_like_the_serializers(broken):
     from rest_framework.exceptions import ValidationError
 
-    from nodeagent.api.fastcheck import compile_serializer
-    from nodeagent.api.serializers import TelemetryIn
+    from allocations.nodeagent.api.fastcheck import compile_serializer
+    from allocations.nodeagent.api.serializers import TelemetryIn
 
     # given: the agent's real payload passes both
     good = FakeNode("h100-node-0").telemetry(T0)

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from allocations.models import Node
-from nodeagent import services
-from nodeagent.models import AgentCredential
+from allocations.nodeagent import services
+from allocations.nodeagent.models import AgentCredential
 from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db

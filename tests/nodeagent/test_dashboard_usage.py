@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allocations.models import Node, SlicePlacement
-from nodeagent import services
+from allocations.nodeagent import services
 from tests.dashboard.test_dashboard import active_slices, client_for, slot_buttons
 from tests.nodeagent.payloads import T0, FakeNode
 

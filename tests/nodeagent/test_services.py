@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from allocations.models import Node
-from nodeagent import services
-from nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, DeviceState, HealthEvent
+from allocations.nodeagent import services
+from allocations.nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, DeviceState, HealthEvent
 from tenants.models import AuditEvent
 from tests.nodeagent.payloads import T0, FakeNode
 

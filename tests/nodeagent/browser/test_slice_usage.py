@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from allocations.models import SlicePlacement
-from nodeagent import services
+from allocations.nodeagent import services
 from tests.dashboard.test_dashboard import active_slices
 from tests.nodeagent.payloads import T0, FakeNode
 

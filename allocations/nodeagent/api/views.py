@@ -15,11 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations.models import Node
-from nodeagent import services
-from nodeagent.api import serializers as s
-from nodeagent.api.fastcheck import compile_serializer
-from nodeagent.authentication import AgentCredentialAuthentication
-from nodeagent.models import AgentCredential
+from allocations.nodeagent import services
+from allocations.nodeagent.api import serializers as s
+from allocations.nodeagent.api.fastcheck import compile_serializer
+from allocations.nodeagent.authentication import AgentCredentialAuthentication
+from allocations.nodeagent.models import AgentCredential
 
 _validate_inventory = compile_serializer(s.InventoryIn)
 _validate_telemetry = compile_serializer(s.TelemetryIn)

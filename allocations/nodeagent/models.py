@@ -20,7 +20,8 @@ from allocations.models import Gpu, Node
 class AgentCredential(models.Model):
     """A node agent's credential. The token is ``fagent_<prefix>_<secret>``; only the SHA-256 digest of the whole
     string is stored, `prefix` finds the row. Bound to one node: it may report for that node only.
-    Revoked credentials stay (audit) with `revoked_at` set; issue and revoke go through ``nodeagent.services``."""
+    Revoked credentials stay (audit) with `revoked_at` set; issue and revoke go through
+    ``allocations.nodeagent.services``."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_credentials")
     prefix = models.CharField(max_length=16, unique=True)

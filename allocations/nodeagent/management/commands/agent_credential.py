@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from allocations.models import Node
-from nodeagent import services
-from nodeagent.models import AgentCredential
+from allocations.nodeagent import services
+from allocations.nodeagent.models import AgentCredential
 from tenants.errors import DomainError
 
 

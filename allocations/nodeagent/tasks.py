@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from nodeagent import services
+from allocations.nodeagent import services
 
 
 @shared_task(soft_time_limit=60, time_limit=90)

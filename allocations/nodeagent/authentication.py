@@ -1,7 +1,7 @@
 """Node agents authenticate with ``Authorization: Bearer fagent_<prefix>_<secret>`` on /api/v1/agent/ only.
 
 The request's user is an :class:`AgentPrincipal` (not a person: no tenant, no staff rights); ``request.auth`` is the
-:class:`~nodeagent.models.AgentCredential`, whose node is the only one it may report for.
+:class:`~allocations.nodeagent.models.AgentCredential`, whose node is the only one it may report for.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from nodeagent.models import AgentCredential
-from nodeagent.services import TOKEN_PREFIX, hash_agent_token
+from allocations.nodeagent.models import AgentCredential
+from allocations.nodeagent.services import TOKEN_PREFIX, hash_agent_token
 
 
 class AgentPrincipal:
@@ -55,7 +55,7 @@ class AgentCredentialAuthentication(authentication.BaseAuthentication):
 
 
 class AgentCredentialScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "nodeagent.authentication.AgentCredentialAuthentication"
+    target_class = "allocations.nodeagent.authentication.AgentCredentialAuthentication"
     name = "agentCredential"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:

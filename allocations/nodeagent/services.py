@@ -19,8 +19,8 @@ from django.db.models.functions import Cast, TruncHour
 from django.utils import timezone
 
 from allocations.models import Gpu, Node
+from allocations.nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, DeviceState, HealthEvent
 from allocations.services.locks import lock_pool
-from nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, DeviceState, HealthEvent
 from tenants.errors import InvalidTransition, NotAllowed
 from tenants.services import record_audit_event
 

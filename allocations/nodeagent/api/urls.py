@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from nodeagent.api import views
+from allocations.nodeagent.api import views
 
 router = SimpleRouter()
 router.register("agent-credentials", views.AgentCredentialViewSet, basename="agent-credential")

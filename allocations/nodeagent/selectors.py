@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from nodeagent.models import DeviceState
+from allocations.nodeagent.models import DeviceState
 
 
 @dataclass(frozen=True, slots=True)

@@ -373,3 +373,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Container image (issue 11, deploy/Containerfile) ---------------------------------------------------------
+# Where collectstatic puts the static files. The image collects them at build time into /app/staticfiles, on the
+# read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
+# run time. Elsewhere they stay under FATIA_DATA_DIR as before.
+STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")

@@ -7,8 +7,9 @@ through tests/deploy/run-read-only.sh: a read-only bind mount of it, a writable 
 `chroot --userspec`, the image's own entrypoint, command and environment. The host's network is shared, so the
 processes inside reach the test PostgreSQL and Redis on loopback.
 
-The first run builds the base (about 1.5 min) and the image (about 4.5 min) into $FATIA_CACHE/image; later runs
-find both there (seconds) unless the code or the lock changed.
+The first run builds the base and the image into $FATIA_CACHE/image (about 2.5 and 3 minutes on 2 cores, see
+docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers in 2 to 3
+minutes after a change to the code.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ through tests/deploy/run-read-only.sh: a read-only bind mount of it, a writable 
 `chroot --userspec`, the image's own entrypoint, command and environment. The host's network is shared, so the
 processes inside reach the test PostgreSQL and Redis on loopback.
 
-The first run builds the base and the image into $FATIA_CACHE/image (about 2.5 and 3 minutes on 2 cores, see
-docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers in 2 to 3
-minutes after a change to the code.
+The first run builds the base and the image into $FATIA_CACHE/image (2.5 to 5.5 minutes on 2 cores, depending on
+their load; docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers in
+1.5 to 2.5 minutes after a change to the code.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import stat
@@ -33,6 +32,8 @@ import psycopg
 import pytest
 import requests
 from django.db.migrations.loader import MigrationLoader
+
+from tests.test_settings import PRODUCTION
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "build-image.sh"
@@ -143,20 +144,13 @@ def sandbox(image: Image, tmp_path: Path) -> Sandbox:
 
 
 def production_env(database_url: str | None = None) -> dict[str, str]:
-    """What the chart passes: production settings, secrets, the test run's PostgreSQL and Redis."""
+    """What the chart passes: the production settings of tests/test_settings.py, with the test run's PostgreSQL
+    and Redis."""
     return {
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
+        **PRODUCTION,
         "DATABASE_URL": database_url or os.environ["DATABASE_URL"],
         "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"],
         "CACHE_URL": os.environ["CACHE_URL"],
-        "ALLOWED_HOSTS": "fatia.example.com",
-        "CSRF_TRUSTED_ORIGINS": "https://fatia.example.com",
-        "SECURE_SSL_REDIRECT": "True",
-        "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
-        "SECURE_HSTS_SECONDS": "31536000",
-        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "True",
-        "SECURE_HSTS_PRELOAD": "True",
     }
 
 

@@ -10,9 +10,10 @@
 # Everything lands outside the repo, under $FATIA_CACHE/image (default ~/.cache/fatia/image):
 #   base-<hash>.tar   the Debian root filesystem; <hash> is that of the package list and mmdebstrap options
 #   storage/          buildah's image store (vfs driver: no overlay mounts needed; it copies each layer in full)
-# The base image localhost/fatia-base:<hash> is made once per package list (about a minute), and buildah's layer
-# cache keeps the dependency layer until deploy/requirements.lock changes, so a rebuild with unchanged code takes
-# seconds. Old bases and untagged images are removed after each build (vfs layers are full copies: watch the disk).
+# The base image localhost/fatia-base:<hash> is made once per package list (about a minute). A rerun with nothing
+# changed (same base, Containerfile and context files) skips the build in well under a second; after a code change
+# buildah's layer cache keeps the dependency layer until deploy/requirements.lock changes (docs/benchmarks.md has
+# the times). Old bases and untagged images are removed after each build (vfs layers are full copies: watch the disk).
 # Needs root (mmdebstrap, chroot isolation); installs buildah and mmdebstrap from Debian when missing.
 set -euo pipefail
 

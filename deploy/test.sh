@@ -32,6 +32,9 @@ pg_bindir >/dev/null || missing+=(postgresql)
 # Browser tests drive Debian's Chromium through Playwright; Playwright's own browser download is
 # neither wanted nor possible here.
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
+# The image tests (tests/deploy) build deploy/Containerfile with buildah on a base made by mmdebstrap.
+command -v buildah >/dev/null || missing+=(buildah)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} from Debian"
   as_root apt-get update -qq
@@ -125,6 +128,8 @@ if [ "${FATIA_QUICK:-0}" != 1 ]; then
   ruff format --check .
   log "mypy"
   mypy portal tenants allocations agent
+  log "hadolint"
+  hadolint deploy/Containerfile
 fi
 log "django checks"
 python manage.py check --fail-level WARNING

@@ -494,3 +494,9 @@ FATIA_AGENT_SILENT_AFTER_S = env_int("FATIA_AGENT_SILENT_AFTER_S", 60)
 # History kept: one row per device per minute, and per hour.
 FATIA_AGENT_MINUTES_KEPT_DAYS = env_int("FATIA_AGENT_MINUTES_KEPT_DAYS", 7)
 FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
+
+# --- Container image (issue 11, deploy/Containerfile) ---------------------------------------------------------
+# Where collectstatic puts the static files. The image collects them at build time into /app/staticfiles, on the
+# read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
+# run time. Elsewhere they stay under FATIA_DATA_DIR as before.
+STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")

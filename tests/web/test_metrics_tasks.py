@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 
 from allocations.tasks import notify_managers_of_extension_task, onboard_tenant_task
+from portal.celery import app as celery_app
 from tests.conftest import World, celery_worker_process
 from tests.web.test_metrics import AUTH, POD_IP, TOKEN, samples
 
@@ -38,6 +39,9 @@ def test_a_retrying_task_and_a_failing_task_move_their_counters(world: World, se
     assert task_counts("fatia_celery_task_retries_total") == {}
     assert task_counts("fatia_celery_task_failures_total") == {}
     env = {"FATIA_CLUSTER_BACKEND": "kubernetes", "FATIA_KUBECONFIG": str(tmp_path / "missing-kubeconfig")}
+    # and: an empty queue. Earlier tests leave tasks in the shared broker (sent on commit with no worker running);
+    # their rows are gone, so a worker started here would fail them and count failures this test did not cause.
+    celery_app.control.purge()
     with celery_worker_process(**env):
         # when: a tenant's onboarding, which retries on its backoff (1 s, 2 s, ...), and a notification about a
         # lease extension that does not exist, which fails for good (DoesNotExist is not retried)

@@ -62,6 +62,9 @@ else
     { cat "$CACHE/pip-editable.log"; exit 1; }
 fi
 export PATH="$VENV/bin:$PATH"
+# mypy and ruff keep their caches with the others: a fresh clone then checks only what changed (mypy compares
+# the sources' hashes when their times differ), about a minute less on a warm machine.
+export MYPY_CACHE_DIR="$CACHE/mypy-cache" RUFF_CACHE_DIR="$CACHE/ruff-cache"
 
 # --- Kubernetes control plane for tests/kube ----------------------------------------------------------
 # Built from the Go module proxy into $CACHE/k8s the first time (7-18 min on 2 cores), skipped in well

@@ -182,6 +182,9 @@ def test_claims_and_pods_of_finished_or_unknown_allocations_are_deleted_and_stuc
     services.release_allocation(allocation_id=done.pk, actor=kw.world.alice)
     assert services.provisioning.teardown_allocation(allocation_id=done.pk).status == Status.RELEASED
     ns = kw.namespace("team-a")
+    # the late task comes after the teardown's delete has finished: applied to a claim still terminating (its
+    # finalizer not yet removed), the apply would vanish with it and leave nothing to reconcile (a flake, seen once)
+    wait_for("the released claim to be gone", lambda: claim_gone(admin, ns, done.kube_name))
     kube.apply_resource_claim(claim)
     kube.apply_holder_pod(kube.HolderPodSpec(ns, "stray", ("stray",), node.name, "no-such-allocation", "team-a"))
     # and: a request approved long ago whose provisioning task was lost

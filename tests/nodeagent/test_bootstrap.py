@@ -6,71 +6,25 @@ can be set up; tests/kube/test_agent_bootstrap.py runs the same path against a r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
-from django.core.cache import caches
 
 from allocations.cluster import kube
 from allocations.models import Node
 from allocations.nodeagent import services
 from allocations.nodeagent.models import AgentCredential
 from tenants.models import AuditEvent
+from tests.nodeagent.fake_cluster import NODE, POD_UID, SA, FakeCluster, agent_identity, install_fake_cluster
 from tests.nodeagent.payloads import FakeNode
 from tests.test_settings import boot
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/agent/bootstrap/"
-SA = "fatia-system:fatia-agent"
-NODE = "h100-node-0"
-POD_UID = "6f1c1f3e-0d7a-4d1e-9a55-2b1e4f0c9d10"
-
-
-@dataclass
-class FakeCluster:
-    """What the API server would answer: the review of any token, and the agent pod as it runs now."""
-
-    identity: kube.TokenIdentity
-    pod: kube.PodPlacement | None
-    error: kube.KubeError | None = None
-    reviewed: list[tuple[str, str]] = field(default_factory=list)
-
-    def review_token(self, token: str, audience: str) -> kube.TokenIdentity:
-        self.reviewed.append((token, audience))
-        if self.error is not None:
-            raise self.error
-        return self.identity
-
-    def read_pod_placement(self, namespace: str, name: str) -> kube.PodPlacement | None:
-        if self.pod is None or (namespace, name) != (self.pod.namespace, self.pod.name):
-            return None
-        return self.pod
-
-
-def agent_identity(*, node: str = NODE, user: str = f"system:serviceaccount:{SA}", **overrides: object):
-    extra = {
-        kube.EXTRA_POD_NAME: ("fatia-agent-x7k2p",),
-        kube.EXTRA_POD_UID: (POD_UID,),
-        kube.EXTRA_NODE_NAME: (node,),
-    }
-    values: dict[str, object] = {"authenticated": True, "username": user, "audiences": ("fatia-agent",), "extra": extra}
-    values.update(overrides)
-    return kube.TokenIdentity(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def cluster(settings, monkeypatch) -> FakeCluster:
-    settings.FATIA_AGENT_SERVICE_ACCOUNT = SA
-    settings.FATIA_AGENT_TOKEN_AUDIENCE = "fatia-agent"
-    fake = FakeCluster(
-        identity=agent_identity(),
-        pod=kube.PodPlacement(namespace="fatia-system", name="fatia-agent-x7k2p", uid=POD_UID, node_name=NODE),
-    )
-    monkeypatch.setattr(kube, "review_token", fake.review_token)
-    monkeypatch.setattr(kube, "read_pod_placement", fake.read_pod_placement)
-    caches["default"].clear()  # the anonymous throttle's counters
-    return fake
+    return install_fake_cluster(settings, monkeypatch)
 
 
 def test_an_agent_pod_gets_a_credential_for_its_own_node_which_then_reports(world, cluster):

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -22,6 +22,7 @@ from allocations.nodeagent.api import serializers as s
 from allocations.nodeagent.api.fastcheck import compile_serializer
 from allocations.nodeagent.authentication import AgentCredentialAuthentication
 from allocations.nodeagent.models import AgentCredential
+from tenants.api.schema import ErrorSerializer
 
 _validate_inventory = compile_serializer(s.InventoryIn)
 _validate_telemetry = compile_serializer(s.TelemetryIn)
@@ -76,7 +77,14 @@ class BootstrapView(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [permissions.AllowAny]
 
-    @extend_schema(request=s.BootstrapIn, responses={201: s.BootstrapOut}, operation_id="agent_bootstrap")
+    @extend_schema(
+        request=s.BootstrapIn,
+        responses={
+            201: s.BootstrapOut,
+            404: OpenApiResponse(ErrorSerializer, description="Bootstrap is off (FATIA_AGENT_SERVICE_ACCOUNT unset)."),
+        },
+        operation_id="agent_bootstrap",
+    )
     def post(self, request: Request) -> Response:
         if not settings.FATIA_AGENT_SERVICE_ACCOUNT:
             raise Http404

@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.contrib.auth.models import User
     from django.core.management import call_command
-    from django.db import connections
     from kubernetes import client, config
 
     from allocations import services
@@ -133,13 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     token_s = time.perf_counter() - started
 
     def bootstrap(node: str) -> float:
+        # Each thread keeps its own database connection across calls, as a web worker does (CONN_MAX_AGE).
         t0 = time.perf_counter()
-        try:
-            bootstrap_agent_credential(node_name=node, token=tokens[node])
-        finally:
-            connections.close_all()  # each thread's own connection, as each web worker has one
+        bootstrap_agent_credential(node_name=node, token=tokens[node])
         return time.perf_counter() - t0
 
+    load = os.getloadavg()[0]
     rows = []
     for label, threads in (("one at a time", 1), (f"{args.threads} at a time, rotating", args.threads)):
         bench_api.log(label)
@@ -169,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         "read as the portal's identity on the local control plane, then the credential's transaction in PostgreSQL), "
         f"for {args.nodes} nodes, each with an agent pod bound to it and a pod-bound token of audience fatia-agent. "
         "The second round rotates every credential of the first (revokes it, issues a new one). In-process calls, "
-        "no HTTP; the API server, etcd and PostgreSQL share the cores.\n\n"
+        f"no HTTP; the API server, etcd and PostgreSQL share the cores (load average {load:.1f} when it started: "
+        "other work on the machine too).\n\n"
         + "\n".join(table)
         + f"\n\nMinting the {args.nodes} tokens (TokenRequest, the kubelet's part in a cluster) took "
         f"{token_s:.1f} s. A DaemonSet rollout on 1,000 nodes therefore costs the portal about "

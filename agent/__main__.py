@@ -7,10 +7,11 @@ import signal
 import sys
 import threading
 
+from agent.bootstrap import BootstrapTransport
 from agent.config import ConfigError, load_config
 from agent.nvml import Nvml, NvmlError
 from agent.runner import Agent, load_library, new_boot_id
-from agent.sender import HttpTransport, Sender
+from agent.sender import HttpTransport, Sender, Transport
 
 
 def main() -> int:
@@ -25,8 +26,13 @@ def main() -> int:
     except NvmlError as exc:
         sys.stderr.write(f"fatia agent: cannot initialise NVML: {exc}\n")
         return 1
+    transport: Transport = (
+        HttpTransport(config.portal_url, config.token)
+        if config.token
+        else BootstrapTransport(config.portal_url, config.node, config.bootstrap_token_file)
+    )
     sender = Sender(
-        transport=HttpTransport(config.portal_url, config.token),
+        transport=transport,
         node=config.node,
         boot=new_boot_id(),
         capacity=config.buffer,

@@ -4,6 +4,8 @@
 | --- | --- | --- |
 | ``FATIA_AGENT_PORTAL_URL`` | (required) | the portal's base URL, e.g. ``https://fatia.example.org`` |
 | ``FATIA_AGENT_TOKEN`` (or ``_FILE``) | (required) | this node's credential (``manage.py agent_credential issue``) |
+| ``FATIA_AGENT_BOOTSTRAP_TOKEN_FILE`` | (empty) | instead of a credential: the pod's projected ServiceAccount token, |
+| | | traded for one at start and after a 401 (``agent/bootstrap.py``; the chart's DaemonSet) |
 | ``FATIA_AGENT_NODE`` | ``NODE_NAME``, else the host name | the Kubernetes node name the credential is bound to |
 | ``FATIA_AGENT_INTERVAL_S`` | 5 | seconds between telemetry samples |
 | ``FATIA_AGENT_INVENTORY_S`` | 300 | the inventory is sent again this often even when unchanged |
@@ -37,6 +39,7 @@ class Config:
     backoff_cap_s: float
     fake_nvml: str
     send_interval_s: float = 0.0
+    bootstrap_token_file: str = ""  # set (and `token` empty): the credential comes from agent.bootstrap
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
@@ -68,8 +71,14 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     if not url.startswith(("http://", "https://")):
         raise ConfigError("FATIA_AGENT_PORTAL_URL must be the portal's http:// or https:// URL")
     token = _secret(env, "FATIA_AGENT_TOKEN")
-    if not token:
-        raise ConfigError("FATIA_AGENT_TOKEN (or FATIA_AGENT_TOKEN_FILE) must hold this node's agent credential")
+    bootstrap = "" if token else env.get("FATIA_AGENT_BOOTSTRAP_TOKEN_FILE", "").strip()
+    if not token and not bootstrap:
+        raise ConfigError(
+            "FATIA_AGENT_TOKEN (or FATIA_AGENT_TOKEN_FILE) must hold this node's agent credential, or "
+            "FATIA_AGENT_BOOTSTRAP_TOKEN_FILE name the pod's projected ServiceAccount token"
+        )
+    if bootstrap and not Path(bootstrap).is_file():
+        raise ConfigError(f"FATIA_AGENT_BOOTSTRAP_TOKEN_FILE: no token file at {bootstrap}")
     node = env.get("FATIA_AGENT_NODE", "").strip() or env.get("NODE_NAME", "").strip() or socket.gethostname()
     fake = env.get("FATIA_AGENT_FAKE_NVML", "").strip()
     if fake and not Path(fake).is_file():
@@ -83,6 +92,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         buffer=int(_positive(env, "FATIA_AGENT_BUFFER", 720)),
         backoff_cap_s=_positive(env, "FATIA_AGENT_BACKOFF_CAP_S", 60.0),
         fake_nvml=fake,
+        bootstrap_token_file=bootstrap,
         send_interval_s=_positive(env, "FATIA_AGENT_SEND_INTERVAL_S", 0.0)
         if env.get("FATIA_AGENT_SEND_INTERVAL_S", "").strip() not in ("", "0")
         else 0.0,

@@ -500,3 +500,29 @@ FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
 # read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
 # run time. Elsewhere they stay under FATIA_DATA_DIR as before.
 STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")
+
+# --- Node agent DaemonSet (issue 12, package `chart`): agents bootstrap their credential by TokenReview ------------
+# `<namespace>:<name>` of the ServiceAccount the agent DaemonSet runs as (the chart sets it). Empty: the bootstrap
+# endpoint (POST /api/v1/agent/bootstrap/) answers 404 and credentials come from admins only.
+FATIA_AGENT_SERVICE_ACCOUNT = os.environ.get("FATIA_AGENT_SERVICE_ACCOUNT", "").strip()
+# The audience of the agents' projected tokens: a token minted for anything else (the API server) is refused.
+FATIA_AGENT_TOKEN_AUDIENCE = os.environ.get("FATIA_AGENT_TOKEN_AUDIENCE", "fatia-agent").strip()
+if FATIA_AGENT_SERVICE_ACCOUNT:
+    _sa_namespace, _, _sa_name = FATIA_AGENT_SERVICE_ACCOUNT.partition(":")
+    if not all(
+        part != ""
+        and part.isascii()
+        and part[0].isalnum()
+        and part[-1].isalnum()
+        and all(ch.isdigit() or ch.islower() or ch in "-." for ch in part)
+        for part in (_sa_namespace, _sa_name)
+    ):
+        raise ImproperlyConfigured(
+            f"FATIA_AGENT_SERVICE_ACCOUNT must be <namespace>:<name>, not {FATIA_AGENT_SERVICE_ACCOUNT!r}."
+        )
+    if FATIA_CLUSTER_BACKEND != "kubernetes":
+        raise ImproperlyConfigured(
+            "FATIA_AGENT_SERVICE_ACCOUNT needs FATIA_CLUSTER_BACKEND 'kubernetes' (TokenReview)."
+        )
+    if not FATIA_AGENT_TOKEN_AUDIENCE:
+        raise ImproperlyConfigured("FATIA_AGENT_TOKEN_AUDIENCE must not be empty when agents bootstrap.")

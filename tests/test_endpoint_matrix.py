@@ -209,6 +209,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/agent-credentials/{agent_credential}/revoke/", "none", (403, 403, 403, 401)),
     ("post", "/api/v1/agent/inventory/", "none", (403, 403, 403, 401)),
     ("post", "/api/v1/agent/telemetry/", "none", (403, 403, 403, 401)),
+    # Bootstrap takes no credential (an agent pod's ServiceAccount token in the body); off unless configured.
+    ("post", "/api/v1/agent/bootstrap/", "none", (404, 404, 404, 404)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -1179,3 +1179,76 @@ def _watch_event(what: str, event: dict[str, Any], convert: Callable[[dict[str, 
         raise KubeUnavailable(message, status=code)
     version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
     return WatchEvent(kind=kind, obj=None if kind == "BOOKMARK" else convert(raw), resource_version=version)
+
+
+# --- node agents: who holds a ServiceAccount token (allocations/nodeagent/bootstrap.py) -----------------------
+
+# What the API server puts in a TokenReview's user.extra for a token bound to a pod (TokenRequest with a
+# boundObjectRef, as a projected serviceAccountToken volume is); the node keys since Kubernetes 1.30.
+EXTRA_POD_NAME = "authentication.kubernetes.io/pod-name"
+EXTRA_POD_UID = "authentication.kubernetes.io/pod-uid"
+EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIdentity:
+    """A TokenReview's answer. `authenticated` False: `error` says why (expired, wrong audience, not a token)."""
+
+    authenticated: bool
+    username: str = ""
+    audiences: tuple[str, ...] = ()
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    error: str = ""
+
+    def extra_value(self, key: str) -> str:
+        values = self.extra.get(key, ())
+        return values[0] if len(values) == 1 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where a pod runs: its UID and the node it was bound to ("" while unscheduled)."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+
+
+def review_token(token: str, audience: str) -> TokenIdentity:
+    """TokenReview: does the API server accept `token` for `audience`, and whose is it? The portal's identity
+    needs `create` on tokenreviews (PORTAL_PERMISSIONS)."""
+    api = client.AuthenticationV1Api(api_client())
+    review = _call(
+        "tokenreview",
+        api.create_token_review,
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]},
+        },
+    )
+    status = review.status
+    if status is None or not status.authenticated or status.user is None:
+        return TokenIdentity(authenticated=False, error=str(getattr(status, "error", "") or ""))
+    extra = {str(k): tuple(str(v) for v in (values or ())) for k, values in (status.user.extra or {}).items()}
+    return TokenIdentity(
+        authenticated=True,
+        username=str(status.user.username or ""),
+        audiences=tuple(str(a) for a in (status.audiences or ())),
+        extra=extra,
+    )
+
+
+def read_pod_placement(namespace: str, name: str) -> PodPlacement | None:
+    """The pod's UID and node, or None when there is no such pod."""
+    api = client.CoreV1Api(api_client())
+    try:
+        pod = _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return None
+        raise
+    uid = pod.metadata.uid if pod.metadata is not None else None
+    node = pod.spec.node_name if pod.spec is not None else None
+    return PodPlacement(namespace=namespace, name=name, uid=str(uid or ""), node_name=str(node or ""))

@@ -67,6 +67,12 @@ PORTAL_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "rbac.authorization.k8s.io", "rolebindings", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"
     ),
+    Permission(
+        "authentication.k8s.io",
+        "tokenreviews",
+        ("create",),
+        "review_token: node agents bootstrap their credential with a ServiceAccount token (the pod check reads pods)",
+    ),
 )
 
 # What Kubernetes' bootstrap policy grants every authenticated user (system:basic-user: the self reviews) and

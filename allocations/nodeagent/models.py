@@ -21,9 +21,15 @@ class AgentCredential(models.Model):
     """A node agent's credential. The token is ``fagent_<prefix>_<secret>``; only the SHA-256 digest of the whole
     string is stored, `prefix` finds the row. Bound to one node: it may report for that node only.
     Revoked credentials stay (audit) with `revoked_at` set; issue and revoke go through
-    ``allocations.nodeagent.services``."""
+    ``allocations.nodeagent.services``; `origin` bootstrap ones come from ``allocations.nodeagent.bootstrap``
+    (a ServiceAccount token the cluster vouched for), and each new one revokes the node's previous one."""
+
+    class Origin(models.TextChoices):
+        ADMIN = "admin", "Issued by an admin"
+        BOOTSTRAP = "bootstrap", "Bootstrapped from a ServiceAccount token"
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_credentials")
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.ADMIN)
     prefix = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     created_by = models.ForeignKey(

@@ -38,6 +38,12 @@ def hash_agent_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def mint_agent_token() -> tuple[str, str]:
+    """A new token and its prefix (the row's lookup key): ``fagent_<prefix>_<secret>``."""
+    prefix = secrets.token_hex(6)
+    return prefix, f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+
+
 # --- credentials ------------------------------------------------------------------------------------------------
 
 
@@ -50,8 +56,7 @@ def issue_agent_credential(*, node_id: int, actor: User | None) -> tuple[AgentCr
     if actor is not None and not actor.is_staff:
         raise NotAllowed("Only platform admins can issue node agent credentials.")
     node = Node.objects.get(pk=node_id)
-    prefix = secrets.token_hex(6)
-    token = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    prefix, token = mint_agent_token()
     credential = AgentCredential.objects.create(
         node=node, prefix=prefix, digest=hash_agent_token(token), created_by=actor
     )

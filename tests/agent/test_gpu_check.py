@@ -89,5 +89,6 @@ def test_the_agent_refuses_to_start_without_its_settings_and_says_which():
     )
     assert result.returncode == 2
     assert result.stderr == (
-        "fatia agent: FATIA_AGENT_TOKEN (or FATIA_AGENT_TOKEN_FILE) must hold this node's agent credential\n"
+        "fatia agent: FATIA_AGENT_TOKEN (or FATIA_AGENT_TOKEN_FILE) must hold this node's agent credential, or "
+        "FATIA_AGENT_BOOTSTRAP_TOKEN_FILE name the pod's projected ServiceAccount token\n"
     )

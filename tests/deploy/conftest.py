@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.kube.conftest import BASH, ROOT, _tail, admin, control_plane  # noqa: F401 (fixtures used here)
 
@@ -31,3 +33,15 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def checkov(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tool(INSTALL_CHECKOV, tmp_path_factory.mktemp("checkov") / "install.log", timeout=1800)
+
+
+@pytest.fixture(scope="session")
+def nvidia_runtime_class(admin: client.ApiClient) -> str:  # noqa: F811 (the fixture imported above)
+    """The RuntimeClass the GPU Operator makes (the agent's pods name it; admission refuses a pod whose class is
+    missing)."""
+    try:
+        client.NodeV1Api(admin).create_runtime_class(body={"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return "nvidia"

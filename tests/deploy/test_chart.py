@@ -55,8 +55,9 @@ def by_kind(docs: list[Doc], kind: str) -> dict[str, Doc]:
 
 
 def pod_templates(docs: list[Doc]) -> dict[str, Doc]:
-    """Every pod the chart would start: Deployments' and Jobs' templates, by the owner's name."""
-    return {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "Job")}
+    """Every pod the chart would start: Deployments', DaemonSets' and Jobs' templates, by the owner's name."""
+    kinds = ("Deployment", "DaemonSet", "Job")
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in kinds}
 
 
 # --- helm lint and the values schema --------------------------------------------------------------------------------
@@ -160,6 +161,7 @@ def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_
         "fatia-web": ["web"],
         "fatia-worker": ["worker"],
         "fatia-migrate": ["migrate"],
+        "fatia-agent": ["agent"],
     }
     tokens = {
         name: (t["spec"].get("serviceAccountName"), t["spec"]["automountServiceAccountToken"])
@@ -169,9 +171,12 @@ def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_
         "fatia-beat": ("fatia", False),
         "fatia-discover": ("fatia-cluster", True),
         "fatia-events": ("fatia", False),
-        "fatia-web": ("fatia", False),
+        # web reviews the node agents' bootstrap tokens (agent.enabled in the CI values)
+        "fatia-web": ("fatia-cluster", True),
         "fatia-worker": ("fatia-cluster", True),
         "fatia-migrate": (None, False),
+        # the agent's only token is the projected one for the portal (tests/deploy/test_chart_agent.py)
+        "fatia-agent": ("fatia-agent", False),
     }
     ports = {
         n: [(p["containerPort"]) for p in t["spec"]["containers"][0].get("ports", [])] for n, t in templates.items()
@@ -193,6 +198,9 @@ def test_every_container_is_read_only_with_tmp_writable_and_secrets_as_files(hel
         tmp = next(v for v in template["spec"]["volumes"] if v["name"] == "tmp")
         assert tmp == {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}, name
         assert set(container["resources"]) == {"requests", "limits"}, name
+        if name == "fatia-agent":  # no secret and no portal setting at all: tests/deploy/test_chart_agent.py
+            assert "envFrom" not in container
+            continue
         # secrets only as <NAME>_FILE, never as values in the environment
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env == {
@@ -268,7 +276,7 @@ def test_the_openshift_render_has_routes_and_leaves_the_uid_to_the_scc(helm: Pat
 
 
 def test_the_simulated_backend_has_no_discover_no_cluster_role_and_no_token(helm: Path) -> None:
-    docs = render(helm, "kubernetes", "fatia", "cluster.backend=simulated")
+    docs = render(helm, "kubernetes", "fatia", "cluster.backend=simulated", "agent.enabled=false")
     assert sorted(by_kind(docs, "Deployment")) == ["fatia-beat", "fatia-events", "fatia-web", "fatia-worker"]
     assert by_kind(docs, "ClusterRole") == {}
     assert sorted(by_kind(docs, "ServiceAccount")) == ["fatia"]
@@ -344,7 +352,7 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
 
 @pytest.mark.parametrize("values", sorted(VALUES))
 def test_restricted_pod_security_admits_every_pod_the_chart_starts(
-    helm: Path, admin: client.ApiClient, namespace: Callable[..., str], values: str
+    helm: Path, admin: client.ApiClient, namespace: Callable[..., str], values: str, nvidia_runtime_class: str
 ) -> None:
     # given: a namespace that enforces `restricted`, with the chart's ServiceAccounts in it
     ns = namespace(**RESTRICTED)
@@ -354,6 +362,7 @@ def test_restricted_pod_security_admits_every_pod_the_chart_starts(
         core.create_namespaced_service_account(ns, body=account)
     templates = pod_templates(docs)
     assert sorted(templates) == [
+        "fatia-agent",
         "fatia-beat",
         "fatia-discover",
         "fatia-events",

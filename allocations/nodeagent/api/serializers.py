@@ -131,6 +131,7 @@ class AgentCredentialOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     node = serializers.CharField(source="node.name")
     prefix = serializers.CharField()
+    origin = serializers.CharField(help_text="admin, or bootstrap (from an agent pod's ServiceAccount token).")
     created_at = serializers.DateTimeField()
     revoked_at = serializers.DateTimeField(allow_null=True)
     last_used_at = serializers.DateTimeField(allow_null=True)
@@ -142,3 +143,21 @@ class AgentCredentialCreated(AgentCredentialOut):
 
 class AgentCredentialIn(serializers.Serializer[Any]):
     node = serializers.CharField(max_length=253)
+
+
+class BootstrapIn(_Strict):
+    """An agent asks for its node's credential with the ServiceAccount token the kubelet projected into its pod."""
+
+    node = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        max_length=253,
+        error_messages={"invalid": "A Kubernetes node name (lower-case letters, digits, '-' and '.')."},
+    )
+    # A projected token is a JWT of one or two KB; the bound keeps a caller from handing the API server megabytes.
+    token = serializers.CharField(max_length=16384)
+
+
+class BootstrapOut(serializers.Serializer[Any]):
+    node = serializers.CharField(source="node.name")
+    prefix = serializers.CharField()
+    token = serializers.CharField(help_text="This node's agent credential; shown once, the portal keeps its digest.")

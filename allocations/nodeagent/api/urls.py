@@ -11,5 +11,6 @@ router.register("agent-credentials", views.AgentCredentialViewSet, basename="age
 urlpatterns = [
     path("agent/inventory/", views.InventoryView.as_view(), name="agent-inventory"),
     path("agent/telemetry/", views.TelemetryView.as_view(), name="agent-telemetry"),
+    path("agent/bootstrap/", views.BootstrapView.as_view(), name="agent-bootstrap"),
     *router.urls,
 ]

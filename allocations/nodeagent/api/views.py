@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
+from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -15,11 +17,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations.models import Node
-from allocations.nodeagent import services
+from allocations.nodeagent import bootstrap, services
 from allocations.nodeagent.api import serializers as s
 from allocations.nodeagent.api.fastcheck import compile_serializer
 from allocations.nodeagent.authentication import AgentCredentialAuthentication
 from allocations.nodeagent.models import AgentCredential
+from tenants.api.schema import ErrorSerializer
 
 _validate_inventory = compile_serializer(s.InventoryIn)
 _validate_telemetry = compile_serializer(s.TelemetryIn)
@@ -65,6 +68,35 @@ class TelemetryView(_AgentView):
         data = self._validated(request, _validate_telemetry)
         result = services.record_telemetry(credential=self._credential(request), payload=data)
         return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_200_OK)
+
+
+class BootstrapView(APIView):
+    """An agent pod trades its projected ServiceAccount token for its node's credential (TokenReview).
+    No credential yet, so no authentication: the anonymous rate throttles it per address."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [permissions.AllowAny]
+
+    @extend_schema(
+        request=s.BootstrapIn,
+        responses={
+            201: s.BootstrapOut,
+            404: OpenApiResponse(ErrorSerializer, description="Bootstrap is off (FATIA_AGENT_SERVICE_ACCOUNT unset)."),
+        },
+        operation_id="agent_bootstrap",
+    )
+    def post(self, request: Request) -> Response:
+        if not settings.FATIA_AGENT_SERVICE_ACCOUNT:
+            raise Http404
+        given = s.BootstrapIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        credential, token = bootstrap.bootstrap_agent_credential(
+            node_name=given.validated_data["node"], token=given.validated_data["token"]
+        )
+        return Response(
+            s.BootstrapOut({"node": credential.node, "prefix": credential.prefix, "token": token}).data,
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class AgentCredentialViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[AgentCredential]):

@@ -243,3 +243,7 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
 {{- end -}}
+
+{{/* The node agent (agent.yaml): its ServiceAccount, and the portal URL it reports to. */}}
+{{- define "fatia.agentServiceAccount" -}}{{ default (printf "%s-agent" (include "fatia.fullname" .)) .Values.agent.serviceAccount.name }}{{- end -}}
+{{- define "fatia.agentPortalUrl" -}}{{ default (printf "https://%s" .Values.host) .Values.agent.portalUrl }}{{- end -}}

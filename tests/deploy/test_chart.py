@@ -121,7 +121,10 @@ def test_a_service_monitor_without_a_metrics_token_is_refused(helm: Path) -> Non
 def test_the_cluster_role_grants_exactly_the_portals_permissions(helm: Path) -> None:
     # given: the Kubernetes render
     docs = render(helm, "kubernetes")
-    (role,) = by_kind(docs, "ClusterRole").values()
+    roles = by_kind(docs, "ClusterRole")
+    # (the CI values turn the node agent on: web's token-review role is the only other one)
+    assert sorted(roles) == ["fatia-fatia", "fatia-web-fatia"]
+    role = roles["fatia-fatia"]
     # when: its rules are spread into (group, resource, verb)
     granted = [
         (group, resource, verb)
@@ -133,9 +136,16 @@ def test_the_cluster_role_grants_exactly_the_portals_permissions(helm: Path) -> 
     # then: PORTAL_PERMISSIONS, each once, nothing more
     assert sorted(granted) == sorted(required_verbs())
     assert len(granted) == len(set(granted))
-    (binding,) = by_kind(docs, "ClusterRoleBinding").values()
+    binding = by_kind(docs, "ClusterRoleBinding")["fatia-fatia"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fatia-cluster", "namespace": "fatia"}]
+    # and web's reviewer may create TokenReviews and nothing else cluster-wide
+    assert roles["fatia-web-fatia"]["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]
+    assert by_kind(docs, "ClusterRoleBinding")["fatia-web-fatia"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fatia-web", "namespace": "fatia"}
+    ]
 
 
 def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_a_token(helm: Path) -> None:
@@ -171,8 +181,8 @@ def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_
         "fatia-beat": ("fatia", False),
         "fatia-discover": ("fatia-cluster", True),
         "fatia-events": ("fatia", False),
-        # web reviews the node agents' bootstrap tokens (agent.enabled in the CI values)
-        "fatia-web": ("fatia-cluster", True),
+        # web reviews the node agents' bootstrap tokens (agent.enabled in the CI values), as its own narrow identity
+        "fatia-web": ("fatia-web", True),
         "fatia-worker": ("fatia-cluster", True),
         "fatia-migrate": (None, False),
         # the agent's only token is the projected one for the portal (tests/deploy/test_chart_agent.py)
@@ -424,7 +434,9 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
     # given: the chart's ServiceAccounts and RBAC applied for real
     ns = namespace()
     docs = render(helm, "kubernetes", ns)
-    rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    rbac = [
+        d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    ]
     applied = kubectl(control_plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(rbac))
     assert applied.returncode == 0, applied.stderr
     portal = f"system:serviceaccount:{ns}:fatia-cluster"
@@ -462,6 +474,22 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
         # the web's ServiceAccount has no cluster rights at all
         assert not can(admin, web, "list", "", "nodes")
         assert not can(admin, web, "create", "resource.k8s.io", "resourceclaims", tenant_ns)
+        # web's reviewer identity (agent bootstrap) may review tokens and read pods in its namespace, nothing more
+        reviewer = f"system:serviceaccount:{ns}:fatia-web"
+        assert can(admin, reviewer, "create", "authentication.k8s.io", "tokenreviews")
+        assert can(admin, reviewer, "get", "", "pods", ns)
+        assert [
+            f
+            for f in [
+                *forbidden,
+                ("list", "", "nodes", ""),
+                ("create", "resource.k8s.io", "resourceclaims", tenant_ns),
+                ("get", "", "pods", tenant_ns),
+                ("list", "", "pods", ns),
+                ("delete", "", "pods", ns),
+            ]
+            if can(admin, reviewer, f[0], f[1], f[2], f[3])
+        ] == []
         # and the same, as real calls impersonating the ServiceAccount
         nodes = kubectl(control_plane, "get", "nodes", f"--as={portal}", "--as-group=system:serviceaccounts")
         assert nodes.returncode == 0, nodes.stderr
@@ -473,6 +501,7 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
         )
     finally:
         kubectl(control_plane, "delete", "clusterrolebinding,clusterrole", f"fatia-{ns}", "--ignore-not-found")
+        kubectl(control_plane, "delete", "clusterrolebinding,clusterrole", f"fatia-web-{ns}", "--ignore-not-found")
 
 
 # --- static scan ---------------------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* The ServiceAccount of processes that never call the Kubernetes API, and the one of those that do. */}}
 {{- define "fatia.serviceAccount" -}}{{ include "fatia.fullname" . }}{{- end -}}
 {{- define "fatia.clusterServiceAccount" -}}{{ include "fatia.fullname" . }}-cluster{{- end -}}
+{{/* web's own identity when node agents bootstrap: it may only review their tokens and read their pods. */}}
+{{- define "fatia.webServiceAccount" -}}{{ include "fatia.fullname" . }}-web{{- end -}}
 
 {{- define "fatia.kubernetes" -}}{{ if eq .Values.cluster.backend "kubernetes" }}true{{ end }}{{- end -}}
 
@@ -132,6 +134,8 @@ Annotations that tell checkov why a finding does not apply here (checkov reads c
 {{- end -}}
 {{- if .api -}}
 {{- $skips = append $skips "CKV_K8S_38=this process calls the Kubernetes API as its ServiceAccount (the chart's ClusterRole)" -}}
+{{- else if .reviewer -}}
+{{- $skips = append $skips "CKV_K8S_38=web reviews node agents' bootstrap tokens (TokenReview) and reads their pods, its only rights" -}}
 {{- end -}}
 {{- if and (eq (int .port) 0) (not .job) -}}
 {{- $skips = append $skips "CKV_K8S_8=no HTTP port to probe; a stuck task ends at its hard time limit and the pod is replaced when the process exits" -}}
@@ -160,7 +164,7 @@ metadata:
     {{- include "fatia.labels" $ | nindent 4 }}
     app.kubernetes.io/component: {{ .component }}
   annotations:
-    {{- include "fatia.checkovSkips" (dict "root" $ "api" (default false .api) "port" .port) | trim | nindent 4 }}
+    {{- include "fatia.checkovSkips" (dict "root" $ "api" (default false .api) "reviewer" (default false .reviewer) "port" .port) | trim | nindent 4 }}
 spec:
   replicas: {{ .replicas }}
   revisionHistoryLimit: 5
@@ -183,6 +187,9 @@ spec:
     spec:
       {{- if .api }}
       serviceAccountName: {{ include "fatia.clusterServiceAccount" $ }}
+      automountServiceAccountToken: true
+      {{- else if .reviewer }}
+      serviceAccountName: {{ include "fatia.webServiceAccount" $ }}
       automountServiceAccountToken: true
       {{- else }}
       serviceAccountName: {{ include "fatia.serviceAccount" $ }}

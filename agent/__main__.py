@@ -7,8 +7,10 @@ import signal
 import sys
 import threading
 
+from agent.commands import CommandPoller
 from agent.config import ConfigError, load_config
 from agent.nvml import Nvml, NvmlError
+from agent.outbox import Outbox
 from agent.runner import Agent, load_library, new_boot_id
 from agent.sender import HttpTransport, Sender
 
@@ -25,23 +27,40 @@ def main() -> int:
     except NvmlError as exc:
         sys.stderr.write(f"fatia agent: cannot initialise NVML: {exc}\n")
         return 1
+    transport = HttpTransport(config.portal_url, config.token)
     sender = Sender(
-        transport=HttpTransport(config.portal_url, config.token),
+        transport=transport,
         node=config.node,
         boot=new_boot_id(),
         capacity=config.buffer,
         backoff_cap_s=config.backoff_cap_s,
         send_interval_s=config.send_interval_s,
+        outbox=Outbox(config.outbox or None),
     )
     agent = Agent(nvml=nvml, sender=sender, node=config.node, inventory_s=config.inventory_s)
+    poller = CommandPoller(
+        transport=transport,
+        node=config.node,
+        outbox=sender.outbox,
+        hand_over=agent.offer_commands,
+        interval_s=config.command_poll_s,
+        backoff_cap_s=config.backoff_cap_s,
+    )
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        agent.wake()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     sender.start()
+    poller.start()
     logging.getLogger("agent").info("reporting node %s to %s", config.node, config.portal_url)
     try:
         agent.run(stop, config.interval_s)
     finally:
+        poller.stop()
         sender.stop()
         nvml.close()
     return 0

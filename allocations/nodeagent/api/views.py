@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations.models import Node
-from allocations.nodeagent import services
+from allocations.nodeagent import commands, services
 from allocations.nodeagent.api import serializers as s
 from allocations.nodeagent.api.fastcheck import compile_serializer
 from allocations.nodeagent.authentication import AgentCredentialAuthentication
@@ -65,6 +65,37 @@ class TelemetryView(_AgentView):
         data = self._validated(request, _validate_telemetry)
         result = services.record_telemetry(credential=self._credential(request), payload=data)
         return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_200_OK)
+
+
+class CommandListView(_AgentView):
+    """The MIG operations waiting for this node's agent, in the order to run them. Listing hands them out: they
+    become running, and a cancel no longer takes them back."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("node", str, required=True, description="This agent's node.")],
+        responses={200: s.CommandsOut},
+        operation_id="agent_commands",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.CommandsQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        listed = commands.claim_agent_commands(
+            credential=self._credential(request), node_name=query.validated_data["node"]
+        )
+        return Response({"commands": s.CommandOut(listed, many=True).data})
+
+
+class CommandResultView(_AgentView):
+    """The outcome of one command, as the agent saw it. Sending the same result again is harmless."""
+
+    @extend_schema(request=s.CommandResultIn, responses={200: s.CommandStateOut}, operation_id="agent_command_result")
+    def post(self, request: Request, pk: int) -> Response:
+        given = s.CommandResultIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        command = commands.record_agent_command_result(
+            credential=self._credential(request), command_id=pk, payload=given.validated_data
+        )
+        return Response(s.CommandStateOut(command).data)
 
 
 class AgentCredentialViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[AgentCredential]):

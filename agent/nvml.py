@@ -580,14 +580,13 @@ class Nvml:
 
     def destroy_at(self, *, gpu_index: int, profile: str, start: int) -> int | None:
         """Destroy the GPU instance of ``profile`` at memory slice ``start`` (compute instances first); returns its
-        id, or None when there is none (already destroyed: done). Refused when another profile sits there (the
-        portal's picture is wrong; nothing is touched) and, as :meth:`destroy_instance`, when processes run on it
-        (InstanceBusy)."""
+        id, or None when there is no such instance: done, nothing to remove. Another profile in that slot is not
+        it and is left alone (a re-run of a batch finds the later steps' instances there; if the portal's picture
+        is wrong instead, its next create in that slot fails and stops the batch). As :meth:`destroy_instance`:
+        InstanceBusy when processes run on it."""
         h, profiles = self._mig_profiles(gpu_index)
-        there = next((g for g in self._instances(h, profiles) if g.start == start), None)
+        there = next((g for g in self._instances(h, profiles) if g.start == start and g.profile == profile), None)
         if there is None:
             return None
-        if there.profile != profile:
-            raise self._refuse(f"GPU {gpu_index} holds {there.profile} at {start}, not {profile}: left alone")
         self.destroy_instance(gpu_index=gpu_index, gi_id=there.gi_id)
         return there.gi_id

@@ -38,7 +38,7 @@ def _agent(lib, portal_url: str = "http://127.0.0.1:9", outbox: Outbox | None = 
 
 
 def _slots(lib) -> list[tuple[str, int]]:
-    return sorted((gi.profile["name"], gi.start) for gi in lib.gpus[0].instances)
+    return [(gi.profile["name"], gi.start) for gi in sorted(lib.gpus[0].instances, key=lambda g: g.start)]
 
 
 def _results(sender: Sender) -> dict[int, dict]:

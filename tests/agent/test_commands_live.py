@@ -5,7 +5,14 @@ after the portal recorded the result, and a failure in the middle of a batch."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -24,7 +31,9 @@ from allocations.nodeagent.commands import batch_state, queue_agent_commands
 from allocations.nodeagent.models import AgentStatus
 from tenants.models import AuditEvent
 from tests.agent.http_portal import Proxy
-from tests.agent.scenarios import H100, fake
+from tests.agent.scenarios import H100, fake, write
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -186,3 +195,48 @@ def test_a_failure_in_the_middle_of_a_batch_stops_it_on_both_sides_and_leaves_a_
     assert node.slots() == [("1g.10gb", 4)]
     assert layout_violations(load_catalog().model(H100), node.slots()) == []
     assert node.poll_and_run() == ("idle", 0)
+
+
+def test_python_m_agent_without_django_applies_a_batch_and_keeps_its_outbox_file(proxy, node0, token, tmp_path):
+    # given: the batch is queued; the agent runs as its own process, where importing Django fails
+    _queue(node0)
+    scenario = write(
+        tmp_path, {"gpus": [{"product": H100, "instances": [{"profile": "1g.10gb", "start": s} for s in (0, 1, 4)]}]}
+    )
+    outbox = tmp_path / "outbox.json"
+    env = {
+        "PATH": os.environ["PATH"],
+        "FATIA_AGENT_PORTAL_URL": proxy.url,
+        "FATIA_AGENT_TOKEN": token,
+        "FATIA_AGENT_NODE": NODE,
+        "FATIA_AGENT_FAKE_NVML": str(scenario),
+        "FATIA_AGENT_INTERVAL_S": "1",
+        "FATIA_AGENT_COMMAND_POLL_S": "0.2",
+        "FATIA_AGENT_OUTBOX": str(outbox),
+    }
+    code = "import runpy, sys; sys.modules['django'] = None; runpy.run_module('agent', run_name='__main__')"
+    process = subprocess.Popen(  # noqa: S603 -- our own interpreter and module
+        [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+    # when: the portal has every result and the inventory that follows (a guard against hanging, not a timing)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = batch_state(batch_key="reconfiguration:1").status == "done"
+            status = AgentStatus.objects.filter(node=node0).first()
+            starts = [i["start"] for i in status.inventory["gpus"][0]["instances"]] if status else []
+            if done and starts == [0, 4, 6]:
+                break
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+
+    # then
+    state = batch_state(batch_key="reconfiguration:1")
+    assert [c.status for c in state.commands] == ["done"] * 4, stderr
+    assert starts == [0, 4, 6]
+    assert process.returncode == 0, stderr
+    kept = json.loads(outbox.read_text())
+    assert (kept["pending"], [k[0] for k in kept["known"]]) == ([], [c.pk for c in state.commands])

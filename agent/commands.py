@@ -27,6 +27,7 @@ from agent.sender import Transport, TransportError
 log = logging.getLogger("agent.commands")
 
 COMMANDS_PATH = "/api/v1/agent/commands/"
+AGENT_ERROR = "AGENT_ERROR"  # the code of a failure that is a bug in the agent, not a refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ def execute(nvml: Nvml, command: Command) -> dict[str, Any]:
         what = f"{command.action} {command.profile} at {command.start}"
         log.warning("command %d (%s on GPU %d) failed: %s", command.id, what, command.gpu_index, exc)
         return {"ok": False, "error": str(exc)[:2000], "code": exc.name}
+    except Exception as exc:  # a bug must fail this command, not end the agent (which would rerun it, and crash again)
+        log.exception("command %d failed unexpectedly", command.id)
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000], "code": AGENT_ERROR}
 
 
 class CommandPoller:

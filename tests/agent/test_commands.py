@@ -264,3 +264,13 @@ def test_the_outbox_forgets_the_oldest_acknowledged_results_never_an_unsent_one(
     outbox.record(4, "b", {"ok": True})
     assert [outbox.known(i) is not None for i in (1, 2, 3, 4)] == [True, False, False, True]
     assert outbox.pending() == 2
+
+
+def test_a_command_for_a_gpu_the_node_does_not_have_fails_with_nvmls_code():
+    lib = fake({"gpus": [{"product": H100}]})
+    agent, sender = _agent(lib)
+    agent.offer_commands([Command(id=1, gpu_index=3, action="create", profile="1g.10gb", start=0, batch_key="b")])
+    agent.run_commands()
+    result = _results(sender)[1]
+    assert (result["ok"], result["code"]) == (False, "NVML_ERROR_INVALID_ARGUMENT")
+    assert lib.calls == {}

@@ -8,8 +8,10 @@ import sys
 import threading
 
 from agent.bootstrap import BootstrapTransport
+from agent.commands import CommandPoller
 from agent.config import ConfigError, load_config
 from agent.nvml import Nvml, NvmlError
+from agent.outbox import Outbox
 from agent.runner import Agent, load_library, new_boot_id
 from agent.sender import HttpTransport, Sender, Transport
 
@@ -38,16 +40,32 @@ def main() -> int:
         capacity=config.buffer,
         backoff_cap_s=config.backoff_cap_s,
         send_interval_s=config.send_interval_s,
+        outbox=Outbox(config.outbox or None),
     )
     agent = Agent(nvml=nvml, sender=sender, node=config.node, inventory_s=config.inventory_s)
+    poller = CommandPoller(
+        transport=transport,
+        node=config.node,
+        outbox=sender.outbox,
+        hand_over=agent.offer_commands,
+        interval_s=config.command_poll_s,
+        backoff_cap_s=config.backoff_cap_s,
+    )
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        agent.wake()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     sender.start()
+    poller.start()
     logging.getLogger("agent").info("reporting node %s to %s", config.node, config.portal_url)
     try:
         agent.run(stop, config.interval_s)
     finally:
+        poller.stop()
         sender.stop()
         nvml.close()
     return 0

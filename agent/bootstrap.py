@@ -80,20 +80,33 @@ class BootstrapTransport:
         self.bootstraps = 0
         self._lock = threading.Lock()
 
-    def _credential(self, *, renew: bool) -> None:
+    def _credential(self, *, refused: str | None = None) -> str:
+        """The credential to use. ``refused`` is one the portal has just answered 401 to: it is replaced, unless
+        another thread (the sender and the command poller share this transport) has replaced it already; two
+        renewals at once would each revoke the other's credential."""
         with self._lock:
-            if renew:
+            if refused is not None and self.http.token == refused:
                 self.http.token = ""
             if not self.http.token:
                 self.http.token = self.fetch(self.http.base_url, self.node, self.token_file, self.http.timeout_s)
                 self.bootstraps += 1
                 log.info("bootstrapped this node's credential from the ServiceAccount token")
+            return self.http.token
 
     def post(self, path: str, body: dict[str, Any]) -> int:
-        self._credential(renew=False)
+        used = self._credential()
         status = self.http.post(path, body)
         if status == 401:
             log.warning("the portal refused this node's credential (HTTP 401); bootstrapping a new one")
-            self._credential(renew=True)
+            self._credential(refused=used)
             status = self.http.post(path, body)
         return status
+
+    def get(self, path: str) -> tuple[int, Any]:
+        used = self._credential()
+        status, answer = self.http.get(path)
+        if status == 401:
+            log.warning("the portal refused this node's credential (HTTP 401); bootstrapping a new one")
+            self._credential(refused=used)
+            status, answer = self.http.get(path)
+        return status, answer

@@ -12,8 +12,11 @@ no overlapping memory slices, per-profile caps, ``+me.all`` beside ``-me`` profi
 * an occupied or overlapping placement -> ``NVML_ERROR_INSUFFICIENT_RESOURCES`` (not ALREADY_EXISTS);
 * destroying a GPU instance that still has compute instances, or a compute instance with processes ->
   ``NVML_ERROR_IN_USE``;
-* MIG off: profile info and instance calls -> ``NVML_ERROR_NOT_SUPPORTED``; ``nvmlDeviceGetUtilizationRates``
-  with MIG on -> ``NOT_SUPPORTED``; writes without ``"privileged": true`` -> ``NVML_ERROR_NO_PERMISSION``.
+* a placement start the profile does not list, or a size that is not the profile's ->
+  ``NVML_ERROR_INVALID_ARGUMENT``;
+* MIG off: profile info and instance calls (creates included) -> ``NVML_ERROR_NOT_SUPPORTED``;
+  ``nvmlDeviceGetUtilizationRates`` with MIG on -> ``NOT_SUPPORTED``; writes without ``"privileged": true`` ->
+  ``NVML_ERROR_NO_PERMISSION``.
 
 Simplifications (said here so nobody mistakes them for NVML facts): each GPU instance offers only the compute
 instance profile that spans it; ``nvmlEventSetWait`` never waits; GPM reports the scenario's SM utilisation per GPU
@@ -27,8 +30,13 @@ Scenario (JSON)::
                "instances": [{"profile": "3g.40gb", "start": 4, "sm_util": 40.0,
                               "processes": [{"pid": 4242, "used_mib": 8192}]}]}]}
 
-``uuid`` and ``minor`` default from the GPU's position. Tests drive the fake with :meth:`FakeNvml.run_process`,
-:meth:`FakeNvml.end_process`, :meth:`FakeNvml.set_sm_util` and :meth:`FakeNvml.inject_xid`.
+``uuid`` and ``minor`` default from the GPU's position. MIG device UUIDs look like the driver's (``MIG-<uuid>``) and
+are reproducible: derived from the GPU, the instance ids and slot, and, for an instance created through NVML, a
+creation counter, so a destroyed and re-created instance gets a new UUID as on real GPUs. Tests drive the fake with
+:meth:`FakeNvml.run_process`, :meth:`FakeNvml.end_process`, :meth:`FakeNvml.set_sm_util`,
+:meth:`FakeNvml.inject_xid` and :meth:`FakeNvml.inject_failure` (the Nth create or destroy fails with a given NVML
+error and changes nothing; also ``"failures": [{"call": "create_gpu_instance", "nth": 2, "code":
+"NVML_ERROR_UNKNOWN"}]`` in a scenario).
 """
 
 from __future__ import annotations
@@ -97,6 +105,7 @@ class _GpuInstance:
     start: int
     sm_util: float = 0.0
     cis: list[_ComputeInstance] = field(default_factory=list)
+    serial: int = 0  # 0: from the scenario; n: the nth instance created through NVML (its UUIDs differ)
 
 
 @dataclass
@@ -132,6 +141,13 @@ class FakeNvml(types.SimpleNamespace):
         self._events: list[Any] = []
         self._registered: set[int] = set()
         self._gpm_samples: dict[int, tuple[int, int, float] | None] = {}
+        self._created = 0
+        self.calls: dict[str, int] = {}  # write calls made so far, by kind (see inject_failure)
+        self._failures: dict[tuple[str, int], int] = {}  # (kind, call number) -> NVML error code
+        for failure in scenario.get("failures", []):
+            self.inject_failure(
+                call=failure["call"], nth=int(failure.get("nth", 1)), code=getattr(pynvml, failure["code"])
+            )
         self.driver_version = str(scenario.get("driver_version", "580.95.05"))
         self.privileged = bool(scenario.get("privileged", True))
         self.gpus: list[_Gpu] = []
@@ -245,6 +261,21 @@ class FakeNvml(types.SimpleNamespace):
     def _mig_devices(self, gpu: _Gpu) -> list[tuple[_GpuInstance, _ComputeInstance]]:
         return sorted(((gi, ci) for gi in gpu.instances for ci in gi.cis), key=lambda p: (p[0].gi_id, p[1].ci_id))
 
+    FAILABLE = ("create_gpu_instance", "create_compute_instance", "destroy_gpu_instance", "destroy_compute_instance")
+
+    def inject_failure(self, *, call: str, nth: int = 1, code: int = pynvml.NVML_ERROR_UNKNOWN) -> None:
+        """The ``nth`` call of kind ``call`` from now on (1: the next) fails with ``code`` and changes nothing."""
+        if call not in self.FAILABLE:
+            raise ValueError(f"{call!r} is not one of {', '.join(self.FAILABLE)}")
+        with self._lock:
+            self._failures[(call, self.calls.get(call, 0) + nth)] = code
+
+    def _count(self, call: str) -> None:
+        self.calls[call] = n = self.calls.get(call, 0) + 1
+        code = self._failures.pop((call, n), None)
+        if code is not None:
+            _raise(code)
+
     def run_process(self, *, gpu_index: int, gi_id: int, pid: int, used_mib: int) -> None:
         with self._lock:
             gi = next(g for g in self.gpus[gpu_index].instances if g.gi_id == gi_id)
@@ -308,7 +339,9 @@ class FakeNvml(types.SimpleNamespace):
         with self._lock:
             if self._is_mig_handle(handle):
                 gpu, gi, ci = self._find_ci(handle)
-                return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, f'{gpu.uuid}/{gi.gi_id}/{ci.ci_id}/{gi.start}')}"
+                serial = f"/{gi.serial}" if gi.serial else ""
+                name = f"{gpu.uuid}/{gi.gi_id}/{ci.ci_id}/{gi.start}{serial}"
+                return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, name)}"
             return self._find_gpu(handle).uuid
 
     def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
@@ -440,13 +473,18 @@ class FakeNvml(types.SimpleNamespace):
         with self._lock:
             gpu = self._find_gpu(device)
             self._check_privileged()
+            if not gpu.mig_current:
+                _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
             p = self._profile_by_id(gpu, profileId)
             if p is None:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             placement = getattr(placement, "_obj", placement)  # byref(...) or the structure itself
             if int(placement.size) != int(p["memory_slices"]):
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            self._count("create_gpu_instance")
             gi = self._create_gi(gpu, p, int(placement.start))
+            self._created += 1
+            gi.serial = self._created
             return _handle(pynvml.c_nvmlGpuInstance_t, gi.key)
 
     def nvmlDeviceCreateGpuInstance(self, device: Any, profileId: int) -> Any:
@@ -468,6 +506,7 @@ class FakeNvml(types.SimpleNamespace):
             gpu, gi = self._find_gi(gpuInstance)
             if gi.cis:
                 _raise(pynvml.NVML_ERROR_IN_USE)
+            self._count("destroy_gpu_instance")
             gpu.instances.remove(gi)
             return int(pynvml.NVML_SUCCESS)
 
@@ -531,6 +570,9 @@ class FakeNvml(types.SimpleNamespace):
             _, gi = self._find_gi(gpuInstance)
             if _CI_ENUM_BY_SLICES.get(int(gi.profile["compute_slices"])) != profileId:
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            if gi.cis:
+                _raise(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)  # the only CI profile spans the whole GI
+            self._count("create_compute_instance")
             return _handle(pynvml.c_nvmlComputeInstance_t, self._create_ci(gi).key)
 
     def nvmlGpuInstanceGetComputeInstances(
@@ -566,6 +608,7 @@ class FakeNvml(types.SimpleNamespace):
             _, gi, ci = self._find_ci(computeInstance)
             if ci.processes:
                 _raise(pynvml.NVML_ERROR_IN_USE)
+            self._count("destroy_compute_instance")
             gi.cis.remove(ci)
             return int(pynvml.NVML_SUCCESS)
 

@@ -5,7 +5,8 @@ GPU is not answering; try again later) and :class:`NvmlRefused` (NVML said no; r
 the ``pynvml`` module itself or :mod:`agent.fake_nvml`'s stand-in with the same names, so this module is what the
 fake is tested against.
 
-Read-only apart from :meth:`Nvml.destroy_instance`: the agent never changes MIG mode and never resets a GPU.
+Read-only apart from the MIG operations the portal sends (:meth:`Nvml.create_instance`, :meth:`Nvml.destroy_at`,
+:meth:`Nvml.destroy_instance`): the agent never changes MIG mode and never resets a GPU.
 Call patterns follow ``reference/mig-profiles.md`` §5: caller-allocated ctypes arrays, a NULL first call to count
 placements, and ``.id`` (the GI profile id) from the profile info rather than the enum index.
 """
@@ -30,12 +31,18 @@ _RETRYABLE = (
 _SHARED = 0  # NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
 
 
-class NvmlError(Exception):
-    """An NVML call failed; ``code`` is the NVML_ERROR_* value."""
+# The ``name`` of a refusal that comes from the agent's own safety rules rather than from NVML.
+AGENT_REFUSED = "AGENT_REFUSED"
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+
+class NvmlError(Exception):
+    """An NVML call failed; ``code`` is the NVML_ERROR_* value and ``name`` its constant's name (what the portal
+    records), or AGENT_REFUSED when the agent itself said no."""
+
+    def __init__(self, message: str, code: int | None = None, name: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.name = name
 
 
 class NvmlUnavailable(NvmlError):
@@ -79,6 +86,16 @@ class GpuInstance:
     start: int
     size: int
     compute_instances: tuple[ComputeInstance, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedInstance:
+    """What :meth:`Nvml.create_instance` made (or found already there): the GPU instance, its one compute
+    instance spanning it, and the MIG device UUID the driver gave it."""
+
+    gi_id: int
+    ci_id: int
+    mig_uuid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +182,11 @@ class Nvml:
         self._ecc_seen: dict[int, int] = {}
         self._events: Any = None
         self._inventory: Inventory | None = None
+        self._error_names = {
+            value: name
+            for name in dir(lib)
+            if name.startswith("NVML_ERROR_") and isinstance(value := getattr(lib, name), int)
+        }
 
     # --- plumbing -------------------------------------------------------------------------------------------
 
@@ -177,7 +199,7 @@ class Nvml:
             retryable = any(code == getattr(self.lib, n, object()) for n in _RETRYABLE)
             in_use = code in (self.lib.NVML_ERROR_IN_USE,)
             cls = NvmlUnavailable if retryable else InstanceBusy if in_use else NvmlRefused
-            raise cls(f"{name}: {exc}", code) from exc
+            raise cls(f"{name}: {exc}", code, self._error_names.get(int(code or 0), "")) from exc
 
     def _maybe(self, fn: Any, *args: Any) -> Any:
         """The call's result, or None where NVML does not support or permit it on this GPU."""
@@ -456,7 +478,7 @@ class Nvml:
             )
         return out
 
-    # --- the one write ----------------------------------------------------------------------------------------
+    # --- MIG operations: the agent's only writes ---------------------------------------------------------------
 
     def destroy_instance(self, *, gpu_index: int, gi_id: int) -> None:
         """Destroy one GPU instance and its compute instances, unless a process runs on it (InstanceBusy).
@@ -468,7 +490,11 @@ class Nvml:
         self.inventory()
         for (index, g, _ci), (m, uuid, _) in self._mig.items():
             if index == gpu_index and g == gi_id and self._call(lib.nvmlDeviceGetComputeRunningProcesses, m):
-                raise InstanceBusy(f"GPU {gpu_index} instance {gi_id} ({uuid}) has running processes")
+                raise InstanceBusy(
+                    f"GPU {gpu_index} instance {gi_id} ({uuid}) has running processes",
+                    lib.NVML_ERROR_IN_USE,
+                    "NVML_ERROR_IN_USE",
+                )
         for enum in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             info = self._maybe(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, _SHARED)
             if info is None:
@@ -480,3 +506,87 @@ class Nvml:
                 self._call(lib.nvmlComputeInstanceDestroy, ci)
         self._call(lib.nvmlGpuInstanceDestroy, gi)
         self.inventory()
+
+    def _refuse(self, message: str, name: str = AGENT_REFUSED) -> NvmlRefused:
+        return NvmlRefused(message, getattr(self.lib, name, None) if name != AGENT_REFUSED else None, name)
+
+    def _mig_profiles(self, gpu_index: int) -> tuple[Any, tuple[ProfileInfo, ...]]:
+        """The GPU's handle and profiles; refused (NOT_SUPPORTED) with MIG off: the agent never turns it on."""
+        lib = self.lib
+        h = self._device(gpu_index)
+        current, _ = self._call(lib.nvmlDeviceGetMigMode, h)
+        if current != lib.NVML_DEVICE_MIG_ENABLE:
+            raise self._refuse(f"GPU {gpu_index} has MIG mode off", "NVML_ERROR_NOT_SUPPORTED")
+        return h, self._profiles(h)
+
+    def create_instance(self, *, gpu_index: int, profile: str, start: int) -> CreatedInstance:
+        """Create a GPU instance of ``profile`` at memory slice ``start`` and the one compute instance spanning it
+        (as NVIDIA's DRA driver does: compute slices == GPU instance slices).
+
+        Idempotent by effect: if that profile already sits at that start, its instance is returned (and its compute
+        instance created if a crash left it without one). NVML judges the placement: a start the profile does not
+        list is NVML_ERROR_INVALID_ARGUMENT, an occupied or overlapping one NVML_ERROR_INSUFFICIENT_RESOURCES. If
+        the compute instance cannot be made, the new GPU instance is destroyed again, so the layout stays as it
+        was."""
+        lib = self.lib
+        h, profiles = self._mig_profiles(gpu_index)
+        info = next((p for p in profiles if p.name == profile), None)
+        if info is None or not info.placements:
+            raise self._refuse(f"GPU {gpu_index} offers no MIG profile {profile}", "NVML_ERROR_NOT_SUPPORTED")
+        there = next((g for g in self._instances(h, profiles) if g.start == start and g.profile == profile), None)
+        if there is not None:
+            gi = self._call(lib.nvmlDeviceGetGpuInstanceById, h, there.gi_id)
+            if there.compute_instances:
+                full = self._full_ci_profile(gi, info.slice_count)
+                ci = there.compute_instances[0]
+                if len(there.compute_instances) != 1 or ci.profile_id != int(full.id):
+                    raise self._refuse(
+                        f"GPU {gpu_index} instance {there.gi_id} at {start} is split into other compute instances"
+                    )
+                return self._created(gpu_index, there.gi_id, ci.ci_id)
+            return self._created(gpu_index, there.gi_id, self._create_full_ci(gi, info.slice_count))
+        placement = lib.c_nvmlGpuInstancePlacement_t()
+        placement.start, placement.size = start, info.placements[0][1]  # every placement of a profile is one size
+        gi = self._call(lib.nvmlDeviceCreateGpuInstanceWithPlacement, h, info.profile_id, ctypes.byref(placement))
+        gi_id = int(self._call(lib.nvmlGpuInstanceGetInfo, gi).id)
+        try:
+            ci_id = self._create_full_ci(gi, info.slice_count)
+        except NvmlError:
+            self._maybe(lib.nvmlGpuInstanceDestroy, gi)  # back to the layout before this step
+            raise
+        return self._created(gpu_index, gi_id, ci_id)
+
+    def _full_ci_profile(self, gi: Any, slices: int) -> Any:
+        lib = self.lib
+        for enum in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            info = self._maybe(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum, _SHARED)
+            if info is not None and int(info.sliceCount) == slices:
+                return info
+        raise self._refuse(f"no compute instance profile spans all {slices} slices of the GPU instance")
+
+    def _create_full_ci(self, gi: Any, slices: int) -> int:
+        lib = self.lib
+        ci = self._call(lib.nvmlGpuInstanceCreateComputeInstance, gi, self._full_ci_profile(gi, slices).id)
+        return int(self._call(lib.nvmlComputeInstanceGetInfo, ci).id)
+
+    def _created(self, gpu_index: int, gi_id: int, ci_id: int) -> CreatedInstance:
+        """The MIG device UUID comes from a fresh inventory, which also gives the sampler the new device."""
+        inventory = self.inventory()
+        gpu = inventory.gpus[gpu_index]
+        uuid = next(
+            (c.uuid for g in gpu.instances if g.gi_id == gi_id for c in g.compute_instances if c.ci_id == ci_id), ""
+        )
+        return CreatedInstance(gi_id, ci_id, uuid)
+
+    def destroy_at(self, *, gpu_index: int, profile: str, start: int) -> int | None:
+        """Destroy the GPU instance of ``profile`` at memory slice ``start`` (compute instances first); returns its
+        id, or None when there is no such instance: done, nothing to remove. Another profile in that slot is not
+        it and is left alone (a re-run of a batch finds the later steps' instances there; if the portal's picture
+        is wrong instead, its next create in that slot fails and stops the batch). As :meth:`destroy_instance`:
+        InstanceBusy when processes run on it."""
+        h, profiles = self._mig_profiles(gpu_index)
+        there = next((g for g in self._instances(h, profiles) if g.start == start and g.profile == profile), None)
+        if there is None:
+            return None
+        self.destroy_instance(gpu_index=gpu_index, gi_id=there.gi_id)
+        return there.gi_id

@@ -6,6 +6,9 @@ dropped and counted (the count travels with the next batch, so the portal knows 
 buffer only when the portal has answered 2xx; any other outcome keeps it, so a lost connection loses nothing within
 the bound. Failures back off exponentially up to ``backoff_cap`` seconds, with jitter so that a fleet of agents does
 not return all at once when the portal comes back.
+
+Results of MIG commands (``put_result``) go first, then the inventory, then telemetry: the portal learns what
+changed before it reads the layout that follows. They wait in an :class:`~agent.outbox.Outbox` until a 2xx.
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from agent.outbox import Outbox
 from agent.payloads import telemetry_payload
 
 log = logging.getLogger("agent.sender")
 
 INVENTORY_PATH = "/api/v1/agent/inventory/"
 TELEMETRY_PATH = "/api/v1/agent/telemetry/"
+RESULT_PATH = "/api/v1/agent/commands/{id}/result/"
+# Answers to a result that resending cannot change: malformed, no such command, or one the portal has settled
+# otherwise (cancelled, or a different outcome recorded). The next inventory tells the portal what is there.
+_FINAL_REFUSALS = (400, 404, 409, 413)
 
 
 class TransportError(Exception):
@@ -36,6 +44,8 @@ class TransportError(Exception):
 
 class Transport(Protocol):
     def post(self, path: str, body: dict[str, Any]) -> int: ...
+
+    def get(self, path: str) -> tuple[int, Any]: ...
 
 
 class HttpTransport:
@@ -49,19 +59,28 @@ class HttpTransport:
         self.timeout_s = timeout_s
 
     def post(self, path: str, body: dict[str, Any]) -> int:
+        return self._request("POST", path, json.dumps(body, separators=(",", ":")).encode())[0]
+
+    def get(self, path: str) -> tuple[int, Any]:
+        """The status and the JSON body (None when it is not JSON)."""
+        status, raw = self._request("GET", path, None)
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, None
+
+    def _request(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(  # noqa: S310 -- the scheme is checked in __init__
-            self.base_url + path,
-            data=json.dumps(body, separators=(",", ":")).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            method="POST",
+            self.base_url + path, data=data, headers=headers, method=method
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                response.read()
-                return int(response.status)
+                return int(response.status), bytes(response.read())
         except urllib.error.HTTPError as exc:
-            exc.read()
-            return int(exc.code)
+            return int(exc.code), bytes(exc.read())
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise TransportError(str(exc) or type(exc).__name__) from exc
 
@@ -87,8 +106,10 @@ class Sender:
         send_interval_s: float = 0.0,
         wait: Callable[[float], object] | None = None,
         jitter: Callable[[float], float] = _jitter,
+        outbox: Outbox | None = None,
     ) -> None:
         self.transport = transport
+        self.outbox = outbox or Outbox()
         self.node = node
         self.boot = boot
         self.capacity = capacity
@@ -112,6 +133,7 @@ class Sender:
         self.dropped = 0  # samples thrown away because the buffer was full
         self.rejected = 0  # samples the portal refused as malformed (400/413): resending cannot help
         self.sent = 0
+        self.results_refused = 0  # command results the portal refused for good (see _FINAL_REFUSALS)
         self.failures = 0  # consecutive failed attempts (drives the back-off)
         self.delays: list[float] = []  # back-off delays waited, newest last (the last 100)
 
@@ -130,14 +152,22 @@ class Sender:
             self._inventory = payload  # only the latest matters
         self._wake.set()
 
+    def put_result(self, command_id: int, batch_key: str, body: dict[str, Any]) -> None:
+        self.outbox.record(command_id, batch_key, body)
+        self._wake.set()
+
     def pending(self) -> int:
         with self._lock:
-            return len(self._samples) + (self._inventory is not None)
+            return len(self._samples) + (self._inventory is not None) + self.outbox.pending()
 
     # --- sender side ---------------------------------------------------------------------------------------------
 
     def send_pending(self) -> str:
-        """One attempt: the inventory if one waits, else one batch of samples. "idle", "sent" or "failed"."""
+        """One attempt: a command result if one waits, else the inventory if one waits, else one batch of samples.
+        "idle", "sent" or "failed"."""
+        result = self.outbox.next_pending()
+        if result is not None:
+            return self._send_result(*result)
         with self._lock:
             inventory = self._inventory
             batch = list(itertools.islice(self._samples, self.batch)) if inventory is None else []
@@ -170,6 +200,16 @@ class Sender:
             log.error("the portal refused %d samples as malformed (HTTP %d); they are dropped", len(batch), status)
         else:
             self.sent += len(batch)
+        return "sent"
+
+    def _send_result(self, command_id: int, body: dict[str, Any]) -> str:
+        status = self._post(RESULT_PATH.format(id=command_id), body)
+        if status is None or not (200 <= status < 300 or status in _FINAL_REFUSALS):
+            return "failed"
+        if status in _FINAL_REFUSALS:
+            self.results_refused += 1
+            log.error("the portal refused the result of command %d (HTTP %d); not sent again", command_id, status)
+        self.outbox.ack(command_id)
         return "sent"
 
     def _post(self, path: str, body: dict[str, Any]) -> int | None:

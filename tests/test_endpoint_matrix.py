@@ -15,9 +15,11 @@ from django.urls import resolve
 
 from allocations import services
 from allocations.api.urls import router as allocations_router
+from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
 from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
-from allocations.nodeagent.models import AgentCredential, AgentStatus
+from allocations.nodeagent.commands import queue_agent_commands
+from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
 from allocations.nodeagent.services import issue_agent_credential
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
@@ -41,6 +43,7 @@ class Ids:
     extension: int
     mapping: int
     agent_credential: int
+    agent_command: int
 
 
 def objects(world: World) -> Ids:
@@ -90,6 +93,9 @@ def objects(world: World) -> Ids:
     node = world.pool.nodes.order_by("pk").first()
     assert node is not None
     credential, _ = issue_agent_credential(node_id=node.pk, actor=world.root)
+    (command,) = queue_agent_commands(
+        node_id=node.pk, gpu_index=0, operations=[Operation("create", "1g.10gb", 0)], batch_key="matrix"
+    )
     return Ids(
         tenant=world.tenant_a.pk,
         membership=Membership.objects.get(user=world.alice).pk,
@@ -103,6 +109,7 @@ def objects(world: World) -> Ids:
         extension=extension.pk,
         mapping=mapping.pk,
         agent_credential=credential.pk,
+        agent_command=command.pk,
     )
 
 
@@ -121,6 +128,7 @@ def snapshot() -> tuple[Any, ...]:
         list(SsoGroupMapping.objects.order_by("pk").values_list("pk", "group", "tenant_id", "role")),
         list(AgentCredential.objects.order_by("pk").values_list("pk", "revoked_at")),
         AgentStatus.objects.count(),
+        list(AgentCommand.objects.order_by("pk").values_list("pk", "status")),
     )
 
 
@@ -211,6 +219,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/agent/telemetry/", "none", (403, 403, 403, 401)),
     # Bootstrap takes no credential (an agent pod's ServiceAccount token in the body); off unless configured.
     ("post", "/api/v1/agent/bootstrap/", "none", (404, 404, 404, 404)),
+    ("get", "/api/v1/agent/commands/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/agent/commands/{agent_command}/result/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -5,6 +5,8 @@
 * :class:`DeviceState`: the latest figures per GPU and per MIG device, plus the running sums of the current minute.
 * :class:`DeviceRollup`: history, one row per device per minute (kept 7 days) and per hour (kept 90 days).
 * :class:`HealthEvent`: Xid and ECC events (kept 90 days).
+* :class:`AgentCommand`: a MIG operation (create or destroy one GPU instance) the portal asks a node's agent to
+  apply, and its outcome (static-MIG agent mode; services in ``allocations/nodeagent/commands.py``).
 
 Fleet rows (Node, Gpu) belong to ``allocations``; these tables point at them and never change them.
 """
@@ -167,3 +169,51 @@ class HealthEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.code} on {self.gpu_uuid}"
+
+
+class AgentCommand(models.Model):
+    """One MIG operation for one node's agent: create ``profile`` at memory slot ``start`` on GPU ``gpu_index``, or
+    destroy the GPU instance there.
+
+    Commands of one ``batch_key`` (the caller's reference, e.g. ``reconfiguration:<id>``) run in ``sequence``
+    order; ``sequence`` counts up per node. Status moves pending -> running (handed to the agent) -> done or
+    failed; a failure cancels the batch's later commands, and ``cancel_agent_batch`` cancels those not yet handed
+    out. ``result`` holds what the agent reported on success (gi_id, ci_id, mig_uuid); ``error`` and ``code`` (the
+    NVML error name, e.g. NVML_ERROR_INSUFFICIENT_RESOURCES) a failure. Rows change only through
+    ``allocations.nodeagent.commands``."""
+
+    class Action(models.TextChoices):
+        CREATE = "create", "Create"
+        DESTROY = "destroy", "Destroy"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    gpu_index = models.PositiveSmallIntegerField()
+    sequence = models.PositiveBigIntegerField()
+    action = models.CharField(max_length=8, choices=Action.choices)
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField()
+    batch_key = models.CharField(max_length=64)
+    status = models.CharField(max_length=9, choices=Status.choices, default=Status.PENDING)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    code = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_id", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "sequence"], name="agent_command_unique_node_sequence"),
+        ]
+        indexes = [models.Index(fields=["node", "status"]), models.Index(fields=["batch_key"])]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.profile}@{self.start} on GPU {self.gpu_index} ({self.status})"

@@ -161,3 +161,46 @@ class BootstrapOut(serializers.Serializer[Any]):
     node = serializers.CharField(source="node.name")
     prefix = serializers.CharField()
     token = serializers.CharField(help_text="This node's agent credential; shown once, the portal keeps its digest.")
+# --- MIG operations for the agent (allocations/nodeagent/commands.py) ----------------------------------------------
+
+
+class CommandsQuery(serializers.Serializer[Any]):
+    node = serializers.CharField(max_length=253, help_text="This agent's node (its credential's).")
+
+
+class CommandOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    gpu_index = serializers.IntegerField()
+    action = serializers.ChoiceField(choices=["create", "destroy"])
+    profile = serializers.CharField()
+    start = serializers.IntegerField(help_text="The GPU instance's first memory slice (its placement start).")
+    batch_key = serializers.CharField(help_text="Commands of one batch run in list order; a failure stops it.")
+
+
+class CommandsOut(serializers.Serializer[Any]):
+    commands = CommandOut(many=True, help_text="Commands awaiting a result, in the order to run them.")
+
+
+class CommandResultIn(_Strict):
+    node = serializers.CharField(max_length=253)
+    ok = serializers.BooleanField()
+    gi_id = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
+    ci_id = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
+    mig_uuid = serializers.CharField(max_length=UUID_LENGTH, required=False, allow_blank=True)
+    error = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    code = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text="NVML's error name.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A create reports its instance (gi_id, ci_id, mig_uuid); a destroy reports the instance it removed, or
+        # none when there was nothing to remove. A failure says what failed.
+        if attrs["ok"] and attrs.get("ci_id") is not None and attrs.get("gi_id") is None:
+            raise serializers.ValidationError({"gi_id": ["Required with ci_id."]})
+        if not attrs["ok"] and not attrs.get("error"):
+            raise serializers.ValidationError({"error": ["Say what failed when ok is false."]})
+        return attrs
+
+
+class CommandStateOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["pending", "running", "done", "failed", "cancelled"])
+    batch_key = serializers.CharField()

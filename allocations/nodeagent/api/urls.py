@@ -12,5 +12,7 @@ urlpatterns = [
     path("agent/inventory/", views.InventoryView.as_view(), name="agent-inventory"),
     path("agent/telemetry/", views.TelemetryView.as_view(), name="agent-telemetry"),
     path("agent/bootstrap/", views.BootstrapView.as_view(), name="agent-bootstrap"),
+    path("agent/commands/", views.CommandListView.as_view(), name="agent-commands"),
+    path("agent/commands/<int:pk>/result/", views.CommandResultView.as_view(), name="agent-command-result"),
     *router.urls,
 ]

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations.models import Node
-from allocations.nodeagent import bootstrap, services
+from allocations.nodeagent import bootstrap, commands, services
 from allocations.nodeagent.api import serializers as s
 from allocations.nodeagent.api.fastcheck import compile_serializer
 from allocations.nodeagent.authentication import AgentCredentialAuthentication
@@ -97,6 +97,37 @@ class BootstrapView(APIView):
             s.BootstrapOut({"node": credential.node, "prefix": credential.prefix, "token": token}).data,
             status=status.HTTP_201_CREATED,
         )
+
+
+class CommandListView(_AgentView):
+    """The MIG operations waiting for this node's agent, in the order to run them. Listing hands them out: they
+    become running, and a cancel no longer takes them back."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("node", str, required=True, description="This agent's node.")],
+        responses={200: s.CommandsOut},
+        operation_id="agent_commands",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.CommandsQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        listed = commands.claim_agent_commands(
+            credential=self._credential(request), node_name=query.validated_data["node"]
+        )
+        return Response({"commands": s.CommandOut(listed, many=True).data})
+
+
+class CommandResultView(_AgentView):
+    """The outcome of one command, as the agent saw it. Sending the same result again is harmless."""
+
+    @extend_schema(request=s.CommandResultIn, responses={200: s.CommandStateOut}, operation_id="agent_command_result")
+    def post(self, request: Request, pk: int) -> Response:
+        given = s.CommandResultIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        command = commands.record_agent_command_result(
+            credential=self._credential(request), command_id=pk, payload=given.validated_data
+        )
+        return Response(s.CommandStateOut(command).data)
 
 
 class AgentCredentialViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[AgentCredential]):

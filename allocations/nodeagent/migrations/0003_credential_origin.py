@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("nodeagent", "0001_initial"),
+        ("nodeagent", "0002_agent_commands"),
     ]
 
     operations = [

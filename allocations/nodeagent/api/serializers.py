@@ -161,6 +161,8 @@ class BootstrapOut(serializers.Serializer[Any]):
     node = serializers.CharField(source="node.name")
     prefix = serializers.CharField()
     token = serializers.CharField(help_text="This node's agent credential; shown once, the portal keeps its digest.")
+
+
 # --- MIG operations for the agent (allocations/nodeagent/commands.py) ----------------------------------------------
 
 

@@ -500,3 +500,11 @@ FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
 # read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
 # run time. Elsewhere they stay under FATIA_DATA_DIR as before.
 STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")
+
+# --- Idle reclaim and showback "used" (issue 12, package reclaim: allocations/services/reclaim.py) ---------------
+# A MIG device's memory at or below this many MiB counts as "no memory in use" (the driver's own reservation on an
+# idle instance is a few MiB, never zero on every GPU).
+FATIA_IDLE_MEMORY_MIB = env_int("FATIA_IDLE_MEMORY_MIB", 64)
+# Telemetry gaps longer than this many minutes (agent or portal down) make idleness unknown again: idle time is
+# counted only over minutes the agent reported.
+FATIA_IDLE_GAP_MINUTES = env_int("FATIA_IDLE_GAP_MINUTES", 5)

@@ -241,17 +241,29 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     writer = csv.writer(response)
     if totals:
-        writer.writerow(["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours"])
+        writer.writerow(
+            ["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"]
+        )
         first, last = showback.days[0].isoformat(), showback.days[-1].isoformat()
         for tenant in showback.tenants:
-            total = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}"]
+            total = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}", _used(tenant.used_slice_hours)]
             writer.writerow([first, last, tenant.tenant_name, *total])
         return response
-    writer.writerow(["day", "tenant", "gpu_equivalent_hours", "slice_hours"])
+    writer.writerow(["day", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"])
     for tenant in showback.tenants:
-        for day, hours, slice_hours in zip(showback.days, tenant.daily, tenant.daily_slice_hours, strict=True):
-            writer.writerow([day.isoformat(), tenant.tenant_name, f"{hours:.2f}", f"{slice_hours:.2f}"])
+        used = tenant.daily_used_slice_hours or [None] * len(showback.days)
+        for day, hours, slice_hours, used_hours in zip(
+            showback.days, tenant.daily, tenant.daily_slice_hours, used, strict=True
+        ):
+            writer.writerow(
+                [day.isoformat(), tenant.tenant_name, f"{hours:.2f}", f"{slice_hours:.2f}", _used(used_hours)]
+            )
     return response
+
+
+def _used(hours: float | None) -> str:
+    """Showback's "used" in the CSV: "no data" where no agent reported, never a misleading 0."""
+    return "no data" if hours is None else f"{hours:.2f}"
 
 
 # --- Fleet overview: one cell per GPU -------------------------------------------------------------------

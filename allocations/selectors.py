@@ -671,6 +671,11 @@ def _visible_tenant_ids(user: User) -> set[int] | None:
     return set(member_tenant_ids(user).values_list("tenant_id", flat=True))
 
 
+def visible_tenant_ids(user: User) -> set[int] | None:
+    """The tenants whose slices the user sees in full (None: all, for platform admins)."""
+    return _visible_tenant_ids(user)
+
+
 def _tenant_colours() -> dict[int, str]:
     """A stable colour per tenant (by id), the same on every page and for every viewer."""
     ids = Tenant.objects.order_by("pk").values_list("pk", flat=True)

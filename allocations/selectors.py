@@ -46,7 +46,7 @@ from allocations.models import (
     SlicePlacement,
 )
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
-from allocations.nodeagent.usage import used_slice_hours
+from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
@@ -1321,6 +1321,19 @@ class Showback:
     @property
     def daily_max(self) -> float:
         return max(self.daily_totals, default=0.0)
+
+
+def allocation_used(allocation: Allocation, *, now: datetime | None = None) -> UsedHours | None:
+    """A request's reported and used slice-hours over its whole active time (allocations/nodeagent/usage.py);
+    None before activation and without any report ("no data")."""
+    if allocation.activated_at is None:
+        return None
+    end = allocation.ended_at or now or timezone.now()
+    hours = used_slice_hours({allocation.pk: (allocation.activated_at, end)}).get(allocation.pk, {})
+    observed = sum(h.observed for h in hours.values())
+    if not observed:
+        return None
+    return UsedHours(round(observed, 2), round(sum(h.used for h in hours.values()), 2))
 
 
 def _used_by_tenant_day(

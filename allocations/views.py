@@ -162,6 +162,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
             "placements": selectors.placements_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
             "actions": selectors.allocation_actions(user, allocation),
+            "used": selectors.allocation_used(allocation),
             "extend_form": ExtendForm(),
         },
     )

@@ -100,3 +100,22 @@ def test_the_usage_page_and_csvs_show_used_and_no_data(world: World):
     rows = csv_rows(daily)
     assert rows[7] == ["2026-11-30", "Team A", "1.71", "12.00", "3.00"]
     assert rows[6] == ["2026-11-29", "Team A", "0.00", "0.00", "no data"]
+
+
+def test_the_request_page_shows_what_the_request_used(world: World):
+    # given
+    mine = seed(world)
+    theirs = Allocation.objects.get(tenant=world.tenant_b)
+
+    # when
+    html = client_for(world.alice).get(f"/requests/{mine.pk}/").content.decode()
+    other = client_for(world.charlie).get(f"/requests/{theirs.pk}/").content.decode()
+
+    # then
+    assert (
+        '<dd id="slice-hours-used">3.00 of 5.00 reported slice-hours (60 %) had a process or memory in use</dd>'
+    ) in html
+    assert (
+        '<dd id="slice-hours-used"><span class="muted">no data</span>: no node agent reported on its slices</dd>'
+        in (other)
+    )

@@ -12,6 +12,7 @@ import time_machine
 from allocations.costs import gpu_model_for
 from allocations.models import SlicePlacement
 from allocations.nodeagent.models import DeviceState
+from allocations.nodeagent.services import roll_up_hours
 from allocations.services import reclaim
 from tests.conftest import World
 from tests.dashboard.test_dashboard import client_for
@@ -105,8 +106,6 @@ def test_a_platform_admin_sees_the_whole_gpu(world: World, busy: SlicePlacement)
 
 def test_the_seven_day_view_reads_hourly_history(world: World, busy: SlicePlacement):
     # given: only minutes so far; the retention task rolls them up into hours
-    from allocations.nodeagent.services import roll_up_hours
-
     roll_up_hours(now=NOW - timedelta(minutes=30))
 
     # when

@@ -23,6 +23,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.gzip import gzip_page
@@ -30,6 +31,7 @@ from django.views.decorators.http import require_GET
 
 from allocations import live, selectors
 from allocations.models import Node, NodePool
+from allocations.nodeagent import history
 from tenants.views import signed_in_user
 
 
@@ -241,17 +243,29 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     writer = csv.writer(response)
     if totals:
-        writer.writerow(["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours"])
+        writer.writerow(
+            ["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"]
+        )
         first, last = showback.days[0].isoformat(), showback.days[-1].isoformat()
         for tenant in showback.tenants:
-            total = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}"]
+            total = [f"{tenant.gpu_equivalent_hours:.2f}", f"{tenant.slice_hours:.2f}", _used(tenant.used_slice_hours)]
             writer.writerow([first, last, tenant.tenant_name, *total])
         return response
-    writer.writerow(["day", "tenant", "gpu_equivalent_hours", "slice_hours"])
+    writer.writerow(["day", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"])
     for tenant in showback.tenants:
-        for day, hours, slice_hours in zip(showback.days, tenant.daily, tenant.daily_slice_hours, strict=True):
-            writer.writerow([day.isoformat(), tenant.tenant_name, f"{hours:.2f}", f"{slice_hours:.2f}"])
+        used = tenant.daily_used_slice_hours or [None] * len(showback.days)
+        for day, hours, slice_hours, used_hours in zip(
+            showback.days, tenant.daily, tenant.daily_slice_hours, used, strict=True
+        ):
+            writer.writerow(
+                [day.isoformat(), tenant.tenant_name, f"{hours:.2f}", f"{slice_hours:.2f}", _used(used_hours)]
+            )
     return response
+
+
+def _used(hours: float | None) -> str:
+    """Showback's "used" in the CSV: "no data" where no agent reported, never a misleading 0."""
+    return "no data" if hours is None else f"{hours:.2f}"
 
 
 # --- Fleet overview: one cell per GPU -------------------------------------------------------------------
@@ -342,5 +356,15 @@ def node_slots(request: HttpRequest, node_id: int) -> HttpResponse:
         node_page = selectors.dashboard_node(user, node_id)
     except Node.DoesNotExist as exc:
         raise Http404("No such node.") from exc
-    template = "dashboard/_node_slots.html" if request.GET.get("fragment") else "dashboard/node.html"
-    return render(request, template, {"node_page": node_page, "node": node_page.nodes[0]})
+    if request.GET.get("fragment"):
+        return render(request, "dashboard/_node_slots.html", {"node_page": node_page, "node": node_page.nodes[0]})
+    asked = request.GET.get("history", "24h")
+    period = asked if asked in history.PERIODS else "24h"
+    chart = history.node_history(
+        node_id=node_id, visible_tenants=selectors.visible_tenant_ids(user), period=period, now=timezone.now()
+    )
+    return render(
+        request,
+        "dashboard/node.html",
+        {"node_page": node_page, "node": node_page.nodes[0], "history": chart, "history_periods": history.PERIODS},
+    )

@@ -307,6 +307,13 @@ class Allocation(models.Model):
     end_state = models.CharField(max_length=16, choices=Status.choices, blank=True)
     # NULL, not "", when absent: the unique constraint must let many requests go without a key.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    # Idle reclaim (allocations/services/reclaim.py): set together when every slice has been idle for the tenant's
+    # idle time and the owner was warned; cleared by any use, by "Keep it" and when telemetry stops.
+    idle_since = models.DateTimeField(null=True, blank=True)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_release_at = models.DateTimeField(null=True, blank=True)
+    # "Keep it": not flagged idle again before this.
+    idle_snoozed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -394,6 +401,30 @@ class SlicePlacement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile} at {self.gpu}:{self.start}+{self.size}"
+
+
+class SliceDevice(models.Model):
+    """Which MIG device (by the UUID its node's agent reports) held a slice of an allocation, recorded while the
+    allocation is active (allocations/services/reclaim.py: record_slice_devices). Placements are deleted at
+    release; this row stays, so the agent's history can be charged to the request afterwards (showback "used").
+    With static MIG one device serves many allocations over time, so history is read within the allocation's
+    active window only."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="slice_devices")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    uuid = models.CharField(max_length=64)
+    gpu = models.ForeignKey(Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    start = models.PositiveSmallIntegerField()
+    first_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "uuid"], name="slice_device_unique_allocation_uuid")
+        ]
+        indexes = [models.Index(fields=["node", "uuid"])]
+
+    def __str__(self) -> str:
+        return f"{self.uuid} for allocation {self.allocation_id}"
 
 
 class ClaimedDeviceQuerySet(models.QuerySet["ClaimedDevice"]):
@@ -533,6 +564,7 @@ class Notification(models.Model):
         EXTENSION_PENDING = "extension_pending", "A lease extension waits for approval"
         EXTENSION_DECIDED = "extension_decided", "A lease extension was decided"
         LEASE_EXPIRING = "lease_expiring", "A lease ends soon"
+        IDLE_RECLAIM = "idle_reclaim", "Idle slices will be released"
         QUOTA_CHANGE_DECIDED = "quota_change_decided", "A quota change was decided"
 
     recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from allocations.models import (
     SlicePlacement,
 )
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
+from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
@@ -670,6 +671,11 @@ def _visible_tenant_ids(user: User) -> set[int] | None:
     return set(member_tenant_ids(user).values_list("tenant_id", flat=True))
 
 
+def visible_tenant_ids(user: User) -> set[int] | None:
+    """The tenants whose slices the user sees in full (None: all, for platform admins)."""
+    return _visible_tenant_ids(user)
+
+
 def _tenant_colours() -> dict[int, str]:
     """A stable colour per tenant (by id), the same on every page and for every viewer."""
     ids = Tenant.objects.order_by("pk").values_list("pk", flat=True)
@@ -1288,6 +1294,18 @@ class TenantShowback:
     # GPU-equivalent-hours and slice-hours per day of the window, oldest first.
     daily: list[float]
     daily_slice_hours: list[float]
+    # "Used" (allocations/nodeagent/usage.py): slice-hours with a process or memory in use, and slice-hours the
+    # agents reported at all; None (no data) without any report, per period and per day.
+    used_slice_hours: float | None = None
+    observed_slice_hours: float = 0.0
+    daily_used_slice_hours: list[float | None] = field(default_factory=list)
+
+    @property
+    def used_share(self) -> int | None:
+        """Used as a whole percentage of the observed slice-hours; None without data."""
+        if self.used_slice_hours is None or not self.observed_slice_hours:
+            return None
+        return round(100 * self.used_slice_hours / self.observed_slice_hours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1305,11 +1323,40 @@ class Showback:
         return max(self.daily_totals, default=0.0)
 
 
+def allocation_used(allocation: Allocation, *, now: datetime | None = None) -> UsedHours | None:
+    """A request's reported and used slice-hours over its whole active time (allocations/nodeagent/usage.py);
+    None before activation and without any report ("no data")."""
+    if allocation.activated_at is None:
+        return None
+    end = allocation.ended_at or now or timezone.now()
+    hours = used_slice_hours({allocation.pk: (allocation.activated_at, end)}).get(allocation.pk, {})
+    observed = sum(h.observed for h in hours.values())
+    if not observed:
+        return None
+    return UsedHours(round(observed, 2), round(sum(h.used for h in hours.values()), 2))
+
+
+def _used_by_tenant_day(
+    windows: dict[int, tuple[datetime, datetime]], tenant_of: dict[int, int], since: datetime, days: int
+) -> dict[int, tuple[list[float], list[float]]]:
+    """Observed and used slice-hours per tenant and day of the window (allocations/nodeagent/usage.py)."""
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for allocation_id, by_hour in used_slice_hours(windows).items():
+        observed, used = out.setdefault(tenant_of[allocation_id], ([0.0] * days, [0.0] * days))
+        for hour, figures in by_hour.items():
+            n = (hour - since) // timedelta(days=1)
+            if 0 <= n < days:
+                observed[n] += figures.observed
+                used[n] += figures.used
+    return out
+
+
 def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> Showback:
     """Per tenant the user may see (all for staff): slice-hours and GPU-equivalent-hours held over the
     last `days` whole UTC days up to now, from each allocation's activated_at to its ended_at (or now
     while it still holds slices). GPU-equivalents: max(compute / GPU's compute, memory / GPU's memory)
-    of the request. Two queries whatever the number of allocations."""
+    of the request. "Used" beside "held": see allocations/nodeagent/usage.py. Five queries whatever the number
+    of allocations."""
     now = now or timezone.now()
     first = (now - timedelta(days=days - 1)).astimezone(UTC).date()
     since = datetime.combine(first, time.min, tzinfo=UTC)
@@ -1320,6 +1367,7 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
         .filter(activated_at__isnull=False, activated_at__lt=now)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
         .values_list(
+            "pk",
             "tenant_id",
             "tenant__name",
             "pool__gpu_model",
@@ -1333,10 +1381,13 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
         )
     )
     totals: dict[int, tuple[str, list[float], list[float]]] = {}
-    for tenant_id, name, gpu_model, count, compute, memory, status, start, ended, updated in rows:
+    windows: dict[int, tuple[datetime, datetime]] = {}
+    tenant_of: dict[int, int] = {}
+    for pk, tenant_id, name, gpu_model, count, compute, memory, status, start, ended, updated in rows:
         if start is None:
             continue
         end = ended or (now if status in Allocation.QUOTA_HOLDING else updated)
+        windows[pk], tenant_of[pk] = (max(start, since), min(end, now)), tenant_id
         try:
             share = gpu_equivalents(gpu_model_for(gpu_model), compute, memory)
         except KeyError:
@@ -1348,16 +1399,25 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
             if hours > 0:
                 slice_daily[n] += count * hours
                 gpu_daily[n] += share * hours
-    tenants = [
-        TenantShowback(
-            tenant_id=tenant_id,
-            tenant_name=name,
-            colour=colours.get(tenant_id, TENANT_COLOURS[0]),
-            slice_hours=round(sum(slice_daily), 2),
-            gpu_equivalent_hours=round(sum(gpu_daily), 2),
-            daily=[round(h, 2) for h in gpu_daily],
-            daily_slice_hours=[round(h, 2) for h in slice_daily],
+    used = _used_by_tenant_day(windows, tenant_of, since, days)
+    tenants = []
+    for tenant_id, (name, slice_daily, gpu_daily) in sorted(totals.items(), key=lambda kv: kv[1][0]):
+        observed_daily, used_daily = used.get(tenant_id, ([0.0] * days, [0.0] * days))
+        observed = sum(observed_daily)
+        tenants.append(
+            TenantShowback(
+                tenant_id=tenant_id,
+                tenant_name=name,
+                colour=colours.get(tenant_id, TENANT_COLOURS[0]),
+                slice_hours=round(sum(slice_daily), 2),
+                gpu_equivalent_hours=round(sum(gpu_daily), 2),
+                daily=[round(h, 2) for h in gpu_daily],
+                daily_slice_hours=[round(h, 2) for h in slice_daily],
+                used_slice_hours=round(sum(used_daily), 2) if observed else None,
+                observed_slice_hours=round(observed, 2),
+                daily_used_slice_hours=[
+                    round(u, 2) if o else None for o, u in zip(observed_daily, used_daily, strict=True)
+                ],
+            )
         )
-        for tenant_id, (name, slice_daily, gpu_daily) in sorted(totals.items(), key=lambda kv: kv[1][0])
-    ]
     return Showback(days=[d.date() for d in day_starts], tenants=tenants)

@@ -33,6 +33,7 @@ from allocations.forms import (
     SetQuotaForm,
 )
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
+from allocations.services import reclaim
 from tenants import selectors as tenant_selectors
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
 from tenants.forms import add_service_errors
@@ -161,6 +162,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
             "placements": selectors.placements_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
             "actions": selectors.allocation_actions(user, allocation),
+            "used": selectors.allocation_used(allocation),
             "extend_form": ExtendForm(),
         },
     )
@@ -193,6 +195,23 @@ def request_release(request: HttpRequest, allocation_id: int) -> HttpResponse:
     allocation = _allocation_or_404(user, allocation_id)
     return _after_transition(
         request, allocation, lambda: services.release_allocation(allocation_id=allocation.pk, actor=user)
+    )
+
+
+@login_required
+@require_POST
+def request_keep(request: HttpRequest, allocation_id: int) -> HttpResponse:
+    """ "Keep it" on an idle request's banner (allocations/services/reclaim.py)."""
+    user = signed_in_user(request)
+    allocation = _allocation_or_404(user, allocation_id)
+    return _after_transition(
+        request,
+        allocation,
+        lambda: reclaim.keep_idle_allocation(allocation_id=allocation.pk, actor=user),
+        lambda kept: (
+            f"Request #{kept.pk} is kept: it is not flagged idle again before "
+            f"{kept.idle_snoozed_until:%Y-%m-%d %H:%M} UTC."
+        ),
     )
 
 
@@ -404,6 +423,7 @@ def quotas(request: HttpRequest) -> HttpResponse:
             "balances": selectors.balances_for_user(user),
             "changes": selectors.quota_changes_for_user(user),
             "form": form if managed.exists() else None,
+            "idle_tenants": tenant_selectors.tenants_for_user(user),
         },
     )
 

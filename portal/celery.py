@@ -54,6 +54,15 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.warn_expiring_leases_task",
         "schedule": crontab(minute="*/5"),
     },
+    # Idle reclaim (allocations/services/reclaim.py): which device serves each slice, then flag, warn and release.
+    "record-slice-devices": {
+        "task": "allocations.tasks.record_slice_devices_task",
+        "schedule": 60.0,
+    },
+    "reclaim-idle-allocations": {
+        "task": "allocations.tasks.reclaim_idle_allocations_task",
+        "schedule": crontab(minute="*"),
+    },
     # Node agents (allocations/nodeagent/): freshness, hourly history from minutes, retention.
     "mark-silent-agents": {
         "task": "allocations.nodeagent.tasks.mark_silent_agents_task",

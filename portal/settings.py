@@ -526,3 +526,10 @@ if FATIA_AGENT_SERVICE_ACCOUNT:
         )
     if not FATIA_AGENT_TOKEN_AUDIENCE:
         raise ImproperlyConfigured("FATIA_AGENT_TOKEN_AUDIENCE must not be empty when agents bootstrap.")
+# --- Idle reclaim and showback "used" (issue 12, package reclaim: allocations/services/reclaim.py) ---------------
+# A MIG device's memory at or below this many MiB counts as "no memory in use" (the driver's own reservation on an
+# idle instance is a few MiB, never zero on every GPU).
+FATIA_IDLE_MEMORY_MIB = env_int("FATIA_IDLE_MEMORY_MIB", 64)
+# Telemetry gaps longer than this many minutes (agent or portal down) make idleness unknown again: idle time is
+# counted only over minutes the agent reported.
+FATIA_IDLE_GAP_MINUTES = env_int("FATIA_IDLE_GAP_MINUTES", 5)

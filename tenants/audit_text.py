@@ -167,6 +167,16 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
             f"{actor} rejected extending the lease by {after.get('hours', '?')} h{_reason(after)}"
         ),
         "reconcile": lambda: f"Reconciled with the cluster: {human_value(list(after.values()))}",
+        # Idle reclaim (allocations/services/reclaim.py)
+        "flag_idle": lambda: f"Every slice has been idle since {human_when(after.get('idle_since'))}",
+        "warn_idle": lambda: (
+            f"The requester was warned that the idle slices are released at {human_when(after.get('release_at'))}"
+        ),
+        "clear_idle": lambda: f"No longer counted as idle{_reason(after)}",
+        "keep_idle": lambda: (
+            f"{actor} kept the idle slices; not flagged idle again before {human_when(after.get('snoozed_until'))}"
+        ),
+        "reclaim_idle": lambda: f"Released for being idle since {human_when(after.get('idle_since'))}",
     }
     sentence = sentences.get(verb)
     return sentence() if sentence else None
@@ -189,6 +199,10 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("quota", "set_quota"): lambda: f"{actor} set the quota to {limits(after)}",
         ("tenant", "create"): lambda: f"{actor} created tenant {after.get('name', '?')}",
         ("tenant", "update"): lambda: f"{actor} changed the policy of tenant {after.get('name', '?')}",
+        ("tenant", "set_idle_reclaim"): lambda: (
+            f"{actor} turned idle reclaim {'on' if after.get('idle_reclaim_enabled') else 'off'} "
+            f"(idle after {after.get('idle_after_minutes', '?')} min, grace {after.get('idle_grace_minutes', '?')} min)"
+        ),
         ("membership", "add_member"): lambda: f"{actor} added {after.get('user', '?')} as {after.get('role', '?')}",
         ("membership", "change_role"): lambda: f"{actor} made {after.get('user', '?')} a {after.get('role', '?')}",
         ("membership", "remove_member"): lambda: f"{actor} removed {before.get('user', '?')} from the tenant",

@@ -144,3 +144,37 @@ class SsoGroupMappingForm(forms.Form):
     )
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.order_by("name"), empty_label=None)
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class IdleReclaimForm(forms.Form):
+    """A tenant's idle reclaim (tenants.services.set_idle_reclaim checks the bounds again)."""
+
+    enabled = forms.BooleanField(
+        required=False,
+        label="Release idle slices",
+        help_text="Active requests whose every slice has had no process and no memory in use for the idle time "
+        "are flagged and their owner warned; they are released after the grace period unless used or kept.",
+    )
+    idle_after_minutes = forms.IntegerField(
+        min_value=15,
+        max_value=7 * 24 * 60,
+        label="Idle after (minutes)",
+        help_text="15 to 10080 (a week).",
+    )
+    idle_grace_minutes = forms.IntegerField(
+        min_value=5,
+        max_value=7 * 24 * 60,
+        label="Grace period after the warning (minutes)",
+        help_text="5 to 10080 (a week).",
+    )
+
+    @classmethod
+    def for_tenant(cls, tenant: Tenant, data: Any = None) -> IdleReclaimForm:
+        return cls(
+            data,
+            initial={
+                "enabled": tenant.idle_reclaim_enabled,
+                "idle_after_minutes": tenant.idle_after_minutes,
+                "idle_grace_minutes": tenant.idle_grace_minutes,
+            },
+        )

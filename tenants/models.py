@@ -60,6 +60,28 @@ class Tenant(models.Model):
         "when they fit the quota; 0 sends every request to a manager.",
     )
     auto_approve_max_lease_hours = models.PositiveIntegerField(default=24, validators=[MinValueValidator(1)])
+    # Idle reclaim (issue 12, allocations/services/reclaim.py): off by default. The idle time is capped at a week
+    # because the minute history it is judged from is kept a week (FATIA_AGENT_MINUTES_KEPT_DAYS).
+    # Database defaults too: rows written by code that predates these fields (older migrations' states in tests, a
+    # rolling deploy) still insert.
+    idle_reclaim_enabled = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Release active requests whose every slice stayed idle (no process, no memory in use) "
+        "for the idle time, after warning the owner.",
+    )
+    idle_after_minutes = models.PositiveIntegerField(
+        default=120,
+        db_default=120,
+        validators=[MinValueValidator(15), MaxValueValidator(7 * 24 * 60)],
+        help_text="Minutes without a process or memory in use after which a slice counts as idle (15 to 10080).",
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        default=60,
+        db_default=60,
+        validators=[MinValueValidator(5), MaxValueValidator(7 * 24 * 60)],
+        help_text="Minutes between the warning and the release (5 to 10080).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.models import ApiToken, AuditEvent, Membership, Tenant
+from tenants.selectors import can_manage_tenant
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -136,6 +137,43 @@ def update_tenant_policy(
     tenant.save(update_fields=[*changed, "updated_at"])
     record_audit_event(
         actor=actor, verb="update", obj=tenant, tenant=tenant, before=before, after=_tenant_fields(tenant)
+    )
+    return tenant
+
+
+def _idle_reclaim_fields(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "idle_reclaim_enabled": tenant.idle_reclaim_enabled,
+        "idle_after_minutes": tenant.idle_after_minutes,
+        "idle_grace_minutes": tenant.idle_grace_minutes,
+    }
+
+
+@transaction.atomic
+def set_idle_reclaim(
+    *, tenant_id: int, actor: User, enabled: bool, idle_after_minutes: int, idle_grace_minutes: int
+) -> Tenant:
+    """Set a tenant's idle reclaim: on or off, the idle time and the grace period after the warning.
+
+    The tenant's managers and platform admins may. Locks the tenant row. Raises NotAllowed or InvalidInput
+    (the model's bounds: idle time 15 min to a week, grace 5 min to a week). Turning it off clears every flag
+    at the next sweep (allocations/services/reclaim.py); nothing already released comes back."""
+    if not can_manage_tenant(actor, tenant_id):
+        raise NotAllowed("Only the tenant's managers and platform admins can change idle reclaim.")
+    tenant = Tenant.objects.select_for_update(no_key=True, of=("self",)).get(pk=tenant_id)
+    before = _idle_reclaim_fields(tenant)
+    tenant.idle_reclaim_enabled = enabled
+    tenant.idle_after_minutes = idle_after_minutes
+    tenant.idle_grace_minutes = idle_grace_minutes
+    full_clean_or_raise(tenant)
+    tenant.save(update_fields=[*before, "updated_at"])
+    record_audit_event(
+        actor=actor,
+        verb="set_idle_reclaim",
+        obj=tenant,
+        tenant=tenant,
+        before=before,
+        after={"name": tenant.name, **_idle_reclaim_fields(tenant)},
     )
     return tenant
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from tenants import views
+from tenants import idle_views, views
 from tenants.signin import SignInView
 from tenants.sso import views as sso_views
 from tenants.sso.oidc import OidcAuthenticateView, OidcCallbackView
@@ -17,6 +17,7 @@ urlpatterns = [
     path("oidc/callback/", OidcCallbackView.as_view(), name="oidc-callback"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="tokens-revoke"),
+    path("tenants/<int:tenant_id>/idle-reclaim/", idle_views.idle_reclaim, name="tenant-idle-reclaim"),
     path("manage/tenants/", views.manage_tenants, name="manage-tenants"),
     path("manage/tenants/<int:tenant_id>/", views.manage_tenant, name="manage-tenant"),
     path("manage/tenants/<int:tenant_id>/members/", views.member_add, name="manage-member-add"),

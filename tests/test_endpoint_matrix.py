@@ -120,7 +120,7 @@ def snapshot() -> tuple[Any, ...]:
         list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit", "memory_slices_limit")),
         list(QuotaChangeRequest.objects.order_by("pk").values_list("pk", "status")),
         list(Membership.objects.order_by("pk").values_list("pk", "role")),
-        list(Tenant.objects.order_by("pk").values_list("pk", "name", "max_lease_hours")),
+        list(Tenant.objects.order_by("pk").values_list("pk", "name", "max_lease_hours", "idle_reclaim_enabled")),
         list(ApiToken.objects.order_by("pk").values_list("pk", "revoked_at")),
         list(NodePool.objects.order_by("pk").values_list("pk", "name", "profiles")),
         list(LeaseExtension.objects.order_by("pk").values_list("pk", "status")),
@@ -156,6 +156,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "extend-long": {"hours": 30},
         "mapping": {"group": "gpu-team-a-managers", "tenant": a, "role": "manager"},
         "credential": {"node": "h100-node-1"},
+        "idle": {"enabled": True, "idle_after_minutes": 60, "idle_grace_minutes": 30},
         "none": {},
     }[name]
 
@@ -167,6 +168,9 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/tenants/", "tenant", (403, 403, 403, 401)),
     ("get", "/api/v1/tenants/{tenant}/", "none", (200, 200, 404, 401)),
     ("patch", "/api/v1/tenants/{tenant}/", "tenant-edit", (403, 403, 404, 401)),
+    # Idle reclaim: the tenant's managers (and admins) set it; members read it.
+    ("get", "/api/v1/tenants/{tenant}/idle-reclaim/", "none", (200, 200, 404, 401)),
+    ("put", "/api/v1/tenants/{tenant}/idle-reclaim/", "idle", (403, 200, 404, 401)),
     ("get", "/api/v1/memberships/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/memberships/", "member", (403, 403, 400, 401)),
     ("get", "/api/v1/memberships/{membership}/", "none", (200, 200, 404, 401)),
@@ -196,6 +200,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/allocations/{pending}/reject/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/release/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/extend/", "extend", (200, 200, 404, 401)),
+    # "Keep it" on a request idle reclaim has not flagged: nothing to keep (tests/nodeagent/test_idle_api.py).
+    ("post", "/api/v1/allocations/{active}/keep/", "none", (409, 409, 404, 401)),
     # Past the auto-approve lease: a member's extension waits (202), a manager's applies (200).
     ("post", "/api/v1/allocations/{active}/extend/", "extend-long", (202, 200, 404, 401)),
     ("get", "/api/v1/lease-extensions/", "none", (200, 200, 200, 401)),

@@ -356,6 +356,28 @@ def _iso(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+class IdleStateSerializer(serializers.Serializer[Any]):
+    """Idle reclaim's flag on an active request (docs/agent.md, "Idle reclaim"); null fields when not flagged."""
+
+    idle_since = serializers.DateTimeField(allow_null=True, help_text="Every slice idle since.")
+    warned_at = serializers.DateTimeField(allow_null=True)
+    release_at = serializers.DateTimeField(
+        allow_null=True, help_text="Released then if still idle; POST .../keep/ to keep it."
+    )
+    snoozed_until = serializers.DateTimeField(allow_null=True, help_text="Kept: not flagged again before.")
+
+    @staticmethod
+    def of(allocation: Allocation) -> dict[str, Any]:
+        return IdleStateSerializer(
+            {
+                "idle_since": allocation.idle_since,
+                "warned_at": allocation.idle_warned_at,
+                "release_at": allocation.idle_release_at,
+                "snoozed_until": allocation.idle_snoozed_until,
+            }
+        ).data
+
+
 class AllocationDetailSerializer(AllocationSerializer):
     namespace = serializers.CharField(
         read_only=True, help_text="The Kubernetes namespace of the claim (the tenant's): run pods that use it there."
@@ -370,9 +392,10 @@ class AllocationDetailSerializer(AllocationSerializer):
     )
     placements = PlacementSerializer(many=True, read_only=True)
     timeline = serializers.SerializerMethodField()
+    idle = IdleStateSerializer(read_only=True)
 
     class Meta(AllocationSerializer.Meta):
-        fields = [*AllocationSerializer.Meta.fields, "namespace", "claim_names", "placements", "timeline"]
+        fields = [*AllocationSerializer.Meta.fields, "namespace", "claim_names", "placements", "timeline", "idle"]
         read_only_fields = fields
 
     def to_representation(self, instance: Allocation) -> dict[str, Any]:
@@ -381,6 +404,7 @@ class AllocationDetailSerializer(AllocationSerializer):
         data["claim_names"] = instance.claim_names
         data["placements"] = PlacementSerializer(instance.placements.all(), many=True).data
         data["timeline"] = self.get_timeline(instance)
+        data["idle"] = IdleStateSerializer.of(instance)
         return data
 
     def get_timeline(self, allocation: Allocation) -> list[dict[str, Any]]:

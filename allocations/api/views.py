@@ -27,6 +27,7 @@ from allocations.api.filters import (
 )
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
+from allocations.services import reclaim
 from tenants.api.auth import acting_user
 from tenants.api.pagination import WindowCountPagination
 from tenants.errors import InvalidInput
@@ -285,6 +286,14 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def release(self, request: Request, pk: str | None = None) -> Response:
         allocation = self.get_object()
         return self._detail(services.release_allocation(allocation_id=allocation.pk, actor=acting_user(request)))
+
+    @extend_schema(request=None, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def keep(self, request: Request, pk: str | None = None) -> Response:
+        """Keep a request that idle reclaim flagged: the flag goes, and it is not flagged again for one idle time
+        of its tenant. 409 when it is not flagged."""
+        allocation = self.get_object()
+        return self._detail(reclaim.keep_idle_allocation(allocation_id=allocation.pk, actor=acting_user(request)))
 
     @extend_schema(
         request=s.ExtendSerializer,

@@ -334,14 +334,15 @@ def _may_release(actor: User, allocation: Allocation) -> bool:
 
 
 @transaction.atomic
-def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
+def release_allocation(*, allocation_id: int, actor: User | None, reason: str = "") -> Allocation:
     """Give slices back. PENDING -> WITHDRAWN; APPROVED -> WITHDRAWN (nothing was built yet, quota freed
     now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices are gone; lease
     extensions still waiting are cancelled). Releasing twice is a no-op. The requester, tenant managers
-    and admins may release. Locks the allocation, then the quota.
+    and admins may release; `actor` None is Fatia itself (idle reclaim), which says why in `reason` (kept in
+    the status message and the audit event). Locks the allocation, then the quota.
     """
     allocation = lock_allocation(allocation_id=allocation_id)
-    if not _may_release(actor, allocation):
+    if actor is not None and not _may_release(actor, allocation):
         raise NotAllowed("Only the requester or a tenant manager can release this.")
     previous = allocation.status
     now = timezone.now()
@@ -356,7 +357,7 @@ def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
     elif previous in (Status.PROVISIONING, Status.ACTIVE):
         allocation.status = Status.RELEASING
         allocation.end_state = Status.RELEASED
-        allocation.status_message = "Releasing: deleting the claim and its holder pod."
+        allocation.status_message = f"{reason} Releasing: deleting the claim and its holder pod.".lstrip()
         cancel_pending_extensions(allocation=allocation)
         _queue_teardown(allocation.pk)
     else:
@@ -368,6 +369,6 @@ def release_allocation(*, allocation_id: int, actor: User) -> Allocation:
         obj=allocation,
         tenant_id=allocation.tenant_id,
         before={"status": previous},
-        after={"status": allocation.status},
+        after={"status": allocation.status, **({"reason": reason} if reason else {})},
     )
     return allocation

@@ -37,6 +37,26 @@ class TenantUpdateSerializer(serializers.Serializer[Any]):
     auto_approve_max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, required=False)
 
 
+class IdleReclaimSerializer(serializers.Serializer[Any]):
+    """A tenant's idle reclaim (docs/agent.md, "Idle reclaim")."""
+
+    enabled = serializers.BooleanField(help_text="Off by default.")
+    idle_after_minutes = serializers.IntegerField(
+        min_value=15, max_value=7 * 24 * 60, help_text="Minutes without a process or memory in use: idle."
+    )
+    idle_grace_minutes = serializers.IntegerField(
+        min_value=5, max_value=7 * 24 * 60, help_text="Minutes from the warning to the release."
+    )
+
+    @staticmethod
+    def of(tenant: Tenant) -> dict[str, Any]:
+        return {
+            "enabled": tenant.idle_reclaim_enabled,
+            "idle_after_minutes": tenant.idle_after_minutes,
+            "idle_grace_minutes": tenant.idle_grace_minutes,
+        }
+
+
 class MembershipSerializer(serializers.ModelSerializer[Membership]):
     username = serializers.CharField(source="user.username", read_only=True)
 

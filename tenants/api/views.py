@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -46,6 +47,25 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         data.is_valid(raise_exception=True)
         tenant = services.update_tenant_policy(tenant_id=tenant.pk, actor=acting_user(request), **data.validated_data)
         return Response(s.TenantSerializer(tenant).data)
+
+    @extend_schema(methods=["GET"], request=None, responses={200: s.IdleReclaimSerializer})
+    @extend_schema(methods=["PUT"], request=s.IdleReclaimSerializer, responses={200: s.IdleReclaimSerializer})
+    @action(detail=True, methods=["get", "put"], url_path="idle-reclaim")
+    def idle_reclaim(self, request: Request, pk: str | None = None) -> Response:
+        """The tenant's idle reclaim; its managers and platform admins change it (every field is required)."""
+        tenant = self.get_object()
+        if request.method == "PUT":
+            data = s.IdleReclaimSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            v = data.validated_data
+            tenant = services.set_idle_reclaim(
+                tenant_id=tenant.pk,
+                actor=acting_user(request),
+                enabled=v["enabled"],
+                idle_after_minutes=v["idle_after_minutes"],
+                idle_grace_minutes=v["idle_grace_minutes"],
+            )
+        return Response(s.IdleReclaimSerializer.of(tenant))
 
 
 class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Membership]):

@@ -141,8 +141,9 @@ def test_the_overview_and_slot_view_run_the_same_number_of_queries_for_2_and_20_
     large = (_queries(client, "/dashboard/fleet/"), _queries(client, f"/dashboard/nodes/{node.pk}/"))
     # then: session, user, the navigation's managed tenants; overview: pools, placements, devices held outside
     # Fatia (issue 10), GPUs, nodes; slot view: node's pool, pool, memberships (members), count, nodes, GPUs,
-    # colours, placements, devices held outside Fatia, the node agents' figures per MIG device (issue 12)
-    expected = {"charlie": (8, 13), "root": (8, 12)}[who]
+    # colours, placements, devices held outside Fatia, the node agents' figures per MIG device (issue 12), and the
+    # history chart's GPUs, devices (whole GPUs for root, the viewer's slices for others) and rollups (issue 12)
+    expected = {"charlie": (8, 16), "root": (8, 15)}[who]
     assert (small, large) == (expected, expected)
 
 

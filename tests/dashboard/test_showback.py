@@ -89,7 +89,7 @@ def test_the_usage_page_and_csv_export(world: World):
     assert csv["Content-Type"] == "text/csv; charset=utf-8"
     assert csv["Content-Disposition"] == 'attachment; filename="fatia-showback-7d.csv"'
     lines = csv.content.decode().splitlines()
-    assert lines[0] == "day,tenant,gpu_equivalent_hours,slice_hours"
+    assert lines[0] == "day,tenant,gpu_equivalent_hours,slice_hours,used_slice_hours"
     assert len(lines) == 1 + 7
     assert all(",Team B," in line for line in lines[1:])
 
@@ -108,11 +108,11 @@ def test_the_csv_has_one_row_per_tenant_and_day_with_a_date_in_every_day_cell(wo
 
     # then: per-day rows only, so a column's sum is the period's total
     def row(day: str, tenant: str, busy: str, hours: tuple[str, str]) -> list[str]:
-        return [day, tenant, *(hours if day == busy else ("0.00", "0.00"))]
+        return [day, tenant, *(hours if day == busy else ("0.00", "0.00")), "no data"]
 
     days = [f"2026-11-{d}" for d in range(24, 31)]
     assert csv_rows(response) == [
-        ["day", "tenant", "gpu_equivalent_hours", "slice_hours"],
+        ["day", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"],
         *[row(d, "Team A", "2026-11-29", ("1.71", "12.00")) for d in days],
         *[row(d, "Team B", "2026-11-30", ("0.29", "2.00")) for d in days],
     ]
@@ -130,11 +130,11 @@ def test_the_totals_csv_names_the_period_by_its_first_and_last_day(world: World)
     # then
     assert response["Content-Disposition"] == 'attachment; filename="fatia-showback-7d-totals.csv"'
     assert csv_rows(response) == [
-        ["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours"],
-        ["2026-11-24", "2026-11-30", "Team A", "1.71", "12.00"],
-        ["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00"],
+        ["period_start", "period_end", "tenant", "gpu_equivalent_hours", "slice_hours", "used_slice_hours"],
+        ["2026-11-24", "2026-11-30", "Team A", "1.71", "12.00", "no data"],
+        ["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00", "no data"],
     ]
-    assert csv_rows(mine)[1:] == [["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00"]]
+    assert csv_rows(mine)[1:] == [["2026-11-24", "2026-11-30", "Team B", "0.29", "2.00", "no data"]]
 
 
 @pytest.mark.parametrize(

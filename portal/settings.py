@@ -500,3 +500,18 @@ FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
 # read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
 # run time. Elsewhere they stay under FATIA_DATA_DIR as before.
 STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")
+
+# --- Static MIG, agent mode (issue 12, package "static": allocations/services/reconfiguration.py) ----------------
+# Where NVIDIA's DRA kubelet plugin runs, and the label selector of its pods (the driver chart's defaults: release
+# namespace dra-driver-nvidia-gpu, component label dra-driver-nvidia-gpu-component=kubelet-plugin). The portal
+# deletes the pod on a node after changing its MIG layout, so that the DaemonSet starts a new one that publishes
+# the MIG devices now there.
+FATIA_DRA_PLUGIN_NAMESPACE = os.environ.get("FATIA_DRA_PLUGIN_NAMESPACE", "dra-driver-nvidia-gpu")
+FATIA_DRA_PLUGIN_SELECTOR = os.environ.get(
+    "FATIA_DRA_PLUGIN_SELECTOR", "dra-driver-nvidia-gpu-component=kubelet-plugin"
+)
+# How long one step of a reconfiguration (the agent applying its commands, the plugin republishing) may take
+# before the step counts as failed (retried once, then rolled back).
+FATIA_RECONFIGURATION_STEP_TIMEOUT_S = env_int("FATIA_RECONFIGURATION_STEP_TIMEOUT_S", 300)
+# Seconds between two looks at a reconfiguration in progress.
+FATIA_RECONFIGURATION_POLL_S = env_int("FATIA_RECONFIGURATION_POLL_S", 2)

@@ -111,7 +111,9 @@ def test_once_the_requests_have_ended_the_mode_can_change(world: World) -> None:
 
 
 def test_only_platform_admins_change_the_mode(world: World) -> None:
-    response = world.client(world.mallory).patch(f"/api/v1/pools/{world.pool.pk}/", {"mig_mode": "static-agent"}, "json")
+    response = world.client(world.mallory).patch(
+        f"/api/v1/pools/{world.pool.pk}/", {"mig_mode": "static-agent"}, "json"
+    )
     assert response.status_code in (403, 404)
     world.pool.refresh_from_db()
     assert world.pool.mig_mode == "dynamic"

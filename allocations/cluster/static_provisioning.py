@@ -11,10 +11,15 @@ second one: it fails with the reason, its quota given back.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
 from allocations.cluster.static_placement import choose_static
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
 from allocations.services.lifecycle import fail_locked_allocation, record_placements
-from allocations.services.reconfiguration import request_reconfiguration
+from allocations.services.reconfiguration import queue_advance, request_reconfiguration
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -24,8 +29,17 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
     """APPROVED -> PROVISIONING on a free pre-created instance, or APPROVED (waiting for a reconfiguration), or
     FAILED (no room even after a reconfiguration; or the one made for it failed). Caller holds the allocation's
     and the pool's locks, in that order."""
-    if MigReconfiguration.objects.filter(allocation=allocation, status__in=MigReconfiguration.LIVE).exists():
-        return allocation  # a redelivered task: the reconfiguration's task provisions it when it is over
+    live = MigReconfiguration.objects.filter(allocation=allocation, status__in=MigReconfiguration.LIVE).first()
+    if live is not None:
+        # A redelivered task, or the stuck-request sweep: the reconfiguration's task provisions it when it is over.
+        # A living task moves a step within the step timeout; past it, its message was lost: start it again.
+        started = live.step_started_at or live.created_at
+        lost_after = timedelta(
+            seconds=settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S + 10 * settings.FATIA_RECONFIGURATION_POLL_S
+        )
+        if timezone.now() - started > lost_after:
+            queue_advance(live.pk)
+        return allocation
     choice = choose_static(pool=pool, profile=allocation.profile, count=allocation.count)
     if choice is None:
         return fail_locked_allocation(

@@ -33,7 +33,7 @@ Status = MigReconfiguration.Status
 MAX_OPERATIONS = 32  # a GPU has at most 8 memory slots: a real plan is a dozen operations
 
 
-def _queue_advance(reconfiguration_id: int) -> None:
+def queue_advance(reconfiguration_id: int) -> None:
     from allocations import tasks
 
     transaction.on_commit(partial(tasks.advance_reconfiguration_task.delay, reconfiguration_id))
@@ -148,7 +148,7 @@ def request_reconfiguration(
         obj=reconfiguration,
         after={"node": node.name, "gpu": gpu.index, "plan": plan, "reason": reconfiguration.reason},
     )
-    _queue_advance(reconfiguration.pk)
+    queue_advance(reconfiguration.pk)
     return reconfiguration
 
 

@@ -1,0 +1,120 @@
+"""request_reconfiguration (issue 12, static MIG): checks the plan against the GPU's published layout, is
+idempotent, marks the node reconfiguring (placement skips it) and queues its first step after commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from allocations import services
+from allocations.mig.reconfig import Operation
+from allocations.models import Gpu, MigReconfiguration, Node
+from allocations.placement import read_pool
+from allocations.services.reconfiguration import finish_reconfiguration, move_reconfiguration, request_reconfiguration
+from tenants.errors import InvalidInput
+from tenants.models import AuditEvent
+from tests.conftest import World
+
+DESTROY_CREATE = [Operation("destroy", "3g.40gb", 4), Operation("create", "1g.10gb", 4)]
+
+
+@pytest.fixture
+def static_gpu(world: World) -> Gpu:
+    """GPU 0 of h100-node-0 in a static-agent pool, publishing two free 3g.40gb."""
+    services.update_node_pool(pool_id=world.pool.pk, mig_mode="static-agent", actor=world.root)
+    gpu = Gpu.objects.get(node__name="h100-node-0", index=0)
+    gpu.static_instances = [
+        {"profile": "3g.40gb", "start": 0, "size": 4, "uuid": "MIG-a", "device": "gpu-0-mig-3g40gb-9-0"},
+        {"profile": "3g.40gb", "start": 4, "size": 4, "uuid": "MIG-b", "device": "gpu-0-mig-3g40gb-9-4"},
+    ]
+    gpu.save()
+    return gpu
+
+
+def test_a_reconfiguration_marks_the_node_and_queues_its_first_step(
+    static_gpu: Gpu, world: World, django_capture_on_commit_callbacks: Any
+) -> None:
+    # when
+    with django_capture_on_commit_callbacks() as queued:
+        reconfiguration = request_reconfiguration(
+            gpu_id=static_gpu.pk, operations=DESTROY_CREATE, reason="make room", actor=world.root
+        )
+    # then
+    assert reconfiguration.status == MigReconfiguration.Status.PENDING
+    assert reconfiguration.plan == [
+        {"action": "destroy", "profile": "3g.40gb", "start": 4},
+        {"action": "create", "profile": "1g.10gb", "start": 4},
+    ]
+    assert reconfiguration.targets == [["3g.40gb", 0], ["1g.10gb", 4]]
+    assert len(queued) == 1
+    assert Node.objects.get(name="h100-node-0").state == Node.State.RECONFIGURING
+    assert {e.verb for e in AuditEvent.objects.all()} >= {"reconfiguration_requested", "node_reconfiguring"}
+    # and placement leaves the node alone meanwhile
+    assert {node for node, _ in read_pool(world.pool).by_position} == {"h100-node-1"}
+
+
+def test_asking_twice_returns_the_same_reconfiguration(static_gpu: Gpu) -> None:
+    first = request_reconfiguration(gpu_id=static_gpu.pk, operations=DESTROY_CREATE, reason="one")
+    again = request_reconfiguration(gpu_id=static_gpu.pk, operations=DESTROY_CREATE, reason="two")
+    assert again.pk == first.pk
+    assert MigReconfiguration.objects.count() == 1
+
+
+def test_another_plan_for_a_gpu_being_reconfigured_is_refused(static_gpu: Gpu) -> None:
+    request_reconfiguration(gpu_id=static_gpu.pk, operations=DESTROY_CREATE, reason="one")
+    with pytest.raises(InvalidInput, match="being reconfigured already"):
+        request_reconfiguration(gpu_id=static_gpu.pk, operations=[Operation("destroy", "3g.40gb", 0)], reason="two")
+
+
+@pytest.mark.parametrize(
+    ("operations", "message"),
+    [
+        ([], "at least one operation"),
+        ([Operation("resize", "3g.40gb", 0)], "the action is create or destroy"),  # type: ignore[arg-type]
+        ([Operation("create", "5g.50gb", 0)], "no MIG profile '5g.50gb'"),
+        ([Operation("destroy", "1g.10gb", 2)], "no 1g.10gb instance at 2 to destroy"),
+        ([Operation("create", "1g.10gb", 4)], "Operation 1: 1g.10gb at 4"),  # on top of the 3g.40gb at 4
+        ([Operation("destroy", "3g.40gb", 4), Operation("create", "2g.20gb", 5)], "Operation 2: 2g.20gb at 5"),
+    ],
+)
+def test_an_operation_that_is_no_valid_step_is_refused(static_gpu: Gpu, operations: Any, message: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_reconfiguration(gpu_id=static_gpu.pk, operations=operations, reason="bad")
+    assert message in caught.value.errors["operations"][0]
+    assert not MigReconfiguration.objects.exists()
+    assert Node.objects.get(name="h100-node-0").state == Node.State.READY
+
+
+def test_a_dynamic_pool_or_an_unknown_gpu_is_refused(world: World) -> None:
+    gpu = Gpu.objects.get(node__name="h100-node-0", index=0)
+    with pytest.raises(InvalidInput, match="DynamicMIG"):
+        request_reconfiguration(gpu_id=gpu.pk, operations=DESTROY_CREATE, reason="dynamic")
+    with pytest.raises(InvalidInput, match="No GPU"):
+        request_reconfiguration(gpu_id=10**9, operations=DESTROY_CREATE, reason="none")
+
+
+def test_a_step_moves_only_from_the_status_it_expects_and_finishing_makes_the_node_ready(static_gpu: Gpu) -> None:
+    # given
+    reconfiguration = request_reconfiguration(gpu_id=static_gpu.pk, operations=DESTROY_CREATE, reason="r")
+    Status = MigReconfiguration.Status
+    # when: two runs take the same step; only the first moves it
+    moved = move_reconfiguration(
+        reconfiguration_id=reconfiguration.pk, expected=Status.PENDING, status=Status.APPLYING, step="apply-1"
+    )
+    stale = move_reconfiguration(
+        reconfiguration_id=reconfiguration.pk, expected=Status.PENDING, status=Status.APPLYING, step="apply-1"
+    )
+    # then
+    assert moved is not None and moved.status == Status.APPLYING
+    assert stale is None
+    # when: finished with what the node now publishes
+    published = [{"profile": "3g.40gb", "start": 0, "size": 4, "uuid": "MIG-a", "device": "d"}]
+    done = finish_reconfiguration(reconfiguration_id=reconfiguration.pk, instances=published)
+    # then
+    assert done.status == Status.DONE and done.finished_at is not None
+    static_gpu.refresh_from_db()
+    assert static_gpu.static_instances == published
+    assert Node.objects.get(name="h100-node-0").state == Node.State.READY
+    # and finishing again changes nothing
+    assert finish_reconfiguration(reconfiguration_id=reconfiguration.pk, instances=None).status == Status.DONE

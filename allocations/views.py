@@ -517,6 +517,7 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
     if pool is None:
         raise Http404("No such pool.")
     form = PoolSelectorForm(request.POST, prefix=f"pool-{pool.pk}")
+    mode_before = pool.mig_mode
     if form.is_valid():
         try:
             pool = services.update_node_pool(
@@ -534,11 +535,8 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
             joined = pool.nodes.count()
             what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
             nodes = "1 node is" if joined == 1 else f"{joined} nodes are"
-            messages.success(
-                request,
-                f"The node selector of {pool.name} is {what}; {nodes} in the pool. MIG mode: "
-                f"{pool.get_mig_mode_display()}.",
-            )
+            mode = f" MIG mode: {pool.get_mig_mode_display()}." if pool.mig_mode != mode_before else ""
+            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.{mode}")
             return redirect("manage-pools")
     return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 

@@ -76,7 +76,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
-    if pool.mig_mode == NodePool.MigMode.STATIC_AGENT:
+    if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
         return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS

@@ -118,3 +118,100 @@ def test_a_step_moves_only_from_the_status_it_expects_and_finishing_makes_the_no
     assert Node.objects.get(name="h100-node-0").state == Node.State.READY
     # and finishing again changes nothing
     assert finish_reconfiguration(reconfiguration_id=reconfiguration.pk, instances=None).status == Status.DONE
+
+
+# --- provisioning in a static-agent pool (allocations/cluster/static_provisioning.py; no cluster call) ---------
+
+
+def _approved(world: World, profile: str, count: int = 1) -> Any:
+    from allocations.models import Allocation
+
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile=profile,
+        count=count,
+        lease_hours=2,
+        purpose="static",
+        actor=world.alice,
+    )
+    if allocation.status == Allocation.Status.PENDING:
+        services.approve_allocation(allocation_id=allocation.pk, actor=world.mallory)
+    return Allocation.objects.get(pk=allocation.pk)
+
+
+def _static_pool(world: World, settings: Any, django_capture_on_commit_callbacks: Any) -> None:
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    services.update_node_pool(pool_id=world.pool.pk, mig_mode="static-agent", actor=world.root)
+    # Every GPU publishes one free 7g.80gb, except GPU 3 of node 1, with a free 1g.10gb at slot 6 and a held 3g.
+    Gpu.objects.filter(node__pool=world.pool).update(
+        static_instances=[{"profile": "7g.80gb", "start": 0, "size": 8, "uuid": "MIG-x", "device": "d"}]
+    )
+    Gpu.objects.filter(node__name="h100-node-1", index=3).update(
+        static_instances=[
+            {"profile": "1g.10gb", "start": 6, "size": 1, "uuid": "MIG-free", "device": "gpu-3-mig-1g10gb-19-6"},
+        ]
+    )
+
+
+def test_a_free_precreated_instance_is_planned_with_its_uuid(
+    world: World, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from allocations.cluster.sync import start_provisioning
+
+    _static_pool(world, settings, django_capture_on_commit_callbacks)
+    allocation = _approved(world, "1g.10gb")
+    # when
+    provisioned = start_provisioning(allocation_id=allocation.pk)
+    # then
+    assert provisioned.status == "provisioning"
+    [placement] = provisioned.placements.all()
+    assert (placement.gpu.node.name, placement.gpu.index, placement.start) == ("h100-node-1", 3, 6)
+    assert (placement.mig_uuid, placement.device_name) == ("MIG-free", "gpu-3-mig-1g10gb-19-6")
+    assert not MigReconfiguration.objects.exists()
+
+
+def test_no_free_instance_requests_a_reconfiguration_and_a_lost_task_is_started_again(
+    world: World, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from allocations.cluster.sync import start_provisioning
+
+    _static_pool(world, settings, django_capture_on_commit_callbacks)
+    allocation = _approved(world, "2g.20gb")
+    # when
+    with django_capture_on_commit_callbacks() as queued:
+        waiting = start_provisioning(allocation_id=allocation.pk)
+    # then: the cheapest plan creates the 2g.20gb next to the free 1g.10gb (elsewhere a 7g.80gb would have to go);
+    # the request waits, saying so
+    assert waiting.status == "approved"
+    assert "Waiting for a MIG layout change" in waiting.status_message
+    reconfiguration = MigReconfiguration.objects.get(allocation=allocation)
+    assert [op["action"] for op in reconfiguration.plan] == ["create"]
+    assert (reconfiguration.gpu.node.name, reconfiguration.gpu.index) == ("h100-node-1", 3)
+    assert len(queued) == 1
+    # when: provisioning runs again while the task is alive: nothing more
+    with django_capture_on_commit_callbacks() as again:
+        start_provisioning(allocation_id=allocation.pk)
+    assert again == []
+    # when: long past the step timeout (the task's message was lost), the stuck-request sweep provisions again
+    MigReconfiguration.objects.filter(pk=reconfiguration.pk).update(step_started_at=timezone.now() - timedelta(hours=1))
+    with django_capture_on_commit_callbacks() as restarted:
+        start_provisioning(allocation_id=allocation.pk)
+    assert len(restarted) == 1
+    assert MigReconfiguration.objects.count() == 1
+
+
+def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
+    world: World, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from allocations.cluster.sync import start_provisioning
+
+    _static_pool(world, settings, django_capture_on_commit_callbacks)
+    allocation = _approved(world, "1g.10gb", count=8)  # at most 7 1g.10gb fit one H100
+    failed = start_provisioning(allocation_id=allocation.pk)
+    assert failed.status == "failed"
+    assert "on one GPU, even after changing a GPU's MIG layout" in failed.status_message

@@ -638,6 +638,8 @@ class GpuView:
     slots: int
     slices: list[SliceView]
     free_slots: list[int]
+    # Static MIG: pre-created MIG devices no request holds, as (profile, start, size): free slots of that profile.
+    precreated: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1015,9 +1017,14 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     pool_model = gpu_model_for(pool.gpu_model)
     gpus: dict[int, list[tuple[int, int, int]]] = {}
     notes: dict[int, list[str]] = {}
-    for gpu_id, node_id, index, figures_id in (
-        Gpu.objects.filter(node_id__in=node_ids).order_by("index").values_list("pk", "node_id", "index", "figures_id")
+    static: dict[int, list[dict[str, Any]]] = {}
+    for gpu_id, node_id, index, figures_id, instances in (
+        Gpu.objects.filter(node_id__in=node_ids)
+        .order_by("index")
+        .values_list("pk", "node_id", "index", "figures_id", "static_instances")
     ):
+        if instances:
+            static[gpu_id] = instances
         gpu_model = gpu_model_of(pool_model, figures_id)
         gpus.setdefault(node_id, []).append((gpu_id, index, (gpu_model or pool_model).memory_slices))
         for note in figures_disagreements(pool_model, figures_id):
@@ -1108,7 +1115,14 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         for gpu_id, index, width in gpus.get(node_id, []):
             on_gpu = sorted(slices.get(gpu_id, []), key=lambda v: v.start)
             taken = {s for v in on_gpu for s in range(v.start, v.start + v.size)}
-            gpu_views.append(GpuView(gpu_id, index, width, on_gpu, [s for s in range(width) if s not in taken]))
+            precreated = tuple(
+                (str(i["profile"]), int(i["start"]), int(i["size"]))
+                for i in static.get(gpu_id, [])
+                if int(i["start"]) not in taken
+            )
+            taken |= {s for _, start, size in precreated for s in range(start, start + size)}
+            free = [s for s in range(width) if s not in taken]
+            gpu_views.append(GpuView(gpu_id, index, width, on_gpu, free, precreated))
         views.append(
             NodeView(node_id, name, state, str(states.get(state, state)), gpu_views, tuple(notes.get(node_id, ())))
         )

@@ -215,3 +215,20 @@ def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
     failed = start_provisioning(allocation_id=allocation.pk)
     assert failed.status == "failed"
     assert "on one GPU, even after changing a GPU's MIG layout" in failed.status_message
+
+
+def test_the_dashboard_draws_free_precreated_instances_as_free_slots_of_their_profile(
+    world: World, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.test import Client
+
+    # given: every GPU publishes a free 7g.80gb, but GPU 3 of node 1 a free 1g.10gb at slot 6
+    _static_pool(world, settings, django_capture_on_commit_callbacks)
+    client = Client()
+    client.force_login(world.alice)
+    # when
+    html = client.get(f"/dashboard/pools/{world.pool.pk}/nodes/").content.decode()
+    # then: 15 GPUs drawn as one free 7g.80gb each, one with a free 1g.10gb and 7 free memory slots
+    assert html.count('data-precreated="7g.80gb"') == 15
+    assert html.count('data-precreated="1g.10gb" data-start="6"') == 1
+    assert html.count("data-free-slot=") == 7

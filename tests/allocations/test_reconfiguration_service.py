@@ -12,6 +12,7 @@ from allocations.mig.reconfig import Operation
 from allocations.models import Gpu, MigReconfiguration, Node
 from allocations.placement import read_pool
 from allocations.services.reconfiguration import finish_reconfiguration, move_reconfiguration, request_reconfiguration
+from tenants.audit_text import describe_event
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent
 from tests.conftest import World
@@ -50,6 +51,10 @@ def test_a_reconfiguration_marks_the_node_and_queues_its_first_step(
     assert len(queued) == 1
     assert Node.objects.get(name="h100-node-0").state == Node.State.RECONFIGURING
     assert {e.verb for e in AuditEvent.objects.all()} >= {"reconfiguration_requested", "node_reconfiguring"}
+    assert describe_event(AuditEvent.objects.get(verb="reconfiguration_requested")) == (
+        "root asked for a MIG layout change of h100-node-0/gpu-0 (destroy 3g.40gb at slot 4, create 1g.10gb at "
+        "slot 4) for make room"
+    )
     # and placement leaves the node alone meanwhile
     assert {node for node, _ in read_pool(world.pool).by_position} == {"h100-node-1"}
 

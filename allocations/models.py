@@ -48,11 +48,11 @@ class NodePool(models.Model):
 
     class MigMode(models.TextChoices):
         # NVIDIA's DynamicMIG: the driver creates the instance at prepare time and picks the slot (first fit).
-        DYNAMIC = "dynamic", "Dynamic (the driver creates instances)"
+        DYNAMIC = "dynamic", "Dynamic (DynamicMIG)"
         # Pre-created MIG devices; Fatia's node agent creates and destroys instances at the slots Fatia chooses.
-        STATIC_AGENT = "static-agent", "Static, shaped by Fatia's node agent"
+        STATIC_AGENT = "static-agent", "Static, node agent"
         # Pre-created MIG devices; NVIDIA's MIG manager applies a mig-parted config Fatia writes (counts, no slots).
-        STATIC_MANAGER = "static-manager", "Static, shaped by NVIDIA's MIG manager"
+        STATIC_MANAGER = "static-manager", "Static, MIG manager"
 
     mig_mode = models.CharField(max_length=16, choices=MigMode.choices, default=MigMode.DYNAMIC)
     created_at = models.DateTimeField(auto_now_add=True)

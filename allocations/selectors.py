@@ -632,14 +632,29 @@ class SliceView:
 
 
 @dataclass(frozen=True, slots=True)
+class PrecreatedView:
+    """A static-MIG device that exists and no request holds."""
+
+    profile: str
+    start: int
+    size: int
+
+    @property
+    def profile_html(self) -> SafeString:
+        """As SliceView.profile_html: line-break opportunities, so a one-slot-wide instance is never cut off."""
+        parts = [part for part in re.split(r"(?<=\.)|(?=[+-])", self.profile) if part]
+        return mark_safe("<wbr>".join(escape(part) for part in parts))  # noqa: S308 - escaped parts
+
+
+@dataclass(frozen=True, slots=True)
 class GpuView:
     gpu_id: int
     index: int
     slots: int
     slices: list[SliceView]
     free_slots: list[int]
-    # Static MIG: pre-created MIG devices no request holds, as (profile, start, size): free slots of that profile.
-    precreated: tuple[tuple[str, int, int], ...] = ()
+    # Static MIG: pre-created MIG devices no request holds: free slots of their profile.
+    precreated: tuple[PrecreatedView, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1116,11 +1131,11 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             on_gpu = sorted(slices.get(gpu_id, []), key=lambda v: v.start)
             taken = {s for v in on_gpu for s in range(v.start, v.start + v.size)}
             precreated = tuple(
-                (str(i["profile"]), int(i["start"]), int(i["size"]))
+                PrecreatedView(str(i["profile"]), int(i["start"]), int(i["size"]))
                 for i in static.get(gpu_id, [])
                 if int(i["start"]) not in taken
             )
-            taken |= {s for _, start, size in precreated for s in range(start, start + size)}
+            taken |= {s for p in precreated for s in range(p.start, p.start + p.size)}
             free = [s for s in range(width) if s not in taken]
             gpu_views.append(GpuView(gpu_id, index, width, on_gpu, free, precreated))
         views.append(

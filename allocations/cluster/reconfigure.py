@@ -183,7 +183,20 @@ def _published_gpu(published: Published | None, minor: int) -> PublishedGpu | No
 
 
 def advance_reconfiguration(*, reconfiguration_id: int, applier: Applier | None = None) -> Next:
-    """Take the next step of a reconfiguration (see the module docstring). Raises KubeUnavailable (retry)."""
+    """Take the next step of a reconfiguration (see the module docstring). Raises KubeUnavailable (retry); a
+    KubeRejected (the portal may not list or delete the plugin's pods, say) ends it FAILED with the message."""
+    try:
+        return _advance(reconfiguration_id=reconfiguration_id, applier=applier)
+    except kube.KubeRejected as exc:
+        services.finish_reconfiguration(
+            reconfiguration_id=reconfiguration_id,
+            instances=None,
+            error=f"The cluster refused a step of the MIG layout change: {exc.message}",
+        )
+        return Next.OVER
+
+
+def _advance(*, reconfiguration_id: int, applier: Applier | None) -> Next:
     reconfiguration = MigReconfiguration.objects.select_related("gpu__node__pool").get(pk=reconfiguration_id)
     if reconfiguration.status not in MigReconfiguration.LIVE:
         return Next.OVER

@@ -258,3 +258,21 @@ def test_a_plugin_that_never_republishes_fails_the_reconfiguration_with_a_clear_
     assert "did not publish the new layout within 2 s" in failed.error
     assert Node.objects.get(name=sw.node.name).state == Node.State.READY
     assert NodePool.objects.get(pk=sw.kw.pool.pk).mig_mode == "static-agent"
+
+
+def test_a_plugin_restart_the_cluster_refuses_fails_the_reconfiguration_with_its_message(
+    static_world: StaticWorld, settings: Any
+) -> None:
+    # given: a selector the API server refuses (a 400, not something to retry)
+    sw = static_world
+    settings.FATIA_DRA_PLUGIN_SELECTOR = "not a selector!"
+    allocation = request(sw.kw, "1g.10gb")
+    services.provision_allocation(allocation_id=allocation.pk)
+    reconfiguration = MigReconfiguration.objects.get(allocation=allocation)
+    # when
+    failed = run_reconfiguration(sw, reconfiguration.pk)
+    # then: failed with the API server's words, the node ready again, the GPUs as the agent left them (valid)
+    assert failed.status == RStatus.FAILED
+    assert failed.error.startswith("The cluster refused a step of the MIG layout change: ")
+    assert Node.objects.get(name=sw.node.name).state == Node.State.READY
+    assert valid(sw, 0)

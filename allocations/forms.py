@@ -194,10 +194,18 @@ NODE_SELECTOR_HELP = (
 )
 
 
+MIG_MODE_HELP = (
+    "Dynamic: NVIDIA's DynamicMIG creates each instance and picks its slot. Static: pre-created MIG devices, "
+    "shaped by Fatia's node agent at the slots Fatia chooses, or by NVIDIA's MIG manager (counts, not slots). "
+    "Changed only while the pool holds no live request."
+)
+
+
 class PoolSelectorForm(forms.Form):
-    """Change one pool's node selector (the pools page, one small form per pool)."""
+    """Change one pool's node selector and MIG mode (the pools page, one small form per pool)."""
 
     node_selector = forms.CharField(required=False, max_length=1000, label="Node selector")
+    mig_mode = forms.ChoiceField(choices=NodePool.MigMode.choices, label="MIG mode", required=False)
 
 
 class PoolForm(forms.Form):
@@ -216,6 +224,13 @@ class PoolForm(forms.Form):
         max_length=1000,
         label="Node selector",
         help_text=NODE_SELECTOR_HELP,
+    )
+    mig_mode = forms.ChoiceField(
+        choices=NodePool.MigMode.choices,
+        initial=NodePool.MigMode.DYNAMIC,
+        required=False,
+        label="MIG mode",
+        help_text=MIG_MODE_HELP,
     )
 
     def __init__(self, *args: Any, models: list[GpuModelChoice], **kwargs: Any) -> None:

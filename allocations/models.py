@@ -45,6 +45,16 @@ class NodePool(models.Model):
     # Label selector syntax (allocations/cluster/labels.py), validated by the pool services; blank: no discovered
     # node joins (nodes registered by hand, as on the simulated backend).
     node_selector = models.CharField(max_length=1000, blank=True)
+
+    class MigMode(models.TextChoices):
+        # NVIDIA's DynamicMIG: the driver creates the instance at prepare time and picks the slot (first fit).
+        DYNAMIC = "dynamic", "Dynamic (DynamicMIG)"
+        # Pre-created MIG devices; Fatia's node agent creates and destroys instances at the slots Fatia chooses.
+        STATIC_AGENT = "static-agent", "Static, node agent"
+        # Pre-created MIG devices; NVIDIA's MIG manager applies a mig-parted config Fatia writes (counts, no slots).
+        STATIC_MANAGER = "static-manager", "Static, MIG manager"
+
+    mig_mode = models.CharField(max_length=16, choices=MigMode.choices, default=MigMode.DYNAMIC)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -53,6 +63,11 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_static(self) -> bool:
+        """Static MIG: the driver publishes pre-created MIG devices with a `uuid`, so a claim can pin one."""
+        return self.mig_mode != self.MigMode.DYNAMIC
 
 
 class Node(models.Model):
@@ -123,6 +138,9 @@ class Gpu(models.Model):
     memory_mib = models.PositiveIntegerField(null=True, blank=True)
     pci_bus_id = models.CharField(max_length=32, blank=True)
     figures = models.ForeignKey(GpuFigures, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    # Static MIG: the MIG devices that exist on this GPU as its node last published them, in start order:
+    # [{"profile", "start", "size", "uuid", "device"}] (device: the driver's name). Empty with DynamicMIG.
+    static_instances = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -395,6 +413,8 @@ class SlicePlacement(models.Model):
     # Kubernetes: the slot is not first fit, so the devices the scheduler would take first are tainted until the
     # claim is allocated (allocations/mig/scheduler.py: steer); the start of each tainted device.
     blocked_starts = models.JSONField(default=list, blank=True)
+    # Static MIG: the uuid of the pre-created MIG device this slice is pinned to (the claim selects it by uuid).
+    mig_uuid = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["allocation_id", "gpu_id", "start"]
@@ -587,3 +607,64 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"To {self.recipient_id}: {self.text[:40]}"
+
+
+class MigReconfiguration(models.Model):
+    """One change of a static-MIG GPU's layout (issue 12), advanced one step at a time by a Celery task.
+
+    PENDING -> APPLYING (the pool mode's applier: node agent commands, or the MIG manager) -> RESTARTING (the
+    DRA kubelet plugin restarted, waiting for the republished slices) -> DONE. A failed apply is retried once
+    (`attempts`), then the creates that were made are destroyed (ROLLING_BACK) and it ends FAILED. The node is
+    `reconfiguring` while one is live (placement skips it). `plan`: the planner's operations in order,
+    [{"action", "profile", "start"}]; `targets`: the GPU's layout once the plan is applied, [[profile, start]];
+    `step_started_at` bounds each wait (FATIA_RECONFIGURATION_STEP_TIMEOUT_S).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPLYING = "applying", "Applying"
+        RESTARTING = "restarting", "Restarting the DRA plugin"
+        ROLLING_BACK = "rolling-back", "Rolling back"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    LIVE = (Status.PENDING, Status.APPLYING, Status.RESTARTING, Status.ROLLING_BACK)
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="reconfigurations")
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.SET_NULL, null=True, blank=True, related_name="reconfigurations"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reason = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    plan = models.JSONField(default=list)
+    targets = models.JSONField(default=list, blank=True)
+    step = models.CharField(max_length=64, blank=True)  # the applier batch (or restart) in progress
+    attempts = models.PositiveSmallIntegerField(default=0)
+    pool_generation = models.BigIntegerField(null=True, blank=True)  # the driver pool's generation at restart
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One live change per GPU: two plans from the same layout would contradict each other.
+            models.UniqueConstraint(
+                fields=["gpu"],
+                condition=Q(status__in=["pending", "applying", "restarting", "rolling-back"]),
+                name="mig_reconfiguration_one_live_per_gpu",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reconfiguration #{self.pk} of {self.gpu_id} ({self.status})"
+
+    @property
+    def batch_key(self) -> str:
+        """The agent command batch of the current attempt (allocations/nodeagent/commands.py)."""
+        return f"reconfiguration:{self.pk}:{self.step}" if self.step else f"reconfiguration:{self.pk}"

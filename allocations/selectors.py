@@ -633,12 +633,29 @@ class SliceView:
 
 
 @dataclass(frozen=True, slots=True)
+class PrecreatedView:
+    """A static-MIG device that exists and no request holds."""
+
+    profile: str
+    start: int
+    size: int
+
+    @property
+    def profile_html(self) -> SafeString:
+        """As SliceView.profile_html: line-break opportunities, so a one-slot-wide instance is never cut off."""
+        parts = [part for part in re.split(r"(?<=\.)|(?=[+-])", self.profile) if part]
+        return mark_safe("<wbr>".join(escape(part) for part in parts))  # noqa: S308 - escaped parts
+
+
+@dataclass(frozen=True, slots=True)
 class GpuView:
     gpu_id: int
     index: int
     slots: int
     slices: list[SliceView]
     free_slots: list[int]
+    # Static MIG: pre-created MIG devices no request holds: free slots of their profile.
+    precreated: tuple[PrecreatedView, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1021,9 +1038,14 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     pool_model = gpu_model_for(pool.gpu_model)
     gpus: dict[int, list[tuple[int, int, int]]] = {}
     notes: dict[int, list[str]] = {}
-    for gpu_id, node_id, index, figures_id in (
-        Gpu.objects.filter(node_id__in=node_ids).order_by("index").values_list("pk", "node_id", "index", "figures_id")
+    static: dict[int, list[dict[str, Any]]] = {}
+    for gpu_id, node_id, index, figures_id, instances in (
+        Gpu.objects.filter(node_id__in=node_ids)
+        .order_by("index")
+        .values_list("pk", "node_id", "index", "figures_id", "static_instances")
     ):
+        if instances:
+            static[gpu_id] = instances
         gpu_model = gpu_model_of(pool_model, figures_id)
         gpus.setdefault(node_id, []).append((gpu_id, index, (gpu_model or pool_model).memory_slices))
         for note in figures_disagreements(pool_model, figures_id):
@@ -1114,7 +1136,14 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         for gpu_id, index, width in gpus.get(node_id, []):
             on_gpu = sorted(slices.get(gpu_id, []), key=lambda v: v.start)
             taken = {s for v in on_gpu for s in range(v.start, v.start + v.size)}
-            gpu_views.append(GpuView(gpu_id, index, width, on_gpu, [s for s in range(width) if s not in taken]))
+            precreated = tuple(
+                PrecreatedView(str(i["profile"]), int(i["start"]), int(i["size"]))
+                for i in static.get(gpu_id, [])
+                if int(i["start"]) not in taken
+            )
+            taken |= {s for p in precreated for s in range(p.start, p.start + p.size)}
+            free = [s for s in range(width) if s not in taken]
+            gpu_views.append(GpuView(gpu_id, index, width, on_gpu, free, precreated))
         views.append(
             NodeView(node_id, name, state, str(states.get(state, state)), gpu_views, tuple(notes.get(node_id, ())))
         )

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from allocations import notifications
-from allocations.cluster import check_runs, reconcile
+from allocations.cluster import check_runs, reconcile, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
@@ -60,6 +60,21 @@ def await_claim_allocation_task(self: Any, allocation_id: int) -> None:
         raise self.retry(countdown=kube_sync.poll_delay(self.request.retries))
     if progress == kube_sync.ClaimProgress.REPLAN:
         provision_allocation_task.delay(allocation_id)
+
+
+@shared_task(acks_late=True, **KUBE_RETRY)
+def advance_reconfiguration_task(reconfiguration_id: int) -> None:
+    """One step of a static-MIG reconfiguration, then again after FATIA_RECONFIGURATION_POLL_S until it is over
+    (each wait inside is bounded by FATIA_RECONFIGURATION_STEP_TIMEOUT_S). Provisioning resumes when it is."""
+    progress = reconfigure.advance_reconfiguration(reconfiguration_id=reconfiguration_id)
+    if progress == reconfigure.Next.AGAIN:
+        advance_reconfiguration_task.delay(reconfiguration_id)
+    elif progress == reconfigure.Next.WAIT:
+        advance_reconfiguration_task.apply_async((reconfiguration_id,), countdown=settings.FATIA_RECONFIGURATION_POLL_S)
+    else:
+        allocation_id = reconfigure.allocation_waiting(reconfiguration_id=reconfiguration_id)
+        if allocation_id is not None:
+            provision_allocation_task.delay(allocation_id)
 
 
 @shared_task(acks_late=True, **KUBE_RETRY)

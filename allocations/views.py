@@ -467,6 +467,7 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 # A post without the field (an older form) keeps the default rather than tolerating nothing.
                 tolerations=data["tolerations"] if "tolerations" in request.POST else None,
                 node_selector=data["node_selector"],
+                mig_mode=data["mig_mode"] or NodePool.MigMode.DYNAMIC,
                 actor=user,
             )
         except InvalidInput as exc:
@@ -487,7 +488,9 @@ def _pools_page(
 ) -> HttpResponse:
     pools = list(selectors.pools_overview())
     forms = {
-        pool.pk: PoolSelectorForm(initial={"node_selector": pool.node_selector}, prefix=f"pool-{pool.pk}")
+        pool.pk: PoolSelectorForm(
+            initial={"node_selector": pool.node_selector, "mig_mode": pool.mig_mode}, prefix=f"pool-{pool.pk}"
+        )
         for pool in pools
     }
     if selector_form is not None:
@@ -534,10 +537,15 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
     if pool is None:
         raise Http404("No such pool.")
     form = PoolSelectorForm(request.POST, prefix=f"pool-{pool.pk}")
+    mode_before = pool.mig_mode
     if form.is_valid():
         try:
             pool = services.update_node_pool(
-                pool_id=pool.pk, node_selector=form.cleaned_data["node_selector"], actor=user
+                pool_id=pool.pk,
+                node_selector=form.cleaned_data["node_selector"],
+                # An older form without the field leaves the mode as it is.
+                mig_mode=form.cleaned_data["mig_mode"] or None,
+                actor=user,
             )
         except InvalidInput as exc:
             add_service_errors(form, exc)
@@ -547,7 +555,8 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
             joined = pool.nodes.count()
             what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
             nodes = "1 node is" if joined == 1 else f"{joined} nodes are"
-            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.")
+            mode = f" MIG mode: {pool.get_mig_mode_display()}." if pool.mig_mode != mode_before else ""
+            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.{mode}")
             return redirect("manage-pools")
     return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 

@@ -533,3 +533,17 @@ FATIA_IDLE_MEMORY_MIB = env_int("FATIA_IDLE_MEMORY_MIB", 64)
 # Telemetry gaps longer than this many minutes (agent or portal down) make idleness unknown again: idle time is
 # counted only over minutes the agent reported.
 FATIA_IDLE_GAP_MINUTES = env_int("FATIA_IDLE_GAP_MINUTES", 5)
+# --- Static MIG, agent mode (issue 12, package "static": allocations/services/reconfiguration.py) ----------------
+# Where NVIDIA's DRA kubelet plugin runs, and the label selector of its pods (the driver chart's defaults: release
+# namespace dra-driver-nvidia-gpu, component label dra-driver-nvidia-gpu-component=kubelet-plugin). The portal
+# deletes the pod on a node after changing its MIG layout, so that the DaemonSet starts a new one that publishes
+# the MIG devices now there.
+FATIA_DRA_PLUGIN_NAMESPACE = os.environ.get("FATIA_DRA_PLUGIN_NAMESPACE", "dra-driver-nvidia-gpu")
+FATIA_DRA_PLUGIN_SELECTOR = os.environ.get(
+    "FATIA_DRA_PLUGIN_SELECTOR", "dra-driver-nvidia-gpu-component=kubelet-plugin"
+)
+# How long one step of a reconfiguration (the agent applying its commands, the plugin republishing) may take
+# before the step counts as failed (retried once, then rolled back).
+FATIA_RECONFIGURATION_STEP_TIMEOUT_S = env_int("FATIA_RECONFIGURATION_STEP_TIMEOUT_S", 300)
+# Seconds between two looks at a reconfiguration in progress.
+FATIA_RECONFIGURATION_POLL_S = env_int("FATIA_RECONFIGURATION_POLL_S", 2)

@@ -182,6 +182,16 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
     return sentence() if sentence else None
 
 
+def _operations(plan: object) -> str:
+    if not isinstance(plan, list):
+        return "?"
+    return ", ".join(
+        f"{op.get('action', '?')} {op.get('profile', '?')} at slot {op.get('start', '?')}"
+        for op in plan
+        if isinstance(op, dict)
+    )
+
+
 def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
     def limits(values: dict[str, Any]) -> str:
         caps = values.get("profile_caps") or {}
@@ -236,6 +246,23 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("node", "node_unmatched"): lambda: f"Discovery: a GPU node in no pool: {after.get('note', '?')}",
         ("node", "node_gone"): lambda: "The node left the cluster",
         ("node", "node_back"): lambda: "The node is back in the cluster",
+        # Static MIG (allocations/services/reconfiguration.py).
+        ("node", "node_reconfiguring"): lambda: (
+            f"MIG layout change #{after.get('reconfiguration', '?')} started; no new slice is placed on the node"
+        ),
+        ("node", "node_reconfigured"): lambda: f"MIG layout change #{after.get('reconfiguration', '?')} is over",
+        ("migreconfiguration", "reconfiguration_requested"): lambda: (
+            f"{actor} asked for a MIG layout change of {after.get('node', '?')}/gpu-{after.get('gpu', '?')} "
+            f"({_operations(after.get('plan'))}) for {after.get('reason', '?')}"
+        ),
+        ("migreconfiguration", "reconfiguration_step"): lambda: (
+            f"MIG layout change: {human_value(after.get('status'))} ({after.get('step', '')})"
+            + (f": {after['error']}" if after.get("error") else "")
+        ),
+        ("migreconfiguration", "reconfiguration_finished"): lambda: (
+            f"MIG layout change {human_value(after.get('status'))}"
+            + (f": {after['error']}" if after.get("error") else "")
+        ),
         # Node agents (allocations/nodeagent/).
         ("node", "agent_silent"): lambda: "The node's agent went silent; no new slice is placed there until it reports",
         ("node", "agent_back"): lambda: "The node's agent reports again",

@@ -29,6 +29,7 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
             "description",
             "tolerations",
             "node_selector",
+            "mig_mode",
             "created_at",
         ]
         read_only_fields = fields
@@ -55,6 +56,17 @@ NODE_SELECTOR_HELP = (
     "Kubernetes label selector, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3: discovered GPU nodes whose labels "
     "match join the pool. Blank: no discovered node joins."
 )
+
+
+MIG_MODE_HELP = (
+    "dynamic (NVIDIA DynamicMIG: the driver creates instances and picks the slot), static-agent (pre-created MIG "
+    "devices; Fatia's node agent shapes them at the slots Fatia chooses) or static-manager (NVIDIA's MIG manager "
+    "applies a mig-parted config Fatia writes: counts, not slots). Refused while the pool holds live requests."
+)
+
+
+def mig_mode_field(**kwargs: Any) -> serializers.ChoiceField:
+    return serializers.ChoiceField(choices=NodePool.MigMode.choices, help_text=MIG_MODE_HELP, **kwargs)
 
 
 class PoolCapacitySerializer(serializers.Serializer[Any]):
@@ -85,6 +97,7 @@ class PoolCreateSerializer(serializers.Serializer[Any]):
     node_selector = serializers.CharField(
         required=False, allow_blank=True, max_length=1000, default="", help_text=NODE_SELECTOR_HELP
     )
+    mig_mode = mig_mode_field(required=False, default=NodePool.MigMode.DYNAMIC)
 
 
 class PoolUpdateSerializer(serializers.Serializer[Any]):
@@ -95,6 +108,7 @@ class PoolUpdateSerializer(serializers.Serializer[Any]):
     node_selector = serializers.CharField(
         required=False, allow_blank=True, max_length=1000, help_text=NODE_SELECTOR_HELP
     )
+    mig_mode = mig_mode_field(required=False)
 
 
 class BalanceSerializer(serializers.Serializer[Balance]):

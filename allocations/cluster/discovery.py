@@ -206,6 +206,7 @@ def _gpu_fields(gpu: PublishedGpu, figures_id: int | None) -> dict[str, Any]:
         "memory_mib": gpu.memory_mib,
         "pci_bus_id": gpu.pci_bus_id,
         "figures_id": figures_id,
+        "static_instances": [i.as_json() for i in gpu.instances],
     }
 
 

@@ -79,11 +79,13 @@ class TenantSpec:
 @dataclass(frozen=True, slots=True)
 class DeviceRequestSpec:
     """One MIG device of `profile` on the GPU whose UUID is `gpu_uuid` (the MIG devices' parentUUID);
-    an empty `gpu_uuid` leaves the GPU to the scheduler (bench/provision.py compares the two)."""
+    an empty `gpu_uuid` leaves the GPU to the scheduler (bench/provision.py compares the two). Static MIG:
+    `mig_uuid` pins the one pre-created MIG device (its `uuid` attribute), so the slot is ours, not first fit."""
 
     name: str
     profile: str
     gpu_uuid: str
+    mig_uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +360,7 @@ def claim_body(spec: ClaimSpec) -> dict[str, Any]:
                                     if r.gpu_uuid
                                     else []
                                 ),
+                                *([{"cel": {"expression": f"{attrs}.uuid == '{r.mig_uuid}'"}}] if r.mig_uuid else []),
                             ],
                         },
                     }
@@ -1252,3 +1255,40 @@ def read_pod_placement(namespace: str, name: str) -> PodPlacement | None:
     uid = pod.metadata.uid if pod.metadata is not None else None
     node = pod.spec.node_name if pod.spec is not None else None
     return PodPlacement(namespace=namespace, name=name, uid=str(uid or ""), node_name=str(node or ""))
+# --- static MIG: restarting NVIDIA's DRA kubelet plugin on a node (allocations/cluster/reconfigure.py) -----------
+# The plugin reads the MIG devices once, at start; after the node agent changed a GPU's layout, deleting the
+# plugin's pod on that node makes its DaemonSet start a new one, which publishes the node's pool again under a
+# higher generation. Grace period 0: the pod holds nothing to drain, and a control plane without a kubelet (tests)
+# would otherwise never finish deleting it.
+
+
+def restart_dra_plugin(node_name: str) -> int:
+    """Delete the DRA kubelet plugin pods on `node_name` (FATIA_DRA_PLUGIN_NAMESPACE, FATIA_DRA_PLUGIN_SELECTOR);
+    the number deleted (0: none runs there right now). Raises KubeUnavailable, KubeRejected (no rights)."""
+    api = client.CoreV1Api(api_client())
+    namespace = settings.FATIA_DRA_PLUGIN_NAMESPACE
+    pods = _call(
+        f"pods {settings.FATIA_DRA_PLUGIN_SELECTOR} in {namespace}",
+        api.list_namespaced_pod,
+        namespace,
+        label_selector=settings.FATIA_DRA_PLUGIN_SELECTOR,
+        field_selector=f"spec.nodeName={node_name}",
+    )
+    names = [str(getattr(pod.metadata, "name", "")) for pod in pods.items]
+    for name in names:
+        _delete(f"pod {namespace}/{name}", api.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+    return len(names)
+
+
+def list_node_slices(node_name: str) -> list[SliceInfo]:
+    """The `gpu.nvidia.com` ResourceSlices of one node's pool, as discovery reads them."""
+    api = client.ResourceV1Api(api_client())
+    with _mapped("resourceslices"):
+        body = _json_body(
+            api.list_resource_slice(
+                field_selector=f"spec.driver={DRIVER},spec.nodeName={node_name}",
+                _preload_content=False,
+                _request_timeout=_timeout(),
+            )
+        )
+    return [slice_info(item) for item in body.get("items") or [] if isinstance(item, dict)]

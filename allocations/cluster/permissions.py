@@ -58,7 +58,8 @@ PORTAL_PERMISSIONS: tuple[Permission, ...] = (
         "",
         "pods",
         (*READ, "create", "patch", "delete"),
-        "apply_holder_pod, read_holder_pod, list_holder_pods, delete_holder_pod; the tenant Role grants "
+        "apply_holder_pod, read_holder_pod, list_holder_pods, delete_holder_pod; restart_dra_plugin (static MIG: "
+        "list and delete the driver's kubelet plugin pod on a node); the tenant Role grants "
         "get/list/watch/create/delete",
     ),
     Permission("", "namespaces", (*READ, "create", "patch"), "ensure_tenant_namespace (apply); check_cluster lists"),

@@ -96,6 +96,27 @@ class Figures:
 
 
 @dataclass(frozen=True, slots=True)
+class StaticInstance:
+    """A MIG device that exists (static MIG): where it sits, its MIG device `uuid` (what a claim pins) and the
+    driver's name for it."""
+
+    profile: str
+    start: int
+    size: int
+    uuid: str
+    device: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "start": self.start,
+            "size": self.size,
+            "uuid": self.uuid,
+            "device": self.device,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class GpuPart:
     """What one slice says about one GPU."""
 
@@ -108,6 +129,7 @@ class GpuPart:
     counter_set: str
     devices: tuple[DeviceFigure, ...]
     static_mig: bool  # MIG devices without counters: MIG partitions made beforehand (mig-parted), not DynamicMIG
+    instances: tuple[StaticInstance, ...] = ()  # static MIG: the devices that exist, in start order
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +181,9 @@ def summarize(info: SliceInfo) -> SliceSummary:
         if named is None:
             continue  # a VFIO device or a name this driver version does not use
         minor = int(named["minor"])
-        gpu = by_minor.setdefault(minor, {"devices": [], "uuid": "", "counter_set": "", "static": False})
+        gpu = by_minor.setdefault(
+            minor, {"devices": [], "uuid": "", "counter_set": "", "static": False, "instances": []}
+        )
         attributes = device.attributes
         for key, attribute in (("product", "productName"), ("pci", PCI_BUS_ID), ("driver", "driverVersion")):
             if not gpu.get(key):
@@ -175,11 +199,22 @@ def summarize(info: SliceInfo) -> SliceSummary:
             continue
         gpu["uuid"] = gpu["uuid"] or str(attributes.get("parentUUID", ""))
         figure, counter_set = _figure(device, mig["suffix"], int(mig["profile_id"]), int(mig["start"]))
-        gpu["devices"].append(_intern(figure))
         if counter_set:
+            gpu["devices"].append(_intern(figure))
             gpu["counter_set"] = gpu["counter_set"] or counter_set
         else:
+            # Static MIG: the device is one instance that exists, not one of the profile x placement menu, so it
+            # says nothing about the GPU's figures (the catalog's stand); it is the GPU's layout.
             gpu["static"] = True
+            gpu["instances"].append(
+                StaticInstance(
+                    profile=figure.profile,
+                    start=figure.start,
+                    size=figure.size,
+                    uuid=str(attributes.get("uuid", "")),
+                    device=device.name,
+                )
+            )
     parts = tuple(
         GpuPart(
             minor=minor,
@@ -191,6 +226,7 @@ def summarize(info: SliceInfo) -> SliceSummary:
             counter_set=gpu["counter_set"],
             devices=_intern(tuple(gpu["devices"])),
             static_mig=gpu["static"],
+            instances=tuple(sorted(gpu["instances"], key=lambda i: i.start)),
         )
         for minor, gpu in sorted(by_minor.items())
     )
@@ -212,7 +248,9 @@ class PublishedGpu:
     product: str
     memory_mib: int | None
     pci_bus_id: str
-    figures: Figures | None  # None: no counters and no MIG devices published (a whole GPU, MIG off)
+    figures: Figures | None  # None: no counters and no MIG devices published (a whole GPU, MIG off), or static MIG
+    static_mig: bool = False  # the driver publishes the MIG devices that exist (no DynamicMIG)
+    instances: tuple[StaticInstance, ...] = ()  # static MIG: those devices, in start order
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +355,8 @@ class DriverPools:
                     memory_mib=memory,
                     pci_bus_id=next((p.pci_bus_id for p in found if p.pci_bus_id), ""),
                     figures=figures,
+                    static_mig=any(p.static_mig for p in found),
+                    instances=tuple(sorted((i for p in found for i in p.instances), key=lambda i: i.start)),
                 )
             )
         return Published(

@@ -48,6 +48,7 @@ class PoolLine:
     slug: str
     gpu_model: str
     node_selector: str
+    mig_mode: str
     nodes: list[NodeLine] = field(default_factory=list)
 
     @property
@@ -79,7 +80,7 @@ def fleet_report() -> FleetReport:
     """Everything discovery found (see the module docstring). Six queries."""
     pools = list(NodePool.objects.order_by("name"))
     by_pk = {p.pk: p for p in pools}
-    lines = {p.pk: PoolLine(p.pk, p.name, p.slug, p.gpu_model, p.node_selector) for p in pools}
+    lines = {p.pk: PoolLine(p.pk, p.name, p.slug, p.gpu_model, p.node_selector, p.mig_mode) for p in pools}
     gpus: dict[int, list[tuple[str, int | None]]] = {}
     for node_id, product, figures_id in Gpu.objects.order_by("node_id", "index").values_list(
         "node_id", "product", "figures_id"

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from allocations.cluster import kube
+from allocations.cluster import kube, static_provisioning
 from allocations.cluster import placements as cluster_placements
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
@@ -76,6 +76,8 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
+        return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
     )
@@ -137,7 +139,7 @@ def cluster_specs(allocation: Allocation) -> tuple[list[kube.ClaimSpec], kube.Ho
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
     namespace = tenant_namespace(allocation.tenant)
     requests = [
-        kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid)
+        kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid, mig_uuid=p.mig_uuid)
         for i, p in enumerate(placements)
     ]
     names = allocation.kube_claim_names

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("allocations", "0008_discovery"),
+        ("allocations", "0009_static_mig"),
     ]
 
     operations = [

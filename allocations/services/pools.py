@@ -12,7 +12,7 @@ from allocations.cluster import discovery
 from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
-from allocations.models import Gpu, Node, NodePool, default_tolerations
+from allocations.models import Allocation, Gpu, Node, NodePool, default_tolerations
 from allocations.services.locks import lock_pool
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.services import full_clean_or_raise, record_audit_event
@@ -122,6 +122,32 @@ def checked_tolerations(tolerations: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _checked_mig_mode(mig_mode: str) -> str:
+    if mig_mode not in NodePool.MigMode.values:
+        valid = ", ".join(NodePool.MigMode.values)
+        raise InvalidInput({"mig_mode": [f"Unknown MIG mode {mig_mode!r}. Valid: {valid}."]})
+    return mig_mode
+
+
+def _refuse_stranding_mode_change(pool: NodePool, mig_mode: str) -> None:
+    """A pool's MIG mode is changed only while it holds no live request: the claims of its running slices name
+    devices of the old mode (DynamicMIG devices have no uuid and are made at prepare time; static ones are
+    pre-created and pinned by uuid), and the driver restart that a mode change needs destroys the MIG instances
+    it did not make (DynamicMIG) or stops publishing the dynamic ones. Drain the pool first."""
+    if mig_mode == pool.mig_mode:
+        return
+    live = Allocation.objects.filter(pool=pool, status__in=Allocation.QUOTA_HOLDING).count()
+    if live:
+        raise InvalidInput(
+            {
+                "mig_mode": [
+                    f"{pool.name} holds {live} live request{'s' if live != 1 else ''}; their slices would be "
+                    "stranded by a MIG mode change. Release them (or wait for their leases) first."
+                ]
+            }
+        )
+
+
 def _checked_selector(node_selector: str) -> str:
     """A node selector in Kubernetes label selector syntax, normalised (blank: no discovered node joins)."""
     text = node_selector.strip()
@@ -144,6 +170,7 @@ def create_node_pool(
     description: str = "",
     tolerations: list[dict[str, Any]] | None = None,
     node_selector: str = "",
+    mig_mode: str = NodePool.MigMode.DYNAMIC,
 ) -> NodePool:
     """Register a pool of one GPU model. `profiles` defaults to every profile of the model, `tolerations` (of
     the holder pods, Kubernetes backend) to tolerating the usual GPU node taint (models.default_tolerations).
@@ -158,6 +185,7 @@ def create_node_pool(
         description=description,
         tolerations=checked_tolerations(default_tolerations() if tolerations is None else tolerations),
         node_selector=_checked_selector(node_selector),
+        mig_mode=_checked_mig_mode(mig_mode),
     )
     full_clean_or_raise(pool)
     pool.save()
@@ -172,6 +200,7 @@ def create_node_pool(
             "profiles": pool.profiles,
             "tolerations": pool.tolerations,
             "node_selector": pool.node_selector,
+            "mig_mode": pool.mig_mode,
         },
     )
     if pool.node_selector:
@@ -189,18 +218,20 @@ def update_node_pool(
     description: str | None = None,
     tolerations: list[dict[str, Any]] | None = None,
     node_selector: str | None = None,
+    mig_mode: str | None = None,
 ) -> NodePool:
     """Rename a pool, change which profiles it offers or what its holder pods tolerate (running slices are
     not affected: a holder pod keeps the tolerations it was made with), or its node selector (discovered nodes
     join and leave at once: cluster/discovery.py rematch_nodes; the slices running on a node that leaves keep
-    running). Locks the pool; a selector change first locks every pool in pk order."""
+    running), or its MIG mode (refused with InvalidInput while the pool holds live requests, see
+    _refuse_stranding_mode_change). Locks the pool; a selector change first locks every pool in pk order."""
     _require_staff(actor)
     if node_selector is not None:
         # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.
         for pk in NodePool.objects.order_by("pk").values_list("pk", flat=True):
             lock_pool(pool_id=pk)
     pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
-    fields = ("name", "profiles", "description", "tolerations", "node_selector")
+    fields = ("name", "profiles", "description", "tolerations", "node_selector", "mig_mode")
     before = {f: getattr(pool, f) for f in fields}
     if name is not None:
         pool.name = name
@@ -212,6 +243,9 @@ def update_node_pool(
         pool.tolerations = checked_tolerations(tolerations)
     if node_selector is not None:
         pool.node_selector = _checked_selector(node_selector)
+    if mig_mode is not None:
+        _refuse_stranding_mode_change(pool, _checked_mig_mode(mig_mode))
+        pool.mig_mode = mig_mode
     full_clean_or_raise(pool)
     pool.save(update_fields=[*fields, "updated_at"])
     record_audit_event(actor=actor, verb="update", obj=pool, before=before, after={f: getattr(pool, f) for f in fields})

@@ -1,0 +1,98 @@
+"""Placement in a static-MIG pool: the pre-created MIG devices are the GPUs' layout (issue 12).
+
+In static mode the driver publishes the MIG devices that exist, each with its `uuid` (discovery keeps them as
+Gpu.static_instances). A free one of the requested profile is a free slot: the claim pins it by uuid and the
+scheduler can only take that device. When none fits, the reconfiguration planner (allocations/mig/reconfig.py)
+finds, per GPU, the fewest destroy/create steps that make room without touching held instances; the GPU with
+the cheapest plan wins (ties: the planner's own rank, then node and GPU order). A request's slices sit on one
+GPU in a static pool (a plan changes one GPU).
+
+Held: instances with a live request's placement on them, and devices claimed outside the portal.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from allocations.costs import gpu_model_for
+from allocations.mig.catalog import GpuModel
+from allocations.mig.fleet import Instance
+from allocations.mig.reconfig import ReconfigurationPlan, plan_reconfiguration
+from allocations.models import Allocation, ClaimedDevice, Gpu, Node, NodePool, SlicePlacement
+from allocations.placement import PlannedSlice, dra_device_name, gpu_model_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticChoice:
+    """The GPU chosen for a request, the plan that gives it room (no operation: free instances fit), and, per
+    target start, the uuid and device name of the instance when it exists already."""
+
+    gpu: Gpu
+    model: GpuModel
+    plan: ReconfigurationPlan
+    existing: dict[int, tuple[str, str]]  # start -> (uuid, device name)
+
+    def slices(self, profile: str) -> list[PlannedSlice]:
+        """The plan's targets as slices; call only when every target exists (plan without operations)."""
+        spec = self.model.profile(profile)
+        return [
+            PlannedSlice(
+                gpu_id=self.gpu.pk,
+                node_name=self.gpu.node.name,
+                gpu_index=self.gpu.index,
+                start=start,
+                size=spec.memory_slices,
+                device_name=self.existing.get(start, ("", ""))[1]
+                or dra_device_name(gpu_index=self.gpu.index, profile=profile, profile_id=spec.profile_id, start=start),
+            )
+            for _, start in self.plan.targets
+        ]
+
+
+def _held_starts(pool: NodePool) -> dict[int, set[int]]:
+    held: dict[int, set[int]] = {}
+    rows = SlicePlacement.objects.filter(
+        gpu__node__pool=pool, allocation__status__in=Allocation.QUOTA_HOLDING
+    ).values_list("gpu_id", "start")
+    for gpu_id, start in rows:
+        held.setdefault(gpu_id, set()).add(start)
+    outside = ClaimedDevice.objects.outside_fatia().filter(gpu__node__pool=pool).values_list("gpu_id", "start")
+    for gpu_id, start in outside:
+        if gpu_id is not None:
+            held.setdefault(gpu_id, set()).add(start)
+    return held
+
+
+def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice | None:
+    """The GPU of the pool's ready nodes where `count` x `profile` costs the fewest MIG operations, or None when
+    no GPU can take them even by destroying every free instance. Caller holds the pool lock."""
+    pool_model = gpu_model_for(pool.gpu_model)
+    held = _held_starts(pool)
+    best: tuple[tuple[int, str, int], StaticChoice] | None = None
+    gpus = Gpu.objects.filter(node__pool=pool, node__state=Node.State.READY).select_related("node")
+    for gpu in gpus.order_by("node__name", "index"):
+        model = gpu_model_of(pool_model, gpu.figures_id) or pool_model
+        if not model.has_profile(profile):
+            continue
+        taken = held.get(gpu.pk, set())
+        instances = [
+            Instance(
+                profile=str(i["profile"]), start=int(i["start"]), owner="held" if int(i["start"]) in taken else None
+            )
+            for i in gpu.static_instances
+        ]
+        try:
+            plan = plan_reconfiguration(model, instances, profile, count)
+        except ValueError as exc:  # what the node publishes breaks the MIG rules: leave the GPU alone
+            logger.error("Left out of static placement: %s holds an invalid layout (%s)", gpu, exc)
+            continue
+        if plan is None:
+            continue
+        existing = {int(i["start"]): (str(i["uuid"]), str(i["device"])) for i in gpu.static_instances}
+        rank = (plan.cost, gpu.node.name, gpu.index)
+        if best is None or rank < best[0]:
+            best = (rank, StaticChoice(gpu=gpu, model=model, plan=plan, existing=existing))
+    return None if best is None else best[1]

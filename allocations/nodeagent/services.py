@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, FloatField, Max, Q, Sum
@@ -253,28 +254,48 @@ _STATE_FIELDS = [
 
 
 def _update_states(states: list[DeviceState]) -> None:
-    """Write back one node's device rows. Django's bulk_update builds a CASE per column over every row (about
-    25 ms of Python for 64 devices, the hot path of ingest); on PostgreSQL this is one UPDATE ... FROM (VALUES ...),
-    elsewhere (the demo's SQLite) one UPDATE per row. Values go in as the model holds them: the rows were read
-    from the database and filled from validated figures."""
+    """Write back device rows in one statement: the hot path of ingest (64 rows per node and sample).
+
+    On PostgreSQL: one UPDATE ... FROM unnest(one array per column), bound on the server in binary and prepared
+    once per connection; its text is the same for any number of rows. Measured per 64-row update (client CPU /
+    server CPU): Django's bulk_update about 25 ms of Python; UPDATE ... FROM (VALUES ...) with a placeholder per
+    value 8.1 / 4.9 ms (psycopg re-parsed the long statement each time and quoted each value in Python); this
+    2.0 / 2.0 ms, and 2.0 / 1.2 ms with the table's fillfactor at 50 (HOT updates, migration 0002). Elsewhere (the
+    demo's SQLite) one UPDATE per row. Values go in as the model holds them: the rows were read from the database
+    and filled from validated figures."""
+    if not states:
+        return
     concrete = {f.name: f for f in DeviceState._meta.concrete_fields}
     columns = [concrete[name] for name in _STATE_FIELDS]
     quote = connection.ops.quote_name
     table = quote(DeviceState._meta.db_table)
+    if connection.vendor == "postgresql":
+        # One type per array: a float column's whole numbers go as floats (binary arrays are not mixed).
+        arrays = [
+            [None if v is None else float(v) for v in (getattr(s, c.attname) for s in states)]
+            if isinstance(c, FloatField)
+            else [getattr(s, c.attname) for s in states]
+            for c in columns
+        ]
+        arrays.append([state.pk for state in states])
+        casts = ", ".join(f"%b::{c.db_type(connection)}[]" for c in columns)
+        names = ", ".join(quote(c.column) for c in columns)
+        assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
+        connection.ensure_connection()
+        # Django's cursors bind on the client and quote every array element in Python; this one statement binds
+        # on the server (%b: binary arrays) on the same connection and transaction.
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS t SET {assignments} FROM unnest({casts}, %b::bigint[]) AS v({names}, id) "  # noqa: S608
+                "WHERE t.id = v.id",
+                arrays,
+                prepare=True,
+            )
+        return
+    assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
     rows = [[getattr(state, c.attname) for c in columns] + [state.pk] for state in states]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            casts = [f"%s::{c.db_type(connection)}" for c in columns] + ["%s::bigint"]
-            values = ", ".join(f"({', '.join(casts)})" for _ in rows)
-            names = ", ".join(quote(c.column) for c in columns)
-            assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
-            cursor.execute(
-                f"UPDATE {table} AS t SET {assignments} FROM (VALUES {values}) AS v({names}, id) WHERE t.id = v.id",  # noqa: S608
-                [value for row in rows for value in row],
-            )
-        else:
-            assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
-            cursor.executemany(f"UPDATE {table} SET {assignments} WHERE id = %s", rows)  # noqa: S608
+        cursor.executemany(f"UPDATE {table} SET {assignments} WHERE id = %s", rows)  # noqa: S608
 
 
 @transaction.atomic

@@ -130,8 +130,13 @@ def mark_silent_agents(*, now: datetime | None = None) -> list[str]:
 
 
 def _lock_status(node: Node) -> AgentStatus:
-    AgentStatus.objects.get_or_create(node=node)
-    return AgentStatus.objects.select_for_update(of=("self",)).get(node=node)
+    """The node's AgentStatus, locked, with the node's current row (one query on every report but the first)."""
+    locked = AgentStatus.objects.select_for_update(of=("self",)).select_related("node").filter(node=node)
+    status = locked.first()
+    if status is None:
+        AgentStatus.objects.get_or_create(node=node)  # two first reports at once: one creates, both then lock
+        status = locked.get()
+    return status
 
 
 def _check_node(credential: AgentCredential, node_name: str) -> Node:
@@ -156,14 +161,15 @@ def record_inventory(
     status.driver_version = payload["driver_version"]
     status.last_seen_at = now
     status.save(update_fields=["inventory", "inventory_at", "agent_version", "driver_version", "last_seen_at"])
-    _wake_on_commit(node)
+    _wake_on_commit(status)
     return status
 
 
-def _wake_on_commit(node: Node) -> None:
-    # Read the state afresh: the credential's node row may be older than the freshness task's last mark.
-    if Node.objects.filter(pk=node.pk, state=Node.State.AGENT_SILENT).exists():
-        node_id = node.pk
+def _wake_on_commit(status: AgentStatus) -> None:
+    # The node as read with the status lock (not the credential's node, which may predate the freshness task's
+    # last mark).
+    if status.node.state == Node.State.AGENT_SILENT:
+        node_id = status.node_id
         transaction.on_commit(lambda: set_agent_silent(node_id=node_id, silent=False))
 
 
@@ -323,7 +329,7 @@ def record_telemetry(
     status.last_seen_at = now
     status.dropped = payload["dropped"]
     status.save(update_fields=["boot", "last_seq", "last_seen_at", "dropped"])
-    _wake_on_commit(node)
+    _wake_on_commit(status)
     return result
 
 
@@ -345,7 +351,15 @@ def _apply_samples(
 ) -> None:
     states = {s.uuid: s for s in DeviceState.objects.filter(node=node)}
     created: dict[str, DeviceState] = {}
-    gpu_ids = _gpu_rows(node, status)
+    gpu_ids: dict[str, int] | None = None
+
+    def gpu_id(uuid: str) -> int | None:
+        # Looked up only for a device without its GPU row (new, moved, or its GPU unknown so far), not per report.
+        nonlocal gpu_ids
+        if gpu_ids is None:
+            gpu_ids = _gpu_rows(node, status)
+        return gpu_ids.get(uuid)
+
     rollups: list[DeviceRollup] = []
     events: list[HealthEvent] = []
     latest: set[str] = set()
@@ -361,7 +375,8 @@ def _apply_samples(
                 if state is None:
                     state = DeviceState(node=node, kind=kind, uuid=item["uuid"], sampled_at=at, minute=_minute(at))
                     states[item["uuid"]] = created[item["uuid"]] = state
-                state.gpu_id = gpu_ids.get(gpu["uuid"])
+                if state.gpu_id is None or state.gpu_uuid != gpu["uuid"]:
+                    state.gpu_id = gpu_id(gpu["uuid"])
                 state.gpu_uuid = gpu["uuid"]
                 state.utilisation_source = gpu["src"]
                 if kind == DeviceState.Kind.MIG:

@@ -67,3 +67,36 @@ def test_the_rows_ingest_rewrites_live_in_tables_with_room_for_hot_updates():
             ("nodeagent_agentstatus", ["fillfactor=50"]),
             ("nodeagent_devicestate", ["fillfactor=50"]),
         ]
+
+
+def test_a_device_reported_before_its_gpu_is_known_gets_its_gpu_once_the_inventory_says_which(world):
+    # given: telemetry before any inventory (the portal's GPUs have no UUIDs, so no GPU matches yet)
+    node = Node.objects.get(name="h100-node-0")
+    credential = services.issue_agent_credential(node_id=node.pk, actor=world.root)[0]
+    agent = FakeNode(node.name)
+    services.record_telemetry(credential=credential, payload=agent.telemetry(T0), now=AT)
+    assert set(DeviceState.objects.filter(node=node).values_list("gpu", flat=True)) == {None}
+
+    # when: the inventory names each GPU's minor number, then the next sample comes
+    services.record_inventory(credential=credential, payload=agent.inventory(), now=AT)
+    services.record_telemetry(credential=credential, payload=agent.telemetry(T0 + 5), now=AT)
+
+    # then
+    indexes = DeviceState.objects.filter(node=node).values_list("gpu_uuid", "gpu__index").distinct()
+    assert sorted(index for _, index in indexes) == [0, 1]
+
+
+def test_a_report_costs_a_fixed_number_of_queries(world, django_assert_num_queries):
+    # given: a node that has reported before (its device rows and GPU matches exist)
+    node = Node.objects.get(name="h100-node-0")
+    credential = services.issue_agent_credential(node_id=node.pk, actor=world.root)[0]
+    agent = FakeNode(node.name)
+    services.record_inventory(credential=credential, payload=agent.inventory(), now=AT)
+    services.record_telemetry(credential=credential, payload=agent.telemetry(T0), now=AT)
+    credential = services.AgentCredential.objects.select_related("node").get(pk=credential.pk)
+
+    # then: lock the status (with the node), read the devices, save the status, and the SAVEPOINT and its release
+    # (the test's transaction around the service's); the GPU rows are not read again. The devices' one UPDATE
+    # goes on psycopg's own cursor, which Django does not count.
+    with django_assert_num_queries(5):
+        services.record_telemetry(credential=credential, payload=agent.telemetry(T0 + 5), now=AT)

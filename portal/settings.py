@@ -500,3 +500,8 @@ FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
 # read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
 # run time. Elsewhere they stay under FATIA_DATA_DIR as before.
 STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")
+
+# --- Telemetry ingest (issue 12, package `ingest`; allocations/nodeagent/authentication.py) -------------------------
+# How long a web process trusts a node agent credential it has checked (a query saved per report); a revocation
+# reaches every process within this bound (the revoking one at once). 0: look it up on every request.
+FATIA_AGENT_CREDENTIAL_CACHE_S = env_int("FATIA_AGENT_CREDENTIAL_CACHE_S", 10)

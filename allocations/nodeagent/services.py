@@ -73,6 +73,8 @@ def revoke_agent_credential(*, credential_id: int, actor: User | None) -> AgentC
         raise InvalidTransition(current="revoked", target="revoked")
     credential.revoked_at = timezone.now()
     credential.save(update_fields=["revoked_at"])
+    # Other processes notice within FATIA_AGENT_CREDENTIAL_CACHE_S (authentication.py); this one at once.
+    _forget_credentials()
     record_audit_event(
         actor=actor,
         verb="revoke_agent_credential",
@@ -83,10 +85,17 @@ def revoke_agent_credential(*, credential_id: int, actor: User | None) -> AgentC
     return credential
 
 
+def _forget_credentials() -> None:
+    from allocations.nodeagent.authentication import forget_agent_credentials  # it imports this module
+
+    forget_agent_credentials()
+
+
 def touch_agent_credential(*, credential: AgentCredential, now: datetime) -> None:
     """Record use at most once a minute: a write per telemetry request would cost more than the telemetry."""
     if credential.last_used_at is None or now - credential.last_used_at > timedelta(minutes=1):
         AgentCredential.objects.filter(pk=credential.pk).update(last_used_at=now)
+        credential.last_used_at = now  # the same object may be cached for the next requests
 
 
 # --- freshness --------------------------------------------------------------------------------------------------

@@ -245,22 +245,42 @@ def _load(args: tuple[int, list[tuple[str, str]], str, float, float, float, Any,
 
 
 def _prime(args: tuple[int, list[tuple[float, str, str]], str]) -> None:
-    """Every node's first report, one after another: it creates the node's device rows, which the steady state
-    (what is measured) only updates."""
+    """Every node's inventory and first report, one after another, as an agent starts: the report creates the
+    node's device rows, which the steady state (what is measured) only updates."""
     port, nodes, template = args
+    inventory = _inventory()
     for _, name, token in nodes:
-        body = template.replace("@NODE@", name).replace('"uuid":"', f'"uuid":"{name[-4:]}-')
-        for k in range(template.count("@SEQ")):
-            body = body.replace(f"@SEQ{k}@", str(k + 1)).replace(f"@TS{k}@", f"{time.time() - 60:.3f}")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request(
-            "POST",
-            "/api/v1/agent/telemetry/",
-            body.encode(),
-            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        conn.getresponse().read()
-        conn.close()
+        node_inventory = inventory.replace("@NODE@", name).replace('"uuid":"', f'"uuid":"{name[-4:]}-')
+        for path, body in (("/api/v1/agent/inventory/", node_inventory), ("/api/v1/agent/telemetry/", None)):
+            if body is None:
+                body = _first_report(template, name)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.request(
+                "POST", path, body.encode(), {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            )
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            if response.status != 200:
+                raise SystemExit(f"{path} for {name}: HTTP {response.status}")
+
+
+def _first_report(template: str, name: str) -> str:
+    body = template.replace("@NODE@", name).replace('"uuid":"', f'"uuid":"{name[-4:]}-')
+    for k in range(template.count("@SEQ")):
+        body = body.replace(f"@SEQ{k}@", str(k + 1)).replace(f"@TS{k}@", f"{time.time() - 60:.3f}")
+    return body
+
+
+def _inventory() -> str:
+    """A full node's real inventory payload (the agent sends it before its first sample), node name a placeholder."""
+    from agent.nvml import Nvml
+    from agent.payloads import inventory_payload
+    from agent.runner import load_library
+
+    scenario = Path(tempfile.mkdtemp(prefix="fatia-agent-bench-")) / "node.json"
+    scenario.write_text(json.dumps(full_node()))
+    return json.dumps(inventory_payload("@NODE@", Nvml(load_library(str(scenario))).inventory()))
 
 
 def start_portal(nodes: int) -> tuple[Any, list[tuple[str, str]]]:

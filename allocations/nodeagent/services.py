@@ -139,8 +139,11 @@ def mark_silent_agents(*, now: datetime | None = None) -> list[str]:
 
 
 def _lock_status(node: Node) -> AgentStatus:
-    """The node's AgentStatus, locked, with the node's current row (one query on every report but the first)."""
-    locked = AgentStatus.objects.select_for_update(of=("self",)).select_related("node").filter(node=node)
+    """The node's AgentStatus, locked, with the node's current row (one query on every report but the first).
+    The stored inventory (tens of KB of JSON) is read only when asked for: a telemetry report rarely needs it."""
+    locked = (
+        AgentStatus.objects.select_for_update(of=("self",)).select_related("node").defer("inventory").filter(node=node)
+    )
     status = locked.first()
     if status is None:
         AgentStatus.objects.get_or_create(node=node)  # two first reports at once: one creates, both then lock

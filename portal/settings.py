@@ -547,3 +547,7 @@ FATIA_DRA_PLUGIN_SELECTOR = os.environ.get(
 FATIA_RECONFIGURATION_STEP_TIMEOUT_S = env_int("FATIA_RECONFIGURATION_STEP_TIMEOUT_S", 300)
 # Seconds between two looks at a reconfiguration in progress.
 FATIA_RECONFIGURATION_POLL_S = env_int("FATIA_RECONFIGURATION_POLL_S", 2)
+# --- Telemetry ingest (issue 12, package `ingest`; allocations/nodeagent/authentication.py) -------------------------
+# How long a web process trusts a node agent credential it has checked (a query saved per report); a revocation
+# reaches every process within this bound (the revoking one at once). 0: look it up on every request.
+FATIA_AGENT_CREDENTIAL_CACHE_S = env_int("FATIA_AGENT_CREDENTIAL_CACHE_S", 10)

@@ -1255,6 +1255,8 @@ def read_pod_placement(namespace: str, name: str) -> PodPlacement | None:
     uid = pod.metadata.uid if pod.metadata is not None else None
     node = pod.spec.node_name if pod.spec is not None else None
     return PodPlacement(namespace=namespace, name=name, uid=str(uid or ""), node_name=str(node or ""))
+
+
 # --- static MIG: restarting NVIDIA's DRA kubelet plugin on a node (allocations/cluster/reconfigure.py) -----------
 # The plugin reads the MIG devices once, at start; after the node agent changed a GPU's layout, deleting the
 # plugin's pod on that node makes its DaemonSet start a new one, which publishes the node's pool again under a

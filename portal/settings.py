@@ -500,3 +500,15 @@ FATIA_AGENT_HOURS_KEPT_DAYS = env_int("FATIA_AGENT_HOURS_KEPT_DAYS", 90)
 # read-only root filesystem, because the writable place (FATIA_DATA_DIR, /tmp in the image) is an empty volume at
 # run time. Elsewhere they stay under FATIA_DATA_DIR as before.
 STATIC_ROOT = Path(os.environ.get("FATIA_STATIC_ROOT") or DATA_DIR / "staticfiles")
+
+# --- MIG-manager mode and pre-shaping (issue 12, package `manager`; allocations/cluster/migmanager.py) -------------
+# Where NVIDIA's MIG manager (GPU Operator) reads its mig-parted config: the ConfigMap's `config.yaml` key. Fatia adds
+# its own `fatia-<hash>` entries there and never touches the others.
+FATIA_MIG_MANAGER_NAMESPACE = os.environ.get("FATIA_MIG_MANAGER_NAMESPACE", "gpu-operator")
+FATIA_MIG_MANAGER_CONFIGMAP = os.environ.get("FATIA_MIG_MANAGER_CONFIGMAP", "default-mig-parted-config")
+# How long a node may stay `pending` after Fatia set its nvidia.com/mig.config before the change counts as failed
+# (the manager drains GPU clients and may reset GPUs: minutes on a busy node).
+FATIA_MIG_MANAGER_TIMEOUT_S = env_int("FATIA_MIG_MANAGER_TIMEOUT_S", 900)
+# Pre-shaping: a static pool with no request placed for this long is quiet, and its free instances may be reshaped
+# for the learned demand mix (allocations/mig/preshape.py). 0 turns pre-shaping off everywhere.
+FATIA_PRESHAPE_QUIET_S = env_int("FATIA_PRESHAPE_QUIET_S", 600)

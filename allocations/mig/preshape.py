@@ -36,9 +36,9 @@ from .layout import Geometry, geometry
 from .reconfig import Operation
 
 #: Expected requests one operation must buy (an operation costs a plugin restart's share of a reconfiguration).
-OP_COST = 0.25
+OP_COST = 0.1
 #: Smallest gain in expected requests served worth a reconfiguration.
-MIN_GAIN = 0.5
+MIN_GAIN = 0.3
 
 
 @dataclass(frozen=True, slots=True)

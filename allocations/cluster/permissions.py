@@ -111,3 +111,14 @@ MIG_MANAGER_PERMISSIONS: tuple[NamespacedPermission, ...] = (
     NamespacedPermission("", "nodes", ("patch",), "*", "patch_node_metadata: nvidia.com/mig.config on the node"),
     NamespacedPermission("", "events", ("list",), "default", "list_node_events: the manager's reason for a failure"),
 )
+
+
+def mig_manager_verbs(namespace: str, manager_namespace: str) -> set[tuple[str, str, str]]:
+    """The (group, resource, verb) of MIG_MANAGER_PERMISSIONS a rules review in `namespace` may show without them
+    being extra: the cluster-wide ones everywhere, the namespaced ones only in their own namespace."""
+    return {
+        (p.group, p.resource, verb)
+        for p in MIG_MANAGER_PERMISSIONS
+        if p.namespace == "*" or (p.namespace or manager_namespace) == namespace
+        for verb in p.verbs
+    }

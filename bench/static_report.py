@@ -30,10 +30,13 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         f"- Machine: {os.cpu_count()} CPUs (nproc), Python {platform.python_version()}; load average at the start: "
         f"{load_average()}",
         "- Static agent mode: GPUs start carved as the GPU Operator's `all-balanced` (2 x 1g.10gb, 1 x 2g.20gb, "
-        "1 x 3g.40gb, all free); a request takes a free instance of its profile when there is one, otherwise `ours` "
-        "places it in empty space or the reconfiguration planner destroys the fewest free instances (one "
-        "reconfiguration either way); a release leaves a free instance. DynamicMIG first fit: the driver's first "
-        "free slot on the first GPU that fits. The `untuned-*` mixes were never used to tune the policy.",
+        "1 x 3g.40gb, all free); a release leaves a free instance. Two strategies: `slot first (ours)`: our policy "
+        "chooses GPU and slot as if free instances were empty space; a free instance of the profile at that slot is "
+        "taken as it is, otherwise the free instances in the way are destroyed and the instance created (one "
+        "reconfiguration). `free instance first`: a free instance of the profile anywhere is taken (first in device "
+        "order); otherwise `ours` places it in empty space, or the reconfiguration planner destroys the fewest free "
+        "instances (one reconfiguration either way). DynamicMIG first fit: the driver's first free slot on the first "
+        "GPU that fits. The `untuned-*` mixes were never used to tune the policy.",
         "",
     ]
 

@@ -214,9 +214,31 @@ class SlotFirstFleet:
             self.run.preshape_operations += len(plan.operations)
 
 
+class FreeThenSlotFleet(SlotFirstFleet):
+    """A free instance of the profile anywhere first (first in device order); otherwise slot first."""
+
+    def request(self, profile: str, owner: str) -> bool:
+        for (node, index), free in self.free.items():
+            start = min((s for p, s in free if p == profile), default=None)
+            if start is None:
+                continue
+            self.run.requests += 1
+            self.learner.observe(profile)
+            held = self.engine.instances(node, index)
+            self.engine.set_layout(node, index, [*held, Instance(profile, start, owner)])
+            free.discard((profile, start))
+            self.run.admitted += 1
+            self.run.reused += 1
+            self.run.served += self.model.profile(profile).compute_slices
+            self.run.where[owner] = (node, index, start)
+            return True
+        return super().request(profile, owner)
+
+
 STRATEGIES: dict[str, type[StaticFleet] | type[SlotFirstFleet]] = {
     "slot first (ours)": SlotFirstFleet,
     "free instance first": StaticFleet,
+    "free instance, else slot first": FreeThenSlotFleet,
 }
 
 

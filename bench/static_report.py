@@ -35,7 +35,8 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "taken as it is, otherwise the free instances in the way are destroyed and the instance created (one "
         "reconfiguration). `free instance first`: a free instance of the profile anywhere is taken (first in device "
         "order); otherwise `ours` places it in empty space, or the reconfiguration planner destroys the fewest free "
-        "instances (one reconfiguration either way). DynamicMIG first fit: the driver's first free slot on the first "
+        "instances (one reconfiguration either way). `free instance, else slot first`: a free instance of the profile "
+        "anywhere, otherwise as `slot first`. DynamicMIG first fit: the driver's first free slot on the first "
         "GPU that fits. The `untuned-*` mixes were never used to tune the policy.",
         "",
     ]

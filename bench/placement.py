@@ -509,7 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer seeds and decisions (smoke run)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per mix (default 20; 3 with --quick)")
     ap.add_argument("--out", type=Path, default=None, help="write a separate file instead of docs/benchmarks.md")
+    ap.add_argument("--static", action="store_true", help="only static MIG against DynamicMIG (issue 12)")
     args = ap.parse_args(argv)
+    if args.static:
+        from bench.static_report import main as static_main  # the static section has its own module and section
+
+        return static_main(args, argv)
     seeds = args.seeds or (3 if args.quick else 20)
     started = time.perf_counter()
     catalog = load_catalog()

@@ -551,3 +551,14 @@ FATIA_RECONFIGURATION_POLL_S = env_int("FATIA_RECONFIGURATION_POLL_S", 2)
 # How long a web process trusts a node agent credential it has checked (a query saved per report); a revocation
 # reaches every process within this bound (the revoking one at once). 0: look it up on every request.
 FATIA_AGENT_CREDENTIAL_CACHE_S = env_int("FATIA_AGENT_CREDENTIAL_CACHE_S", 10)
+# --- MIG-manager mode and pre-shaping (issue 12, package `manager`; allocations/cluster/migmanager.py) -------------
+# Where NVIDIA's MIG manager (GPU Operator) reads its mig-parted config: the ConfigMap's `config.yaml` key. Fatia adds
+# its own `fatia-<hash>` entries there and never touches the others.
+FATIA_MIG_MANAGER_NAMESPACE = os.environ.get("FATIA_MIG_MANAGER_NAMESPACE", "gpu-operator")
+FATIA_MIG_MANAGER_CONFIGMAP = os.environ.get("FATIA_MIG_MANAGER_CONFIGMAP", "default-mig-parted-config")
+# How long a node may stay `pending` after Fatia set its nvidia.com/mig.config before the change counts as failed
+# (the manager drains GPU clients and may reset GPUs: minutes on a busy node).
+FATIA_MIG_MANAGER_TIMEOUT_S = env_int("FATIA_MIG_MANAGER_TIMEOUT_S", 900)
+# Pre-shaping: a static pool with no request placed for this long is quiet, and its free instances may be reshaped
+# for the learned demand mix (allocations/mig/preshape.py). 0 turns pre-shaping off everywhere.
+FATIA_PRESHAPE_QUIET_S = env_int("FATIA_PRESHAPE_QUIET_S", 600)

@@ -24,7 +24,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from allocations.cluster import kube
-from allocations.cluster.permissions import BASELINE, PORTAL_PERMISSIONS, display_resource, required_verbs
+from allocations.cluster.permissions import (
+    BASELINE,
+    PORTAL_PERMISSIONS,
+    display_resource,
+    mig_manager_verbs,
+    required_verbs,
+)
 
 # resource.k8s.io/v1 went GA, served by default, in Kubernetes 1.34.
 MIN_MINOR = 34
@@ -535,7 +541,8 @@ def _own_namespace(identity: str) -> str:
 
 def check_extra_permissions(identity: str, tenant_namespaces: list[kube.NamespaceLabels]) -> CheckResult:
     """SelfSubjectRulesReviews in the portal's own namespace (what it holds cluster-wide, plus that namespace's
-    Roles) and in each tenant namespace: anything beyond PORTAL_PERMISSIONS and Kubernetes' baseline."""
+    Roles) and in each tenant namespace: anything beyond PORTAL_PERMISSIONS and Kubernetes' baseline (and, where
+    they belong, the optional MIG-manager mode's MIG_MANAGER_PERMISSIONS)."""
     needed = set(required_verbs()) | BASELINE
     namespaces = [_own_namespace(identity)]
     namespaces += [n.name for n in tenant_namespaces if n.name not in namespaces][:MAX_RULES_REVIEWS]
@@ -546,12 +553,13 @@ def check_extra_permissions(identity: str, tenant_namespaces: list[kube.Namespac
         if review.incomplete:
             incomplete.append(f"{namespace}: {review.evaluation_error or 'incomplete'}")
         seen: set[tuple[str, str, str]] = set()
+        allowed = needed | mig_manager_verbs(namespace, settings.FATIA_MIG_MANAGER_NAMESPACE)
         for rule in review.rules:
             for group in rule.groups:
                 for resource in rule.resources:
                     for verb in rule.verbs:
                         triple = (group, resource, verb)
-                        if triple not in needed and triple not in seen:
+                        if triple not in allowed and triple not in seen:
                             seen.add(triple)
                             extra[triple].append(namespace)
     details = []

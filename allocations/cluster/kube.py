@@ -1248,6 +1248,44 @@ def read_pod_placement(namespace: str, name: str) -> PodPlacement | None:
     api = client.CoreV1Api(api_client())
     try:
         pod = _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
+# --- MIG manager (allocations/cluster/migmanager.py) -------------------------------------------------------
+# NVIDIA's MIG manager reads a mig-parted config from a ConfigMap and applies the entry a node's
+# `nvidia.com/mig.config` label names, reporting in `nvidia.com/mig.config.state`. These calls touch only the one
+# ConfigMap key and the node labels and annotations they are given, so writers that share them are not undone.
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapValue:
+    """One key of a ConfigMap (`None`: the key is missing) and the resourceVersion it was read at."""
+
+    value: str | None
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetadata:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """A core/v1 Event about a Node: who reported it, why, and when (ISO time, "" when unset)."""
+
+    component: str
+    reason: str
+    message: str
+    type: str
+    time: str
+
+
+def read_config_map_key(namespace: str, name: str, key: str) -> ConfigMapValue | None:
+    """The value of `key` in ConfigMap `namespace/name`, or None when the ConfigMap does not exist."""
+    core = client.CoreV1Api(api_client())
+    try:
+        found = _call(f"read ConfigMap {namespace}/{name}", core.read_namespaced_config_map, name, namespace)
     except KubeRejected as exc:
         if exc.status == 404:
             return None
@@ -1294,3 +1332,100 @@ def list_node_slices(node_name: str) -> list[SliceInfo]:
             )
         )
     return [slice_info(item) for item in body.get("items") or [] if isinstance(item, dict)]
+    version = found.metadata.resource_version if found.metadata else None
+    return ConfigMapValue(value=(found.data or {}).get(key), resource_version=str(version or ""))
+
+
+def write_config_map_key(namespace: str, name: str, key: str, value: str, *, resource_version: str | None) -> bool:
+    """Sets `key` of the ConfigMap only if it is still at `resource_version` (None: create the ConfigMap, only if it
+    does not exist yet). False when another writer got there first (409): read it again and redo the change.
+
+    A merge patch that carries metadata.resourceVersion is refused on any change since that version, so two
+    writers cannot both win; other keys of the ConfigMap are left as they are."""
+    core = client.CoreV1Api(api_client())
+    try:
+        if resource_version is None:
+            body = {"metadata": {"name": name, "namespace": namespace}, "data": {key: value}}
+            _call(f"create ConfigMap {namespace}/{name}", core.create_namespaced_config_map, namespace, body)
+        else:
+            patch = {"metadata": {"resourceVersion": resource_version}, "data": {key: value}}
+            _call(
+                f"update ConfigMap {namespace}/{name}",
+                core.patch_namespaced_config_map,
+                name,
+                namespace,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type=MERGE_PATCH,
+            )
+    except KubeRejected as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
+def read_node_metadata(name: str) -> NodeMetadata | None:
+    """A node's labels and annotations, or None when there is no such node."""
+    core = client.CoreV1Api(api_client())
+    try:
+        node = _call(f"read node {name}", core.read_node, name)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return None
+        raise
+    meta = node.metadata
+    return NodeMetadata(
+        labels=dict((meta.labels if meta else None) or {}), annotations=dict((meta.annotations if meta else None) or {})
+    )
+
+
+def patch_node_metadata(
+    name: str, *, labels: dict[str, str | None], annotations: dict[str, str | None] | None = None
+) -> None:
+    """Sets (or, for None, removes) only the given labels and annotations of a node (a JSON merge patch)."""
+    core = client.CoreV1Api(api_client())
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    _call(
+        f"label node {name}",
+        core.patch_node,
+        name,
+        {"metadata": metadata},
+        field_manager=FIELD_MANAGER,
+        _content_type=MERGE_PATCH,
+    )
+
+
+def list_node_events(name: str, namespace: str = "default") -> list[NodeEvent]:
+    """Events about node `name` (the API server files events of cluster-scoped objects under "default"), oldest
+    first. A portal not allowed to read events gets an empty list: the events only add a reason to a failure."""
+    core = client.CoreV1Api(api_client())
+    try:
+        found = _call(
+            f"list events of node {name}",
+            core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind=Node,involvedObject.name={name}",
+        )
+    except KubeRejected as exc:
+        if exc.status == 403:
+            return []
+        raise
+    events = [
+        NodeEvent(
+            component=(e.reporting_component or (e.source.component if e.source else "") or ""),
+            reason=e.reason or "",
+            message=e.message or "",
+            type=e.type or "",
+            time=_event_time(e),
+        )
+        for e in found.items
+    ]
+    return sorted(events, key=lambda e: e.time)
+
+
+def _event_time(event: Any) -> str:
+    when = event.last_timestamp or event.event_time or event.first_timestamp or event.metadata.creation_timestamp
+    return when.isoformat() if when is not None else ""

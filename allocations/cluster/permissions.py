@@ -93,3 +93,39 @@ BASELINE: frozenset[tuple[str, str, str]] = frozenset(
 def required_verbs() -> list[tuple[str, str, str]]:
     """Every (group, resource, verb) the portal needs, in the order of PORTAL_PERMISSIONS."""
     return [(p.group, p.resource, verb) for p in PORTAL_PERMISSIONS for verb in p.verbs]
+
+
+@dataclass(frozen=True, slots=True)
+class NamespacedPermission:
+    """Verbs on one resource, granted in one namespace by a Role, or cluster-wide (`namespace` "*") by a ClusterRole
+    of their own. `namespace` "" stands for the MIG manager's namespace (FATIA_MIG_MANAGER_NAMESPACE), known only at
+    install time."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    namespace: str
+    why: str
+
+
+# MIG-manager mode only (pool mode static-manager; allocations/cluster/migmanager.py): what it adds to
+# PORTAL_PERMISSIONS, granted by deploy/control-plane/mig-manager-rbac.yaml and, with migManager.enabled, the chart.
+# Not part of required_verbs(): a cluster without NVIDIA's MIG manager does not grant them.
+MIG_MANAGER_PERMISSIONS: tuple[NamespacedPermission, ...] = (
+    NamespacedPermission(
+        "", "configmaps", ("get", "create", "patch"), "", "read_config_map_key, write_config_map_key (mig-parted)"
+    ),
+    NamespacedPermission("", "nodes", ("patch",), "*", "patch_node_metadata: nvidia.com/mig.config on the node"),
+    NamespacedPermission("", "events", ("list",), "default", "list_node_events: the manager's reason for a failure"),
+)
+
+
+def mig_manager_verbs(namespace: str, manager_namespace: str) -> set[tuple[str, str, str]]:
+    """The (group, resource, verb) of MIG_MANAGER_PERMISSIONS a rules review in `namespace` may show without them
+    being extra: the cluster-wide ones everywhere, the namespaced ones only in their own namespace."""
+    return {
+        (p.group, p.resource, verb)
+        for p in MIG_MANAGER_PERMISSIONS
+        if p.namespace == "*" or (p.namespace or manager_namespace) == namespace
+        for verb in p.verbs
+    }

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from allocations.nodeagent.models import DeviceState
+from allocations.nodeagent.models import AgentStatus, DeviceState
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +68,15 @@ def slice_usage(gpu_ids: Iterable[int]) -> dict[tuple[int, int], SliceUsage]:
         for gpu_id, start, used, total, processes, util, source, at in rows
         if gpu_id is not None and start is not None
     }
+
+
+def reported_instances(node_ids: Iterable[int]) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """(node id, GPU index) -> the GPU instances `(profile, start)` in the node's latest agent inventory. Nodes whose
+    agent never sent one are absent: what exists on their GPUs is unknown, not empty."""
+    out: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for node_id, inventory in AgentStatus.objects.filter(node_id__in=list(node_ids)).values_list(
+        "node_id", "inventory"
+    ):
+        for gpu in (inventory or {}).get("gpus", []):
+            out[(node_id, int(gpu["index"]))] = [(str(i["profile"]), int(i["start"])) for i in gpu.get("instances", [])]
+    return out

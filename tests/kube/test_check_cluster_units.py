@@ -420,3 +420,29 @@ def test_the_report_survives_its_json_form():
     }
     assert ClusterReport.from_dict(data) == report
     assert (report.exit_code, ClusterReport(server="", identity="", checked_at=NOW).exit_code) == (1, 0)
+
+
+def test_mig_manager_mode_rights_are_not_extra_where_they_belong(monkeypatch, settings):
+    # given: the MIG-manager ClusterRole (node patch) everywhere, its ConfigMap Role granted in the portal's own
+    # namespace, which is also the manager's, and the same Role by mistake in a tenant namespace
+    settings.FATIA_MIG_MANAGER_NAMESPACE = "fatia-system"
+    configmaps = kube.ResourceRule(("",), ("configmaps",), ("get", "create", "patch"))
+    namespaces = [kube.NamespaceLabels("fatia-team-a", {})]
+    FakeCluster(
+        namespaces=namespaces,
+        rules={"*": (kube.ResourceRule(("",), ("nodes",), ("patch",)),), "fatia-system": (configmaps,),
+               "fatia-team-a": (configmaps,)},
+    ).install(monkeypatch)  # fmt: skip
+
+    # when
+    check = result(check_cluster(now=NOW), "extra-permissions")
+
+    # then: only the tenant namespace's ConfigMap rights are extra
+    assert (check.level, check.details) == (
+        Level.WARN,
+        (
+            "configmaps: get (in fatia-team-a)",
+            "configmaps: create (in fatia-team-a)",
+            "configmaps: patch (in fatia-team-a)",
+        ),
+    )

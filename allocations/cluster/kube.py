@@ -1248,44 +1248,6 @@ def read_pod_placement(namespace: str, name: str) -> PodPlacement | None:
     api = client.CoreV1Api(api_client())
     try:
         pod = _call(f"pod {namespace}/{name}", api.read_namespaced_pod, name, namespace)
-# --- MIG manager (allocations/cluster/migmanager.py) -------------------------------------------------------
-# NVIDIA's MIG manager reads a mig-parted config from a ConfigMap and applies the entry a node's
-# `nvidia.com/mig.config` label names, reporting in `nvidia.com/mig.config.state`. These calls touch only the one
-# ConfigMap key and the node labels and annotations they are given, so writers that share them are not undone.
-
-MERGE_PATCH = "application/merge-patch+json"
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigMapValue:
-    """One key of a ConfigMap (`None`: the key is missing) and the resourceVersion it was read at."""
-
-    value: str | None
-    resource_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class NodeMetadata:
-    labels: dict[str, str]
-    annotations: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    """A core/v1 Event about a Node: who reported it, why, and when (ISO time, "" when unset)."""
-
-    component: str
-    reason: str
-    message: str
-    type: str
-    time: str
-
-
-def read_config_map_key(namespace: str, name: str, key: str) -> ConfigMapValue | None:
-    """The value of `key` in ConfigMap `namespace/name`, or None when the ConfigMap does not exist."""
-    core = client.CoreV1Api(api_client())
-    try:
-        found = _call(f"read ConfigMap {namespace}/{name}", core.read_namespaced_config_map, name, namespace)
     except KubeRejected as exc:
         if exc.status == 404:
             return None
@@ -1332,6 +1294,50 @@ def list_node_slices(node_name: str) -> list[SliceInfo]:
             )
         )
     return [slice_info(item) for item in body.get("items") or [] if isinstance(item, dict)]
+
+
+# --- MIG manager (allocations/cluster/migmanager.py) -------------------------------------------------------
+# NVIDIA's MIG manager reads a mig-parted config from a ConfigMap and applies the entry a node's
+# `nvidia.com/mig.config` label names, reporting in `nvidia.com/mig.config.state`. These calls touch only the one
+# ConfigMap key and the node labels and annotations they are given, so writers that share them are not undone.
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapValue:
+    """One key of a ConfigMap (`None`: the key is missing) and the resourceVersion it was read at."""
+
+    value: str | None
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetadata:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """A core/v1 Event about a Node: who reported it, why, and when (ISO time, "" when unset)."""
+
+    component: str
+    reason: str
+    message: str
+    type: str
+    time: str
+
+
+def read_config_map_key(namespace: str, name: str, key: str) -> ConfigMapValue | None:
+    """The value of `key` in ConfigMap `namespace/name`, or None when the ConfigMap does not exist."""
+    core = client.CoreV1Api(api_client())
+    try:
+        found = _call(f"read ConfigMap {namespace}/{name}", core.read_namespaced_config_map, name, namespace)
+    except KubeRejected as exc:
+        if exc.status == 404:
+            return None
+        raise
     version = found.metadata.resource_version if found.metadata else None
     return ConfigMapValue(value=(found.data or {}).get(key), resource_version=str(version or ""))
 

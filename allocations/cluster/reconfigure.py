@@ -11,11 +11,12 @@ idempotent (batches are keyed by reconfiguration and attempt, state moves are gu
 so a worker killed anywhere converges when the task runs again. Each wait is bounded by
 FATIA_RECONFIGURATION_STEP_TIMEOUT_S.
 
-The applier is the pool mode's: `static-agent` queues node agent commands (allocations/nodeagent/commands.py,
-the `agentcmd` package), `static-manager` is NVIDIA's MIG manager (allocations/cluster/migmanager.py, the
-`manager` package). After the applier, the DRA kubelet plugin on the node is restarted (kube.restart_dra_plugin)
-and the run waits until the node's `gpu.nvidia.com` pool has a higher generation whose GPU holds the planned
-layout (and the MIG device UUIDs the agent reported); then the request that asked for it is provisioned again.
+The applier is the pool mode's: `static-agent` queues node agent commands (allocations/nodeagent/commands.py),
+`static-manager` has NVIDIA's MIG manager apply the node's layout in counts (allocations/cluster/
+manager_applier.py; the slots are the driver's choice, so the republish wait compares counts in that mode).
+After the applier, the DRA kubelet plugin on the node is restarted (kube.restart_dra_plugin) and the run waits
+until the node's `gpu.nvidia.com` pool has a higher generation whose GPU holds the planned layout (and the MIG
+device UUIDs the agent reported); then the request that asked for it is provisioned again.
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ def applier_for(pool: NodePool) -> Applier:
         if importlib.util.find_spec("allocations.nodeagent.commands") is None:
             return NoApplier("The node agent's command queue (allocations/nodeagent/commands.py) is not installed.")
         return AgentCommandApplier()
-    # static-manager: the `manager` package's MIG manager applier is wired in here when merged.
+    if pool.mig_mode == NodePool.MigMode.STATIC_MANAGER:
+        # Imported here: the manager applier builds on this module's Batch.
+        from allocations.cluster.manager_applier import ManagerApplier
+
+        return ManagerApplier()
     return NoApplier(f"No applier for MIG mode {pool.mig_mode} in this deployment.")
 
 
@@ -299,6 +304,10 @@ def _await_republish(reconfiguration: MigReconfiguration, plan: list[Operation],
     if newer and found is not None:
         layout = sorted(((i.profile, i.start) for i in found.instances), key=lambda x: x[1])
         expected = [(str(p), int(s)) for p, s in reconfiguration.targets]
+        if gpu.node.pool is not None and gpu.node.pool.mig_mode == NodePool.MigMode.STATIC_MANAGER:
+            # mig-parted chooses the slots: the planned counts of each profile are what to wait for.
+            layout = sorted((p, 0) for p, _ in layout)
+            expected = sorted((p, 0) for p, _ in expected)
         uuids = {i.uuid for i in found.instances}
         batches = [applier.state(batch_key=_key(reconfiguration, s)) for s in ("apply-1", "apply-2")]
         wanted = set(_progress(plan, batches).mig_uuids)

@@ -44,7 +44,14 @@ class StaticWorld:
 
 
 @pytest.fixture
+def mig_mode() -> str:
+    """The static pool's MIG mode (tests/kube/test_static_manager.py overrides it)."""
+    return "static-agent"
+
+
+@pytest.fixture
 def static_world(
+    mig_mode: str,
     world: World,
     control_plane: ControlPlane,
     admin: client.ApiClient,
@@ -60,7 +67,7 @@ def static_world(
     settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S = 60
     model = load_catalog().model(H100)
     pool = services.create_node_pool(
-        name="H100 static", slug="h100-static", gpu_model=H100, mig_mode="static-agent", actor=world.root
+        name="H100 static", slug="h100-static", gpu_model=H100, mig_mode=mig_mode, actor=world.root
     )
     name = f"static-node-{uuid.uuid4().hex[:8]}"
     labels = fake_fleet.gfd_labels(model, 2)

@@ -22,7 +22,7 @@ from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import leases, provisioning, reclaim, requeue
+from allocations.services import leases, preshaping, provisioning, reclaim, requeue
 from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
@@ -128,6 +128,11 @@ def warn_expiring_leases_task() -> None:
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
 def reclaim_idle_allocations_task() -> None:
     reclaim.reclaim_idle_allocations()
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def preshape_static_pools_task() -> None:
+    preshaping.preshape_static_pools()
 
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)

@@ -63,6 +63,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.reclaim_idle_allocations_task",
         "schedule": crontab(minute="*"),
     },
+    # Static MIG pools in a quiet period: free instances reshaped for the demand mix (services/preshaping.py).
+    "preshape-static-pools": {
+        "task": "allocations.tasks.preshape_static_pools_task",
+        "schedule": crontab(minute="*/5"),
+    },
     # Node agents (allocations/nodeagent/): freshness, hourly history from minutes, retention.
     "mark-silent-agents": {
         "task": "allocations.nodeagent.tasks.mark_silent_agents_task",

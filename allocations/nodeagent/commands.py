@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -23,7 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from allocations.mig.reconfig import Operation
-from allocations.models import Node
+from allocations.models import MigReconfiguration, Node
 from allocations.nodeagent.models import AgentCommand, AgentCredential
 from allocations.nodeagent.services import WrongNode
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput
@@ -221,6 +222,8 @@ def record_agent_command_result(
     cancelled = [c.pk for c in batch if c.sequence > command.sequence and c.status in _OPEN]
     if status == Status.FAILED and cancelled:
         AgentCommand.objects.filter(pk__in=cancelled).update(status=Status.CANCELLED, finished_at=now)
+    if status == Status.FAILED or not any(c.status in _OPEN for c in batch):
+        _wake_reconfiguration(batch_key)
     record_audit_event(
         actor=None,
         actor_name=f"agent:{node.name}",
@@ -235,3 +238,18 @@ def record_agent_command_result(
         },
     )
     return command
+
+
+def _wake_reconfiguration(batch_key: str) -> None:
+    """The batch is over: a live reconfiguration that queued it (key ``reconfiguration:<id>:<step>``) takes its
+    next step at once rather than at its next poll. The polling chain goes on as well; steps are idempotent and
+    guarded by the expected status, so a second run of one finds nothing to do."""
+    prefix, _, rest = batch_key.partition(":")
+    ident = rest.split(":", 1)[0]
+    if prefix != "reconfiguration" or not ident.isdigit():
+        return
+    if not MigReconfiguration.objects.filter(pk=int(ident), status__in=MigReconfiguration.LIVE).exists():
+        return
+    from allocations import tasks
+
+    transaction.on_commit(partial(tasks.advance_reconfiguration_task.delay, int(ident)))

@@ -2,7 +2,10 @@
 the GPU's node marked reconfiguring -> the plan applied to the (fake) GPUs -> the DRA plugin restarted and the
 slices republished -> a claim pinned by the MIG device's `uuid` allocated by the real scheduler at the planned slot.
 
-The node agent's side is played by tests/kube/static_fleet.StandInAgent until the `agentcmd` package is merged.
+The main test runs the real node agent (agent.runner.Agent and its command poller, on the same fake NVML the
+plugin publishes from) against the live portal over HTTP, with the pool's own applier (agent commands). The
+other tests use tests/kube/static_fleet.StandInAgent, which injects faults the real agent cannot (an operation
+NVML refuses on demand) and applies a batch the moment it is queued.
 """
 
 from __future__ import annotations
@@ -17,13 +20,19 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from agent.commands import CommandPoller
 from agent.fake_nvml import FakeNvml
+from agent.nvml import Nvml
+from agent.runner import Agent
+from agent.sender import HttpTransport, Sender
 from allocations import services
 from allocations.cluster import discovery, fake_fleet, fake_static, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.mig.catalog import load_catalog
 from allocations.mig.layout import geometry
 from allocations.models import Allocation, Gpu, MigReconfiguration, Node, NodePool, SlicePlacement
+from allocations.nodeagent import services as agent_services
+from allocations.nodeagent.commands import batch_state
 from tests.conftest import H100, World
 from tests.kube.conftest import ControlPlane, KubeWorld, ready, wait_for
 from tests.kube.static_fleet import PLUGIN_SELECTOR, FakePlugin, StandInAgent, StaticNode, plugin_pod, scenario
@@ -110,12 +119,42 @@ def run_reconfiguration(sw: StaticWorld, reconfiguration_id: int, timeout: float
     return MigReconfiguration.objects.get(pk=reconfiguration_id)
 
 
+class RealAgent:
+    """The node agent's own pieces for the static node, talking to the live portal; driven a step at a time."""
+
+    def __init__(self, sw: StaticWorld, url: str, token: str) -> None:
+        transport = HttpTransport(url, token, timeout_s=30)
+        self.sender = Sender(transport=transport, node=sw.node.name, boot="boot-1", jitter=lambda d: d)
+        self.agent = Agent(nvml=Nvml(sw.node.lib), sender=self.sender, node=sw.node.name)
+        self.poller = CommandPoller(
+            transport=transport, node=sw.node.name, outbox=self.sender.outbox, hand_over=self.agent.offer_commands
+        )
+        self.ran = 0
+
+    def step(self) -> None:
+        assert self.poller.poll_once() in ("handed", "idle")
+        self.ran += self.agent.run_commands()
+        while (outcome := self.sender.send_pending()) != "idle":
+            assert outcome == "sent"
+
+
+def run_with_real_agent(agent: RealAgent, reconfiguration_id: int, timeout: float = 60) -> MigReconfiguration:
+    """advance_reconfiguration_task's steps with the pool's own applier, the agent polling between them."""
+    deadline = time.monotonic() + timeout
+    while reconfigure.advance_reconfiguration(reconfiguration_id=reconfiguration_id) != reconfigure.Next.OVER:
+        assert time.monotonic() < deadline, "the reconfiguration did not finish"
+        agent.step()
+        time.sleep(0.1)
+    return MigReconfiguration.objects.get(pk=reconfiguration_id)
+
+
 def valid(sw: StaticWorld, gpu_index: int) -> bool:
     return not geometry(sw.node.model).violations(sw.node.layout(gpu_index))
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_request_needing_a_new_layout_gets_the_planned_instance_pinned_by_uuid(
-    static_world: StaticWorld, admin: client.ApiClient
+    static_world: StaticWorld, admin: client.ApiClient, live_server: Any
 ) -> None:
     # given: static instances discovered from the slices, none of them a 1g.10gb
     sw = static_world
@@ -138,11 +177,16 @@ def test_a_request_needing_a_new_layout_gets_the_planned_instance_pinned_by_uuid
     assert len(new) == 1
     planned_start = new[0][1]
 
-    # when: the reconfiguration runs (agent applies, plugin restarted, slices republished)
-    done = run_reconfiguration(sw, reconfiguration.pk)
+    # when: the reconfiguration runs (the real agent applies the commands, plugin restarted, slices republished)
+    node = Node.objects.get(name=sw.node.name)
+    token = agent_services.issue_agent_credential(node_id=node.pk, actor=sw.kw.world.root)[1]
+    agent = RealAgent(sw, live_server.url, token)
+    done = run_with_real_agent(agent, reconfiguration.pk)
 
-    # then: the GPUs hold the planned layout, the plugin was restarted and its new pool recorded
+    # then: the agent ran the plan's commands, the GPUs hold the planned layout, the plugin was restarted
     assert (done.status, done.error) == (RStatus.DONE, "")
+    assert agent.ran == len(reconfiguration.plan)
+    assert batch_state(batch_key=f"reconfiguration:{done.pk}:apply-1").status == "done"
     assert sw.node.layout(0) == [(p, s) for p, s in done.targets]
     assert sw.node.restarts >= 1
     assert Node.objects.get(name=sw.node.name).state == Node.State.READY

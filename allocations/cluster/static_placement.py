@@ -5,7 +5,8 @@ Gpu.static_instances). A free one of the requested profile is a free slot: the c
 scheduler can only take that device. When none fits, the reconfiguration planner (allocations/mig/reconfig.py)
 finds, per GPU, the fewest destroy/create steps that make room without touching held instances; the GPU with
 the cheapest plan wins (ties: the planner's own rank, then node and GPU order). A request's slices sit on one
-GPU in a static pool (a plan changes one GPU).
+GPU in a static pool (a plan changes one GPU). In MIG-manager mode a GPU that holds anything is never changed:
+mig-parted rebuilds a whole GPU, so only its free instances (or an empty GPU's) serve a request there.
 
 Held: instances with a live request's placement on them, and devices claimed outside the portal.
 """
@@ -91,6 +92,8 @@ def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice |
             continue
         if plan is None:
             continue
+        if plan.operations and taken and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER:
+            continue  # mig-parted rebuilds the whole GPU: a change would take the held instances with it
         existing = {int(i["start"]): (str(i["uuid"]), str(i["device"])) for i in gpu.static_instances}
         rank = (plan.cost, gpu.node.name, gpu.index)
         if best is None or rank < best[0]:

@@ -164,9 +164,18 @@ def _progress(plan: list[Operation], batches: Sequence[Batch]) -> _Attempt:
     return out
 
 
-def _timed_out(reconfiguration: MigReconfiguration) -> bool:
+def _timed_out(reconfiguration: MigReconfiguration, limit_s: int | None = None) -> bool:
     started = reconfiguration.step_started_at or reconfiguration.created_at
-    return timezone.now() - started > timedelta(seconds=settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S)
+    limit = settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S if limit_s is None else limit_s
+    return timezone.now() - started > timedelta(seconds=limit)
+
+
+def _apply_limit_s(pool: NodePool) -> tuple[int, str]:
+    """How long an apply step may take, and who was waited for. The MIG manager's own bound (room for a node
+    reboot) applies in its mode; its status turns into `failed` when that runs out."""
+    if pool.mig_mode == NodePool.MigMode.STATIC_MANAGER:
+        return max(settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S, settings.FATIA_MIG_MANAGER_TIMEOUT_S), "MIG manager"
+    return settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S, "node agent"
 
 
 def _key(reconfiguration: MigReconfiguration, step: str) -> str:
@@ -230,14 +239,12 @@ def _advance(*, reconfiguration_id: int, applier: Applier | None) -> Next:
 
     batch = applier.state(batch_key=_key(reconfiguration, reconfiguration.step))
     if batch.status in ("pending", "running"):
-        if not _timed_out(reconfiguration):
+        limit_s, who = _apply_limit_s(pool)
+        if not _timed_out(reconfiguration, limit_s):
             return Next.WAIT
         applier.cancel(batch_key=_key(reconfiguration, reconfiguration.step))
-        batch = Batch(
-            status="failed",
-            operations=batch.operations,
-            error=f"The node agent did not finish within {settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S} s.",
-        )
+        error = f"The {who} did not finish within {limit_s} s."
+        batch = Batch(status="failed", operations=batch.operations, error=error)
     if status == Status.ROLLING_BACK:
         # Done or not, the layout is valid (every step was); the plugin publishes what is there.
         error = reconfiguration.error + ("" if batch.status == "done" else f" Roll-back: {batch.error}")

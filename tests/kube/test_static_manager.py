@@ -38,15 +38,19 @@ class NvmlMigManager(FakeMigManager):
     """The MIG manager on the static node: applies the entry its label names to the fake NVML, each GPU whose
     counts differ rebuilt where the driver packs them (mig-parted has no slots), then sets the state label."""
 
-    def __init__(self, admin: client.ApiClient, node: StaticNode, configmap: str, *, fail_with: str = "") -> None:
+    def __init__(
+        self, admin: client.ApiClient, node: StaticNode, configmap: str, *, fail_with: str = "", slow_s: float = 0
+    ) -> None:
         super().__init__(admin, node.name, configmap, fail_with=fail_with)
         self.static = node
         self.hands = StandInAgent(node)
+        self.slow_s = slow_s  # how long it stays pending (a reboot, say)
 
     def run(self) -> None:
         try:
             name = wait_for(f"{migmanager.CONFIG_LABEL} on {self.node}", self._requested, timeout=60)
             self.label("pending")
+            time.sleep(self.slow_s)
             found = self.core.read_namespaced_config_map(self.configmap, MANAGER_NAMESPACE)
             self.applied = yaml.safe_load(found.data[CONFIG_KEY])["mig-configs"][name]
             if self.fail_with:
@@ -131,6 +135,26 @@ def test_the_mig_manager_applies_the_nodes_layout_and_the_claim_pins_the_new_ins
     assert f"device.attributes['gpu.nvidia.com'].uuid == '{mig_uuid}'" in selectors
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"] == f"gpu-0-mig-1g10gb-19-{start}"
+
+
+def test_the_mig_manager_may_take_longer_than_an_agent_step_within_its_own_bound(
+    static_world: StaticWorld,  # noqa: F811
+    manager_settings: str,
+    admin: client.ApiClient,
+    settings: Any,
+) -> None:
+    # given: a manager that stays pending past the orchestration's step limit, within its own
+    sw = static_world
+    settings.FATIA_RECONFIGURATION_STEP_TIMEOUT_S = 3
+    manager = NvmlMigManager(admin, sw.node, manager_settings, slow_s=6)
+    manager.start()
+    allocation = request(sw.kw, "1g.10gb")
+    services.provision_allocation(allocation_id=allocation.pk)
+    reconfiguration = MigReconfiguration.objects.get(allocation=allocation)
+    # when
+    done = run_reconfiguration(reconfiguration.pk)
+    # then
+    assert (done.status, done.error) == (RStatus.DONE, "")
 
 
 def test_a_failed_mig_manager_ends_the_request_failed_with_its_reason_and_quota_returned(

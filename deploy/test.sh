@@ -92,6 +92,7 @@ GATES_LOG=$(mktemp /tmp/fatia-gates.XXXXXX)
 if [ "${FATIA_QUICK:-0}" != 1 ]; then
   (
     set -e
+    TIMES=() STEP=  # this subshell's own list of times
     export DEBUG=False ALLOWED_HOSTS=localhost FATIA_DATA_DIR="$GATES_LOG.data"
     SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')
     export SECRET_KEY DATABASE_URL=postgres://fatia@127.0.0.1/fatia CELERY_BROKER_URL=redis://127.0.0.1/0

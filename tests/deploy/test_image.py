@@ -10,7 +10,7 @@ processes inside reach the test PostgreSQL and Redis on loopback.
 
 The first run builds the base and the image into $FATIA_CACHE/image (2.5 to 5.5 minutes on 2 cores, depending on
 their load; docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers after
-a change to the code: about 25 s with overlay storage, 1.5 to 2.5 minutes with vfs (and there each run's working
+a change to the code: 7 to 25 s with overlay storage, 1.5 to 2.5 minutes with vfs (and there each run's working
 container is a full copy too: half a minute to make and delete, under a second with overlay; docs/benchmarks.md,
 "CI time").
 """

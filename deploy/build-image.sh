@@ -9,7 +9,11 @@
 #
 # Everything lands outside the repo, under $FATIA_CACHE/image (default ~/.cache/fatia/image):
 #   base-<hash>.tar   the Debian root filesystem; <hash> is that of the package list and mmdebstrap options
-#   storage/          buildah's image store (vfs driver: no overlay mounts needed; it copies each layer in full)
+#   storage-overlay/  buildah's image store with the overlay driver, where this machine can mount overlayfs: a layer
+#                     holds only what its step changed, so a cached step costs nothing and a code change redoes little
+#   storage/          the same with the vfs driver, where it cannot (no mounts needed; each layer a full copy of the
+#                     file tree, copied again for every step, cached or not). FATIA_IMAGE_STORAGE_DRIVER=vfs|overlay
+#                     picks one; the other driver's store, if an earlier run left one, is removed
 # The base image localhost/fatia-base:<hash> is made once per package list (about a minute). A rerun with nothing
 # changed (same base, Containerfile and context files) skips the build in well under a second; after a code change
 # buildah's layer cache keeps the dependency layer until deploy/requirements.lock changes (docs/benchmarks.md has
@@ -21,7 +25,30 @@ SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 CACHE=${FATIA_CACHE:-$HOME/.cache/fatia}
 DIR=$CACHE/image
-STORAGE=(--root "$DIR/storage" --runroot "$DIR/run" --storage-driver vfs)
+
+# overlay when the kernel lets us mount an overlayfs where the store lives (root, not inside another overlayfs).
+can_mount_overlay() {
+  local probe ok=1
+  mkdir -p "$DIR"
+  probe=$(mktemp -d "$DIR/.overlay-probe.XXXXXX") || return 1
+  mkdir "$probe/lower" "$probe/upper" "$probe/work" "$probe/merged"
+  if mount -t overlay overlay -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+    "$probe/merged" 2>/dev/null; then
+    umount "$probe/merged" && ok=0
+  fi
+  rm -rf "$probe"
+  return $ok
+}
+DRIVER=${FATIA_IMAGE_STORAGE_DRIVER:-}
+if [ -z "$DRIVER" ]; then
+  if [ "$(id -u)" -eq 0 ] && can_mount_overlay; then DRIVER=overlay; else DRIVER=vfs; fi
+fi
+case $DRIVER in
+  overlay) STORE=$DIR/storage-overlay RUNROOT=$DIR/run-overlay OTHER=(storage run) ;;
+  vfs) STORE=$DIR/storage RUNROOT=$DIR/run OTHER=(storage-overlay run-overlay) ;;
+  *) echo "build-image: FATIA_IMAGE_STORAGE_DRIVER must be vfs or overlay, not $DRIVER" >&2; exit 2 ;;
+esac
+STORAGE=(--root "$STORE" --runroot "$RUNROOT" --storage-driver "$DRIVER")
 
 # The base: Debian's CPython 3.11 (the Python the lock is resolved for) with its venv module and the CA bundle.
 SUITE=bookworm
@@ -44,8 +71,8 @@ b() { buildah "${STORAGE[@]}" "$@"; }
 
 case "${1:-}" in
   --storage-opts) echo "${STORAGE[*]}"; exit 0 ;;
-  -h | --help) sed -n '2,18p' "$SELF"; exit 0 ;;
-  -*) [ "$1" = --base ] || { sed -n '2,18p' "$SELF" >&2; exit 2; } ;;
+  -h | --help) sed -n '2,21p' "$SELF"; exit 0 ;;
+  -*) [ "$1" = --base ] || { sed -n '2,21p' "$SELF" >&2; exit 2; } ;;
 esac
 
 [ "$(id -u)" -eq 0 ] || { echo "build-image: needs root (mmdebstrap and buildah's chroot isolation)" >&2; exit 1; }
@@ -61,6 +88,14 @@ mkdir -p "$DIR"
 # One build at a time per cache: two would race on the store and on the base tarball.
 exec 9>"$DIR/.lock"
 flock 9
+# A store of the other driver (a machine that gained or lost overlayfs, an older cache) is gigabytes of nothing.
+# An overlay store may still have mounts (a killed test run's container): those go first.
+for old in "${OTHER[@]}"; do
+  [ -d "$DIR/$old" ] || continue
+  log "removing $DIR/$old: this build uses the $DRIVER driver"
+  awk -v dir="$DIR/$old/" 'index($2, dir) == 1 {print $2}' /proc/mounts | sort -r | xargs -r umount -l
+  rm -rf "${DIR:?}/$old"
+done
 
 # The Debian mirrors this machine's apt uses (no host name is built in); FATIA_DEBIAN_MIRROR and
 # FATIA_DEBIAN_SECURITY_MIRROR override them.

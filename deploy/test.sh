@@ -14,7 +14,23 @@ CACHE=${FATIA_CACHE:-$HOME/.cache/fatia}
 VENV=$CACHE/venv
 mkdir -p "$CACHE"
 
-log() { printf '\n== %s ==\n' "$*"; }
+# Each step's wall time, printed in one line when the script ends (CI's budget: docs/benchmarks.md, "CI time").
+TIMES=()
+STEP=
+STEP_START=$SECONDS
+end_step() { [ -z "$STEP" ] || TIMES+=("$STEP $((SECONDS - STEP_START)) s"); STEP=; }
+log() {  # LABEL [WORDS]: a header of WORDS (default LABEL); the step's time is listed under LABEL
+  end_step
+  STEP=$1 STEP_START=$SECONDS
+  printf '\n== %s ==\n' "${2:-$1}"
+}
+print_times() {  # [TAIL]: words after the list
+  end_step
+  [ ${#TIMES[@]} -gt 0 ] || return 0
+  local list
+  list=$(printf '%s, ' "${TIMES[@]}")
+  printf '\n== times: %s%s ==\n' "${list%, }" "${1:-}"
+}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -36,7 +52,7 @@ command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 command -v buildah >/dev/null || missing+=(buildah)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]} from Debian"
+  log "Debian packages" "installing ${missing[*]} from Debian"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -46,7 +62,7 @@ PG_BIN=$(pg_bindir)
 # Rebuild when the dependency lists change (the tool settings below them do not matter here).
 stamp=$(sed -n '/^\[project\]/,/^\[project.scripts\]/p' pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" != "$stamp" ]; then
-  log "building the virtualenv in $VENV"
+  log "virtualenv" "building the virtualenv in $VENV"
   python3 -m venv "$VENV"
   PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
   PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q -e ".[dev]" --config-settings editable_mode=compat \
@@ -65,6 +81,34 @@ export PATH="$VENV/bin:$PATH"
 # mypy and ruff keep their caches with the others: a fresh clone then checks only what changed (mypy compares
 # the sources' hashes when their times differ), about a minute less on a warm machine.
 export MYPY_CACHE_DIR="$CACHE/mypy-cache" RUFF_CACHE_DIR="$CACHE/ruff-cache"
+
+# --- static gates, in the background --------------------------------------------------------------------------
+# ruff, mypy and hadolint only read the sources (and write their caches under $CACHE), so they run while the
+# control plane and Helm are checked (or built, on a fresh machine: mypy's first run takes a minute or two) and the
+# servers start. Their output is shown in order before the Django checks; a failure stops the run there, as before.
+# mypy's Django plugin loads the settings, which with DEBUG off want these set; nothing connects to them.
+GATES_PID=
+GATES_LOG=$(mktemp /tmp/fatia-gates.XXXXXX)
+if [ "${FATIA_QUICK:-0}" != 1 ]; then
+  (
+    set -e
+    TIMES=() STEP=  # this subshell's own list of times
+    export DEBUG=False ALLOWED_HOSTS=localhost FATIA_DATA_DIR="$GATES_LOG.data"
+    SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')
+    export SECRET_KEY DATABASE_URL=postgres://fatia@127.0.0.1/fatia CELERY_BROKER_URL=redis://127.0.0.1/0
+    log "ruff"
+    ruff check .
+    ruff format --check .
+    log "mypy"
+    mypy portal tenants allocations agent
+    log "hadolint"
+    hadolint deploy/Containerfile
+    print_times
+  ) >"$GATES_LOG" 2>&1 &
+  GATES_PID=$!
+fi
+# Until the servers' cleanup below takes over: a failed build must not leave the gates running.
+trap '[ -z "$GATES_PID" ] || kill "$GATES_PID" 2>/dev/null; rm -rf "$GATES_LOG" "$GATES_LOG.data"' EXIT
 
 # --- Kubernetes control plane for tests/kube ----------------------------------------------------------
 # Built from the Go module proxy into $CACHE/k8s the first time (7-18 min on 2 cores), skipped in well
@@ -86,6 +130,10 @@ REDIS_PORT=$(free_port)
 
 cleanup() {
   set +e
+  [ -z "$GATES_PID" ] || kill "$GATES_PID" 2>/dev/null
+  [ -z "${SCHEMA_PID:-}" ] || kill "$SCHEMA_PID" 2>/dev/null
+  rm -rf "$GATES_LOG" "$GATES_LOG.data"
+  print_times "; $SECONDS s in all"
   [ -f "$RUN_DIR/redis.pid" ] && kill "$(cat "$RUN_DIR/redis.pid")" 2>/dev/null
   if [ -d "$RUN_DIR/pg" ]; then
     runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$RUN_DIR/pg" -m immediate stop >/dev/null 2>&1
@@ -94,7 +142,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-log "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
+log "servers" "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
 mkdir -p "$RUN_DIR/pg"
 if [ "$(id -u)" -eq 0 ]; then
   chown postgres "$RUN_DIR/pg"
@@ -125,20 +173,28 @@ export FATIA_TEST_SERVICES=1
 
 # --- gates -----------------------------------------------------------------------------------------
 # FATIA_QUICK=1 runs pytest alone, for a quick loop while editing; CI and `make test` run every gate.
-if [ "${FATIA_QUICK:-0}" != 1 ]; then
-  log "ruff"
-  ruff check .
-  ruff format --check .
-  log "mypy"
-  mypy portal tenants allocations agent
-  log "hadolint"
-  hadolint deploy/Containerfile
+if [ -n "$GATES_PID" ]; then
+  log "waiting for the gates" "ruff, mypy, hadolint (started in the background after the virtualenv)"
+  gates_rc=0
+  wait "$GATES_PID" || gates_rc=$?
+  GATES_PID=
+  # The subshell's own "times" line says how long each of them took, in the background.
+  sed 's/^== times: /== background times: /' "$GATES_LOG"
+  [ "$gates_rc" -eq 0 ] || { echo "ruff, mypy or hadolint failed (above)" >&2; exit 1; }
 fi
 log "django checks"
+# The schema check, the slowest of the four, beside the other three (each is a Django start of its own); its output
+# follows theirs.
+python manage.py spectacular --validate --fail-on-warn --file "$RUN_DIR/openapi.yaml" >"$RUN_DIR/spectacular.log" 2>&1 &
+SCHEMA_PID=$!
 python manage.py check --fail-level WARNING
 python manage.py makemigrations --check --dry-run >/dev/null
 python manage.py collectstatic --noinput -v0
-python manage.py spectacular --validate --fail-on-warn --file "$RUN_DIR/openapi.yaml"
+schema_rc=0
+wait "$SCHEMA_PID" || schema_rc=$?
+SCHEMA_PID=
+cat "$RUN_DIR/spectacular.log"
+[ "$schema_rc" -eq 0 ] || { echo "manage.py spectacular --validate failed (above)" >&2; exit 1; }
 
 log "pytest"
 set +e

@@ -1,6 +1,7 @@
 """The container image (issue 11): deploy/Containerfile, built here by deploy/build-image.sh (a base made from
-Debian packages, then buildah with vfs storage and chroot isolation), and run as OpenShift and a restricted pod run
-it: a random UID in group 0, the root filesystem read-only, only /tmp writable.
+Debian packages, then buildah with overlay storage, or vfs where overlayfs cannot be mounted, and chroot isolation),
+and run as OpenShift and a restricted pod run it: a random UID in group 0, the root filesystem read-only, only /tmp
+writable.
 
 buildah's `run` has no read-only root, so the processes run from the image's root filesystem (`buildah mount`)
 through tests/deploy/run-read-only.sh: a read-only bind mount of it, a writable directory of the test's as /tmp,
@@ -8,8 +9,10 @@ through tests/deploy/run-read-only.sh: a read-only bind mount of it, a writable 
 processes inside reach the test PostgreSQL and Redis on loopback.
 
 The first run builds the base and the image into $FATIA_CACHE/image (2.5 to 5.5 minutes on 2 cores, depending on
-their load; docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers in
-1.5 to 2.5 minutes after a change to the code.
+their load; docs/benchmarks.md); later runs find both there in well under a second, or rebuild the code layers after
+a change to the code: 7 to 25 s with overlay storage, 1.5 to 2.5 minutes with vfs (and there each run's working
+container is a full copy too: half a minute to make and delete, under a second with overlay; docs/benchmarks.md,
+"CI time").
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from allocations import services
 from allocations.cluster import sync as kube_sync
-from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES, create_ready_node
+from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES, create_ready_node, ensure_device_classes
 from allocations.models import NodePool
 from tests.conftest import H100, World
 
@@ -131,10 +131,25 @@ def started_control_plane(work: Path) -> Iterator[ControlPlane]:
         shutil.rmtree(run_dir / "etcd", ignore_errors=True)
 
 
+_SHARED_PLANE = pytest.StashKey[ControlPlane]()
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with started_control_plane(tmp_path_factory.mktemp("kube")) as plane:
-        yield plane
+def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ControlPlane:
+    """The run's one control plane, for tests/kube and tests/deploy alike.
+
+    Kept on the pytest config rather than in the fixture's own cache: a conftest that imports this fixture
+    (tests/deploy does) defines it again, and each definition would otherwise start a plane of its own (20 to
+    60 s and half a gigabyte each). It stops when the run ends. Tests share it the way they share the session
+    plane within tests/kube: each takes nodes and namespaces of its own and removes cluster-wide objects it made.
+    """
+    plane = request.config.stash.get(_SHARED_PLANE, None)
+    if plane is None:
+        stack = ExitStack()
+        plane = stack.enter_context(started_control_plane(tmp_path_factory.mktemp("kube")))
+        request.config.stash[_SHARED_PLANE] = plane
+        request.config.add_cleanup(stack.close)
+    return plane
 
 
 @pytest.fixture(scope="session")
@@ -176,9 +191,8 @@ def as_json(api: client.ApiClient, obj: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def nvidia_device_classes(admin: client.ApiClient) -> list[str]:
-    api = client.ResourceV1Api(admin)
-    for body in NVIDIA_DEVICE_CLASSES:
-        api.create_device_class(body=copy.deepcopy(body))
+    # Applied, not created: on the shared plane another directory's tests may have installed them already.
+    ensure_device_classes(admin)
     return [body["metadata"]["name"] for body in NVIDIA_DEVICE_CLASSES]
 
 

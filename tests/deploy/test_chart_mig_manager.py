@@ -11,9 +11,12 @@ from tests.deploy.test_chart import by_kind, render
 def test_without_mig_manager_mode_the_chart_grants_none_of_its_rights(helm: Path) -> None:
     # given the default Kubernetes render
     docs = render(helm, "kubernetes")
-    # then: one ClusterRole, the portal's, and no Role at all
-    assert len(by_kind(docs, "ClusterRole")) == 1
-    assert by_kind(docs, "Role") == {}
+    # then: the portal's ClusterRole and web's token reviewer (the CI values run the node agent), no MIG-manager role
+    assert sorted(by_kind(docs, "ClusterRole")) == ["fatia-fatia", "fatia-web-fatia"]
+    assert sorted(by_kind(docs, "Role")) == ["fatia-web"]
+    assert not any(
+        "mig-manager" in name for kind in ("Role", "RoleBinding", "ClusterRoleBinding") for name in by_kind(docs, kind)
+    )
     config = by_kind(docs, "ConfigMap")["fatia"]
     assert config["data"]["FATIA_MIG_MANAGER_NAMESPACE"] == "gpu-operator"
     assert config["data"]["FATIA_MIG_MANAGER_CONFIGMAP"] == "default-mig-parted-config"

@@ -2,9 +2,9 @@
 thread plays NVIDIA's kubelet plugin (when its pod is deleted it republishes what the GPUs hold and its DaemonSet
 starts it again), and `StandInAgent` plays the node agent's command execution.
 
-StandInAgent is a private stand-in for the `agentcmd` package (allocations/nodeagent/commands.py), which is built
-in parallel: it takes the orchestration's batches and applies them to the fake NVML at once, through the same
-pynvml calls the agent makes. Once that package is merged, the end-to-end test can use the real agent path.
+The main end-to-end test runs the real agent (agent.runner.Agent polling the live portal for its commands).
+StandInAgent takes the orchestration's batches and applies them to the fake NVML at once, through the same pynvml
+calls the agent makes; the fault tests use it where they must fail a step in ways the real agent cannot be made to.
 """
 
 from __future__ import annotations

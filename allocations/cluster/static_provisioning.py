@@ -18,9 +18,8 @@ from django.utils import timezone
 
 from allocations.cluster.static_placement import choose_static
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
-from allocations.services.lifecycle import fail_locked_allocation, record_placements
+from allocations.services.lifecycle import fail_locked_allocation, start_claiming
 from allocations.services.reconfiguration import queue_advance, request_reconfiguration
-from tenants.services import record_audit_event
 
 Status = Allocation.Status
 
@@ -69,26 +68,11 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
         allocation.save(update_fields=["status_message", "updated_at"])
         return allocation
     slices = choice.slices(allocation.profile)
-    record_placements(allocation=allocation, slices=slices)
+    start_claiming(
+        allocation=allocation, slices=slices, audit={"pinned": [choice.existing[s.start][0] for s in slices]}
+    )
     for planned in slices:
         SlicePlacement.objects.filter(allocation=allocation, gpu_id=planned.gpu_id, start=planned.start).update(
             mig_uuid=choice.existing[planned.start][0]
         )
-    allocation.status = Status.PROVISIONING
-    allocation.claim_name = allocation.kube_claim_names[0]
-    allocation.status_message = "Waiting for the cluster to allocate the slices."
-    allocation.save(update_fields=["status", "claim_name", "status_message", "updated_at"])
-    record_audit_event(
-        actor=None,
-        verb="provision",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before={"status": Status.APPROVED},
-        after={
-            "status": Status.PROVISIONING,
-            "claim": allocation.claim_name,
-            "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
-            "pinned": [choice.existing[s.start][0] for s in slices],
-        },
-    )
     return allocation

@@ -27,7 +27,7 @@ from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
-from allocations.services.lifecycle import finish_release, mark_allocation_failed, record_placements
+from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
 from tenants.models import Tenant
@@ -89,28 +89,14 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
                 "the quota was given back. Try fewer slices or a smaller profile."
             ),
         )
-    record_placements(allocation=allocation, slices=slices)
-    allocation.status = Status.PROVISIONING
-    allocation.claim_name = allocation.kube_claim_names[0]
-    allocation.status_message = "Waiting for the cluster to allocate the slices."
-    allocation.save(update_fields=["status", "claim_name", "status_message", "updated_at"])
-    record_audit_event(
-        actor=None,
-        verb="provision",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before={"status": Status.APPROVED},
-        after={
-            "status": Status.PROVISIONING,
-            "claim": allocation.claim_name,
-            **({"claims": allocation.claim_names} if len(allocation.claim_names) > 1 else {}),
-            "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
-            **(
-                {"steer_past": [f"{s.node_name}/gpu-{s.gpu_index}:{b}" for s in slices for b in s.blocked_starts]}
-                if any(s.blocked_starts for s in slices)
-                else {}
-            ),
-        },
+    start_claiming(
+        allocation=allocation,
+        slices=slices,
+        audit=(
+            {"steer_past": [f"{s.node_name}/gpu-{s.gpu_index}:{b}" for s in slices for b in s.blocked_starts]}
+            if any(s.blocked_starts for s in slices)
+            else {}
+        ),
     )
     return allocation
 

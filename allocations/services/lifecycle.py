@@ -36,6 +36,31 @@ def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> 
     )
 
 
+def start_claiming(*, allocation: Allocation, slices: list[PlannedSlice], audit: dict[str, object]) -> None:
+    """APPROVED -> PROVISIONING on the Kubernetes backend: the planned slices saved, the first claim named, and the
+    step audited with the plan (plus what the caller adds in `audit`). The caller holds the allocation's and the
+    pool's locks."""
+    record_placements(allocation=allocation, slices=slices)
+    allocation.status = Status.PROVISIONING
+    allocation.claim_name = allocation.kube_claim_names[0]
+    allocation.status_message = "Waiting for the cluster to allocate the slices."
+    allocation.save(update_fields=["status", "claim_name", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="provision",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.APPROVED},
+        after={
+            "status": Status.PROVISIONING,
+            "claim": allocation.claim_name,
+            **({"claims": allocation.claim_names} if len(allocation.claim_names) > 1 else {}),
+            "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
+            **audit,
+        },
+    )
+
+
 @transaction.atomic
 def finish_release(*, allocation_id: int) -> Allocation:
     """RELEASING -> RELEASED or EXPIRED: delete the placements and give the quota back. Idempotent."""

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
 
+# The `profile` of a request in a shared or MPS pool: such a request names a memory size, not a MIG profile.
+SHARE_PROFILE = "share"
+
+
 def default_tolerations() -> list[dict[str, object]]:
     """What a holder pod tolerates unless a pool says otherwise: the taint GPU nodes usually carry so that only
     GPU workloads land there (GKE, AKS and most GPU operator set-ups put `nvidia.com/gpu` NoSchedule on them)."""
@@ -55,6 +59,28 @@ class NodePool(models.Model):
         STATIC_MANAGER = "static-manager", "Static, MIG manager"
 
     mig_mode = models.CharField(max_length=16, choices=MigMode.choices, default=MigMode.DYNAMIC)
+
+    class Kind(models.TextChoices):
+        # Hardware partitions: memory, cache and SMs isolated per slice (the pool's `profiles`, `mig_mode`).
+        MIG = "mig", "MIG"
+        # Whole GPUs shared by memory size; the driver's time-slicing: no isolation at all (issue 13).
+        SHARED = "shared", "Time-sliced"
+        # Whole GPUs shared through CUDA MPS: a pinned memory limit and an active-thread share, one fault domain.
+        MPS = "mps", "MPS"
+
+    # Database default too: rows written by code that predates the field still insert (rolling deploys, tests).
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.MIG, db_default=Kind.MIG)
+
+    class SharingInterval(models.TextChoices):
+        # NVIDIA's TimeSlicingConfig.interval values (the driver's opaque GpuConfig); only time-sliced pools use it.
+        DEFAULT = "Default", "Default"
+        SHORT = "Short", "Short"
+        MEDIUM = "Medium", "Medium"
+        LONG = "Long", "Long"
+
+    sharing_interval = models.CharField(
+        max_length=8, choices=SharingInterval.choices, default=SharingInterval.DEFAULT, db_default="Default"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -68,6 +94,11 @@ class NodePool(models.Model):
     def is_static(self) -> bool:
         """Static MIG: the driver publishes pre-created MIG devices with a `uuid`, so a claim can pin one."""
         return self.mig_mode != self.MigMode.DYNAMIC
+
+    @property
+    def is_shared(self) -> bool:
+        """Whole GPUs shared by memory size (time-sliced or MPS) instead of MIG slices."""
+        return self.kind != self.Kind.MIG
 
 
 class Node(models.Model):
@@ -328,6 +359,10 @@ class Allocation(models.Model):
     # Idle reclaim (allocations/services/reclaim.py): set together when every slice has been idle for the tenant's
     # idle time and the owner was warned; cleared by any use, by "Keep it" and when telemetry stops.
     idle_since = models.DateTimeField(null=True, blank=True)
+    # Shared and MPS pools (issue 13; `profile` is SHARE_PROFILE there): the GPU memory of each share, and for MPS
+    # its active-thread percentage (1-100). NULL in MIG pools.
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    thread_percentage = models.PositiveSmallIntegerField(null=True, blank=True)
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_release_at = models.DateTimeField(null=True, blank=True)
     # "Keep it": not flagged idle again before this.
@@ -415,6 +450,8 @@ class SlicePlacement(models.Model):
     blocked_starts = models.JSONField(default=list, blank=True)
     # Static MIG: the uuid of the pre-created MIG device this slice is pinned to (the claim selects it by uuid).
     mig_uuid = models.CharField(max_length=64, blank=True)
+    # Shared and MPS pools: the memory this share takes on its GPU (`start`/`size` are 0 there).
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["allocation_id", "gpu_id", "start"]
@@ -471,6 +508,9 @@ class ClaimedDevice(models.Model):
     profile = models.CharField(max_length=32, blank=True)
     start = models.PositiveSmallIntegerField(default=0)
     size = models.PositiveSmallIntegerField(default=0)
+    # Consumable capacity (shared GPUs): the allocation's share ID and the memory it consumed on the device.
+    share_id = models.CharField(max_length=64, blank=True)
+    consumed_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     seen_at = models.DateTimeField(auto_now=True)
 
     objects = ClaimedDeviceQuerySet.as_manager()

@@ -82,6 +82,26 @@ class Tenant(models.Model):
         validators=[MinValueValidator(5), MaxValueValidator(7 * 24 * 60)],
         help_text="Minutes between the warning and the release (5 to 10080).",
     )
+
+    class Isolation(models.TextChoices):
+        # The weakest pool kind (allocations.NodePool.Kind) the tenant's members may request in (issue 13).
+        MIG = "mig", "MIG only (hardware isolation)"
+        MPS = "mps", "MIG or MPS (memory limit, shared fault domain)"
+        SHARED = "shared", "Any, time-sliced too (no isolation)"
+
+    weakest_isolation = models.CharField(
+        max_length=8,
+        choices=Isolation.choices,
+        default=Isolation.SHARED,
+        db_default=Isolation.SHARED,
+        help_text="The weakest GPU sharing the tenant accepts: requests to pools of a weaker kind are refused.",
+    )
+    # Anti-affinity on shared GPUs: the tenant's shares never land on a GPU that holds another tenant's share.
+    avoid_co_tenants = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="On shared (time-sliced or MPS) GPUs, never place this tenant's shares next to another tenant's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -3,7 +3,7 @@
 
 Usage::
 
-    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH]
+    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH] [--static | --shared]
 
 Without ``--trace-dir`` only the synthetic mixes run. With it, the Alibaba GPU-sharing trace (the
 ``openb_pod_list_*.csv`` files of cluster-trace-gpu-v2023) is replayed, mapped to MIG. The trace is
@@ -510,7 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per mix (default 20; 3 with --quick)")
     ap.add_argument("--out", type=Path, default=None, help="write a separate file instead of docs/benchmarks.md")
     ap.add_argument("--static", action="store_true", help="only static MIG against DynamicMIG (issue 12)")
+    ap.add_argument("--shared", action="store_true", help="only pools of whole GPUs shared without MIG (issue 13)")
     args = ap.parse_args(argv)
+    if args.shared:
+        from bench.shared_report import main as shared_main  # the shared-pool section has its own module and section
+
+        return shared_main(args, argv)
     if args.static:
         from bench.static_report import main as static_main  # the static section has its own module and section
 

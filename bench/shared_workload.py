@@ -13,7 +13,7 @@ import csv
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 WHOLE = 1000  # milli of one whole GPU
@@ -28,6 +28,9 @@ class Task:
     milli: int
     gpus: int = 1
     memory_share: float | None = None
+    # Seconds from the trace's start; used by the online replay only, and no part of a task's identity.
+    created: int = field(default=0, compare=False)
+    deleted: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,9 @@ def read_trace(path: Path) -> tuple[list[Task], Counter[str]]:
             if milli <= 0:
                 skipped["no gpu_milli"] += 1
                 continue
-            tasks.append(Task(milli=milli, gpus=gpus))
+            created = int(row.get("creation_time") or 0)
+            deleted = int(row.get("deletion_time") or created)
+            tasks.append(Task(milli=milli, gpus=gpus, created=created, deleted=deleted))
     return tasks, skipped
 
 

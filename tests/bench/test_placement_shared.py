@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.placement_shared import REFERENCE, fill_experiment, run_fill, workload_mix
+from bench.shared_online import run_online, size_pool, synthetic_online
 from bench.shared_policies import (
     POLICIES,
     FgdLike,
@@ -22,7 +23,7 @@ from bench.shared_policies import (
     ours,
     worst_fit,
 )
-from bench.shared_workload import ShareRequest, Task, read_trace, sample_until, to_request
+from bench.shared_workload import ShareRequest, Task, read_trace, sample_until, synthetic_tasks, to_request
 
 L4 = 23034  # MiB
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
@@ -50,6 +51,7 @@ def test_it_reads_gpu_tasks_and_counts_the_cpu_only_pods_it_leaves_out(tmp_path:
     tasks, skipped = read_trace(path)
     # then the pod's host memory_mib is not read as GPU memory: no task carries a memory share
     assert tasks == [Task(1000), Task(470), Task(1000, gpus=4), Task(810)]
+    assert [(t.created, t.deleted) for t in tasks] == [(0, 10), (5, 10), (7, 10), (8, 10)]
     assert dict(skipped) == {"cpu-only": 1}
 
 
@@ -137,12 +139,25 @@ def test_fgd_like_avoids_leaving_a_hole_the_workload_cannot_use() -> None:
 def test_commit_refuses_an_over_commit() -> None:
     # given a GPU with 20,000 MiB used
     gpu = Gpu(L4, 20000, 300, 1)
-    # then a share needing more memory than is left is refused, and nothing changed
+    # then a share needing 1 MiB more than is left is refused, and nothing changed
     with pytest.raises(OverCommit):
-        commit(gpu, ShareRequest(100, 4000))
+        commit(gpu, ShareRequest(100, 3035))
     assert gpu == Gpu(L4, 20000, 300, 1)
-    # and a whole request on a shared GPU is refused too
+    # and one needing exactly what is left (memory and compute) fits and fills the GPU
+    commit(gpu, ShareRequest(700, 3034))
+    assert gpu == Gpu(L4, L4, 1000, 2)
+    # and so is a share needing more compute than is left, and a whole request on a shared GPU
+    with pytest.raises(OverCommit):
+        commit(Gpu(L4, 100, 900, 1), ShareRequest(101, 100))
     assert not fits(Gpu(L4, 1, 1, 1), ShareRequest(1000, L4))
+
+
+def holds(gpu: Gpu, request: ShareRequest) -> bool:
+    """The invariant, written apart from the code under test: memory and compute within the GPU's, and a
+    whole-GPU request only on a GPU nobody shares."""
+    if request.whole and gpu.shares:
+        return False
+    return gpu.used_memory_mib + request.memory_mib <= gpu.memory_mib and gpu.used_milli + request.milli <= 1000
 
 
 request_st = st.one_of(
@@ -171,9 +186,9 @@ def test_every_policy_returns_only_a_gpu_that_fits_and_refuses_only_when_none_do
         index = make(mix)(gpus, request)
         # then
         if index is None:
-            assert not any(fits(g, request) for g in gpus), name
+            assert not any(holds(g, request) for g in gpus), name
         else:
-            assert fits(gpus[index], request), name
+            assert holds(gpus[index], request), name
 
 
 @settings(max_examples=40, deadline=None)
@@ -218,3 +233,35 @@ def test_worst_fit_spreads_onto_the_emptiest_gpu() -> None:
     assert worst_fit(gpus, ShareRequest(100, 100)) == 1
     assert best_fit(gpus, ShareRequest(100, 100)) == 0
     assert ours(gpus, ShareRequest(100, 100)) == 0
+
+
+def test_the_online_replay_reuses_a_gpu_freed_at_the_same_second() -> None:
+    # given one L4: a whole task 0-10 s, a share arriving at 10 s, a whole task at 11 s while the share runs
+    tasks = [Task(1000, created=0, deleted=10), Task(500, created=10, deleted=20), Task(1000, created=11, deleted=30)]
+    # when
+    result = run_online(tasks, ours, 1, L4)
+    # then the share gets the GPU freed at 10 s, and the second whole task is dropped
+    assert (result.whole_offered, result.whole_placed, result.shares_offered, result.shares_placed) == (2, 1, 1, 1)
+    # and GPU-hours: 10 s whole + 10 s half served, 19 s whole more offered
+    assert result.served_gpu_hours == pytest.approx((10 + 5) / 3600)
+    assert result.offered_gpu_hours == pytest.approx((10 + 5 + 19) / 3600)
+
+
+def test_the_online_pool_is_sized_for_130_percent_of_the_peak() -> None:
+    # given a peak of 13 whole GPUs at once (ten 1-GPU tasks and a 3-GPU task overlapping), then one more later
+    tasks = [Task(1000, created=0, deleted=5) for _ in range(10)]
+    tasks += [Task(1000, gpus=3, created=1, deleted=6), Task(1000, created=6, deleted=9)]
+    # then the pool has 13 / 1.3 = 10 GPUs
+    assert size_pool(tasks) == 10
+
+
+def test_the_synthetic_online_workload_is_seeded() -> None:
+    tasks, weights = synthetic_tasks()
+    # when
+    first = synthetic_online(tasks, weights, 8, 50, seed=1)
+    # then
+    assert len(first) == 50
+    assert [(t.created, t.deleted) for t in first] == [
+        (t.created, t.deleted) for t in synthetic_online(tasks, weights, 8, 50, seed=1)
+    ]
+    assert all(t.deleted >= t.created for t in first)

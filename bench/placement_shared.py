@@ -17,9 +17,10 @@ from bench.shared_policies import POLICIES, Gpu, Policy, best_fit, commit, relea
 from bench.shared_workload import WHOLE, ShareRequest, Task, sample_until, to_request
 
 LOAD = 1.3
-# Not an online policy: best-fit on the same tasks sorted largest first, as if all were known in advance.
-# Near the offline optimum for bin packing, so it shows how much any online order could still gain.
-REFERENCE = "offline best-fit decreasing"
+# Not an online policy: best-fit on the same tasks sorted largest first, as a scheduler that saw them all
+# could place them. Neither an optimum nor a bound (with fixed GPUs and more demand than room, largest
+# first can strand more): it shows how much the arrival order, which no online policy controls, moves.
+REFERENCE = "offline largest-first"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from bench.shared_policies import (
     ours,
     worst_fit,
 )
+from bench.shared_report import verdict
 from bench.shared_workload import ShareRequest, Task, read_trace, sample_until, synthetic_tasks, to_request
 
 L4 = 23034  # MiB
@@ -265,3 +266,11 @@ def test_the_synthetic_online_workload_is_seeded() -> None:
         (t.created, t.deleted) for t in synthetic_online(tasks, weights, 8, 50, seed=1)
     ]
     assert all(t.deleted >= t.created for t in first)
+
+
+def test_the_fgd_verdict_asks_for_half_a_point_on_average_and_no_half_point_loss() -> None:
+    # then a clear gain everywhere adopts it
+    assert "Verdict: adopt it" in verdict([1.0, 0.6], [0.2])[2]
+    # and a gain on average with a loss of 0.6 somewhere keeps ours, as does a gain under half a point
+    assert "Verdict: keep ours" in verdict([2.0, 1.0], [-0.6])[2]
+    assert "Verdict: keep ours" in verdict([0.4, 0.4], [0.4])[2]

@@ -66,22 +66,25 @@ def verdicts(rows: list[Row]) -> list[str]:
     return lines
 
 
-def fgd_gaps(rows: list[Row]) -> list[float]:
+def fgd_gaps(rows: list[Row], label: str) -> dict[str, float]:
     """fgd-like minus ours, in points of the pool's GPU allocated, per workload."""
     by = {(r.workload, r.policy): r.mean("of_capacity") for r in rows}
-    return [100 * (by[(w, "fgd-like")] - by[(w, "ours")]) for w in dict.fromkeys(r.workload for r in rows)]
+    return {
+        f"{label} {w}": 100 * (by[(w, "fgd-like")] - by[(w, "ours")]) for w in dict.fromkeys(r.workload for r in rows)
+    }
 
 
-def verdict(fill: list[float], online: list[float]) -> list[str]:
+def verdict(fill: dict[str, float], online: dict[str, float]) -> list[str]:
     """Whether ours should adopt the FGD-like rule: only if it allocates at least 0.5 points more on
-    average and is never worse by more than that anywhere."""
-    gaps = fill + online
+    average and is never worse by more than that anywhere. ``fill``/``online``: workload -> points."""
+    gaps = [*fill.values(), *online.values()]
     adopt = statistics.fmean(gaps) >= 0.5 and min(gaps) > -0.5
     return [
         "## Should ours adopt the FGD-like rule?",
         "",
-        f"fgd-like minus ours, in points: fill-until-full {', '.join(f'{g:+.2f}' for g in fill)}; online "
-        f"{', '.join(f'{g:+.2f}' for g in online)} (mean {statistics.fmean(gaps):+.2f}). Verdict: "
+        "fgd-like minus ours, in points of GPU allocated (fill-until-full) or GPU-hours served (online): "
+        + "; ".join(f"{k} {g:+.2f}" for k, g in {**fill, **online}.items())
+        + f" (mean {statistics.fmean(gaps):+.2f}). Verdict: "
         + (
             "adopt it (at least 0.5 points more on average, never 0.5 worse)."
             if adopt
@@ -91,7 +94,7 @@ def verdict(fill: list[float], online: list[float]) -> list[str]:
     ]
 
 
-def online_lines(workloads: dict[str, tuple[int, list[list[Task]]]]) -> tuple[list[str], list[float]]:
+def online_lines(workloads: dict[str, tuple[int, list[list[Task]]]]) -> tuple[list[str], dict[str, float]]:
     """Each workload: its pool size and its task lists (one per seed); every policy replays each list.
     Also returns fgd-like minus ours in points of GPU-hours served, per workload."""
     out = [
@@ -106,7 +109,7 @@ def online_lines(workloads: dict[str, tuple[int, list[list[Task]]]]) -> tuple[li
         "| GPU-hours served, of offered: mean (worst) |",
         "|---|---:|---|---:|---:|---:|",
     ]
-    gaps: list[float] = []
+    gaps: dict[str, float] = {}
     for name, (gpus, samples) in workloads.items():
         served_by: dict[str, float] = {}
         for policy, make in POLICIES.items():
@@ -121,7 +124,7 @@ def online_lines(workloads: dict[str, tuple[int, list[list[Task]]]]) -> tuple[li
                 f"| {name} | {gpus} | {policy} | {pct(whole)} | {pct(shares)} "
                 f"| {pct(statistics.fmean(served))} ({pct(min(served))}) |"
             )
-        gaps.append(100 * (served_by["fgd-like"] - served_by["ours"]))
+        gaps[f"online {name}"] = 100 * (served_by["fgd-like"] - served_by["ours"])
     return out, gaps
 
 
@@ -152,8 +155,9 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         f"{seeds} seeds (sampling orders) per workload; offered GPU {LOAD:.0%} of the pool's; fill-until-full "
         "as for MIG (no departures, a task that does not fit is dropped).",
         "- Mapping (ours, not the paper's): the trace has no GPU memory per task (its `memory_mib` is host "
-        "memory), so a share's GPU memory is its `gpu_milli` share of the GPU's memory, rounded up to whole MiB "
-        '("exact MiB") or to whole GiB as the portal\'s quota counts it ("whole GiB"); compute is `gpu_milli` '
+        "memory), so a share's GPU memory is its `gpu_milli` share of the GPU's memory, rounded down to whole MiB "
+        '("exact MiB": shares whose `gpu_milli` add up to a GPU fit its memory) or up to whole GiB as the portal\'s '
+        'quota counts it ("whole GiB"); compute is `gpu_milli` '
         "(an MPS thread percentage of gpu_milli/10). Tasks with `gpu_milli` 1000 take a whole untouched GPU; "
         "multi-GPU tasks take that many whole GPUs anywhere in the pool, all or nothing (no node boundary). "
         "CPU-only pods are left out. The synthetic mix has memory NOT proportional to compute.",
@@ -178,13 +182,13 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         print("\n".join(lines), flush=True)
 
     by_fleet: dict[int, list[Row]] = {}
-    fill_gaps: list[float] = []
+    fill_gaps: dict[str, float] = {}
     for gpus in FLEETS:
         rows: list[Row] = []
         for name, (tasks, w, granularity) in workloads.items():
             rows += fill_experiment(name, tasks, w, gpus, GPU_MEMORY_MIB, granularity, seeds)
         by_fleet[gpus] = rows
-        fill_gaps += fgd_gaps(rows)
+        fill_gaps |= fgd_gaps(rows, f"{gpus} GPUs")
         emit([f"## Fill-until-full, {gpus} x {GPU_MODEL} (shared)", "", *table(rows), "", *verdicts(rows)])
 
     online: dict[str, tuple[int, list[list[Task]]]] = {}

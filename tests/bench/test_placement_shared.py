@@ -270,7 +270,9 @@ def test_the_synthetic_online_workload_is_seeded() -> None:
 
 def test_the_fgd_verdict_asks_for_half_a_point_on_average_and_no_half_point_loss() -> None:
     # then a clear gain everywhere adopts it
-    assert "Verdict: adopt it" in verdict([1.0, 0.6], [0.2])[2]
+    assert "Verdict: adopt it" in verdict({"a": 1.0, "b": 0.6}, {"c": 0.2})[2]
     # and a gain on average with a loss of 0.6 somewhere keeps ours, as does a gain under half a point
-    assert "Verdict: keep ours" in verdict([2.0, 1.0], [-0.6])[2]
-    assert "Verdict: keep ours" in verdict([0.4, 0.4], [0.4])[2]
+    assert "Verdict: keep ours" in verdict({"a": 2.0, "b": 1.0}, {"c": -0.6})[2]
+    assert "Verdict: keep ours" in verdict({"a": 0.4, "b": 0.4}, {"c": 0.4})[2]
+    # and each figure is named
+    assert "a +0.40; b +0.40; c +0.40 (mean +0.40)" in verdict({"a": 0.4, "b": 0.4}, {"c": 0.4})[2]

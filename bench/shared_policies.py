@@ -68,7 +68,7 @@ def _leftover(gpu: Gpu, request: ShareRequest) -> float:
 
 
 def first_fit(gpus: Sequence[Gpu], request: ShareRequest) -> int | None:
-    """The first GPU in device order that fits (kube-scheduler's DRA allocator with no scoring)."""
+    """The first GPU in device order that fits (roughly what a claim gets when nothing scores GPUs)."""
     return next((i for i, g in enumerate(gpus) if fits(g, request)), None)
 
 

@@ -163,13 +163,13 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "CPU-only pods are left out. The synthetic mix has memory NOT proportional to compute.",
         *trace_notes,
         "",
-        "Policies (`bench/shared_policies.py`): `first-fit` (device order: kube-scheduler's allocator without "
-        "scoring), `best-fit` (least free memory + compute left, each as a share of the GPU), `worst-fit` (most "
-        "left), `ours` (the portal's packing of issue 13, as written in the bench until "
-        "`allocations/sharing/packing.py` lands: an already shared GPU when one fits, the tightest memory fit "
-        "among them, then least compute left; an untouched GPU only when no shared one fits; whole-GPU requests "
-        "take an untouched GPU), `fgd-like` (our GPU-only reading of FGD: the GPU whose expected fragmentation, "
-        "weighted by the run's own request mix, grows least). "
+        "Policies (`bench/shared_policies.py`): `first-fit` (the first GPU in device order that fits, roughly what a "
+        "claim gets when nothing scores GPUs), `best-fit` (least free memory + compute left, each as a share of the "
+        "GPU), `worst-fit` (most left), `ours` (the portal's packing of issue 13, as written in the bench until "
+        "`allocations/sharing/packing.py` lands: an already shared GPU when one fits, the tightest memory fit among "
+        "them, then least compute left; an untouched GPU only when no shared one fits; whole-GPU requests take an "
+        "untouched GPU), `fgd-like` (our GPU-only reading of FGD: the GPU whose expected fragmentation, weighted by "
+        "the run's own request mix, grows least). "
         f"`{REFERENCE}` is no online policy: best-fit on the same tasks sorted largest first, as a scheduler "
         "that saw them all could place them; neither an optimum nor a bound (largest first can strand more: "
         "each 810-milli share leaves 190 that few tasks fit), it shows how much arrival order alone moves. "

@@ -71,6 +71,12 @@ class ClaimView:
     uid: str
     allocation_uuid: str | None
     devices: tuple[tuple[str, str], ...]
+    # Per device, in the same order: (shareID, consumed memory in MiB) where the device is shared (a GPU published
+    # with allowMultipleAllocations: each claim on it is a share of its own); ("", None) otherwise.
+    shares: tuple[tuple[str, int | None], ...] = ()
+
+    def share_of(self, i: int) -> tuple[str, int | None]:
+        return self.shares[i] if i < len(self.shares) else ("", None)
 
 
 @dataclass
@@ -114,7 +120,8 @@ def product_matches(product: str, model_name: str) -> bool:
     try:
         model = catalog.model(model_name)
     except UnknownGpuModel:
-        return False
+        # A GPU without MIG (shared and MPS pools: "NVIDIA L4"): the names alone, as the driver or GFD spell them.
+        return _normalised(product) == _normalised(model_name)
     wanted = _normalised(product)
     return any(wanted == _normalised(n) for n in (model.name, *model.aliases))
 
@@ -451,7 +458,12 @@ def set_node_state(*, node_id: int, state: str) -> Node:
 
 
 def _claimed(
-    view: ClaimView, node: str, device: str, gpus: dict[tuple[str, int], Gpu], figures: dict[int, dict[str, Any]]
+    view: ClaimView,
+    node: str,
+    device: str,
+    gpus: dict[tuple[str, int], Gpu],
+    figures: dict[int, dict[str, Any]],
+    share: tuple[str, int | None] = ("", None),
 ) -> dict[str, Any]:
     minor = minor_of(device)
     gpu = gpus.get((node, minor)) if minor is not None else None
@@ -475,6 +487,8 @@ def _claimed(
         "profile": profile,
         "start": start,
         "size": size,
+        "share_id": share[0],
+        "consumed_memory_mib": share[1],
     }
 
 
@@ -531,10 +545,10 @@ def sync_claimed_devices(
     of the claims in `removed` (deleted or no longer allocated) and, with `everything` (a full list), of every
     claim not in `claims`. Returns the number of rows written or deleted. Not audited: claims come and go all
     day; what they hold shows on the dashboard."""
-    wanted: dict[tuple[str, str, str], tuple[ClaimView, str]] = {}
+    wanted: dict[tuple[str, str, str], tuple[ClaimView, str, tuple[str, int | None]]] = {}
     for view in claims:
-        for node, device in view.devices:
-            wanted[(view.namespace, view.name, device)] = (view, node)
+        for i, (node, device) in enumerate(view.devices):
+            wanted[(view.namespace, view.name, device)] = (view, node, view.share_of(i))
     keys = {(v.namespace, v.name) for v in claims} | set(removed)
     existing_rows = ClaimedDevice.objects.all() if everything else ClaimedDevice.objects.none()
     if not everything and keys:
@@ -543,14 +557,14 @@ def sync_claimed_devices(
             condition |= Q(namespace=namespace, claim_name=name)
         existing_rows = ClaimedDevice.objects.filter(condition)
     existing = {(r.namespace, r.claim_name, r.device): r for r in existing_rows.order_by("pk")}
-    gpus = _gpus_of({node for _, node in wanted.values()})
+    gpus = _gpus_of({node for _, node, _ in wanted.values()})
     figures = _figures_index({g.figures_id for g in gpus.values() if g.figures_id is not None})
     stale = [r.pk for key, r in existing.items() if key not in wanted]
     if stale:
         ClaimedDevice.objects.filter(pk__in=stale).delete()
     create, update = [], []
-    for key, (view, node) in wanted.items():
-        fields = _claimed(view, node, key[2], gpus, figures)
+    for key, (view, node, share) in wanted.items():
+        fields = _claimed(view, node, key[2], gpus, figures, share)
         row = existing.get(key)
         if row is None:
             create.append(ClaimedDevice(namespace=key[0], claim_name=key[1], device=key[2], **fields))
@@ -561,7 +575,18 @@ def sync_claimed_devices(
             update.append(row)
     ClaimedDevice.objects.bulk_create(create, batch_size=2000)
     if update:
-        fields_list = ["claim_uid", "allocation_uuid", "node_name", "gpu_id", "profile", "start", "size", "seen_at"]
+        fields_list = [
+            "claim_uid",
+            "allocation_uuid",
+            "node_name",
+            "gpu_id",
+            "profile",
+            "start",
+            "size",
+            "share_id",
+            "consumed_memory_mib",
+            "seen_at",
+        ]
         now = timezone.now()
         for row in update:
             row.seen_at = now
@@ -590,6 +615,7 @@ def _attach_claimed_devices(node_names: list[str]) -> None:
                 uid=found[0].claim_uid,
                 allocation_uuid=str(found[0].allocation_uuid) if found[0].allocation_uuid else None,
                 devices=tuple((r.node_name, r.device) for r in found),
+                shares=tuple((r.share_id, r.consumed_memory_mib) for r in found),
             )
             for (namespace, name), found in views.items()
         ]

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from allocations import services
 from allocations.cluster import kube
+from allocations.cluster.reconcile import reconcile_cluster
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation, ClaimedDevice, Gpu, Node, NodePool, Quota
 from tests.allocations.test_concurrency import PARALLEL, run_in_parallel
@@ -195,6 +196,38 @@ def test_the_scheduler_refuses_a_share_that_would_over_commit_a_gpu_until_releas
     assert [(r["device"], r["consumedCapacity"]) for r in result["devices"]["results"]] == [
         ("gpu-0", {"memory": "8Gi"})
     ]
+
+
+def test_reconcile_leaves_active_shares_alone_and_recreates_a_share_claim_deleted_by_hand(
+    time_sliced: SharedWorld, admin: client.ApiClient
+) -> None:
+    # given: an active request for two shares (two claims)
+    sw = time_sliced
+    active = provision_and_wait(approve(sw, share_request(sw, memory_mib=4096, count=2)).pk)
+    ns = sw.namespace("team-a")
+
+    # when: a pass runs
+    report = reconcile_cluster()
+
+    # then: the claims read back are what the portal applies (selectors included): nothing to do
+    assert (report.recreated, report.moved, report.orphans, report.deleted_changed) == ([], [], [], [])
+
+    # when: one share's claim is deleted by hand (its pod with it, as the pod cannot run without it)
+    client.CoreV1Api(admin).delete_namespaced_pod(active.kube_name, ns, grace_period_seconds=0)
+    client.ResourceV1Api(admin).delete_namespaced_resource_claim(active.kube_claim_names[1], ns)
+    wait_for("the claim to be gone", lambda: kube.read_claim(ns, active.kube_claim_names[1]) is None)
+    report = reconcile_cluster()
+
+    # then: it is applied again with the pod, and the scheduler gives it 4 GiB of its GPU again
+    assert report.recreated == [active.pk]
+    assert objects_of(admin, ns, active) == (active.kube_claim_names, [active.kube_name])
+    wait_for(
+        "the claim to be allocated again",
+        lambda: (c := kube.read_claim(ns, active.kube_claim_names[1])) and c.allocation,
+    )
+    assert [(r["device"], r["consumedCapacity"]) for r in results_of(admin, sw, active)] == [
+        ("gpu-0", {"memory": "4Gi"})
+    ] * 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -471,7 +471,7 @@ def _claimed(
     suffix = mig_suffix(device)
     if gpu is not None:
         published = figures.get(gpu.figures_id or 0)
-        if suffix is None:  # the whole GPU
+        if suffix is None and not share[0]:  # the whole GPU (a share of it takes memory, not MIG memory slots)
             size = _memory_slots(gpu, published)
         elif published is not None:
             entry = published["by_suffix"].get(suffix)

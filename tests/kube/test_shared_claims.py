@@ -99,11 +99,15 @@ def test_two_tenants_shares_land_on_one_gpu_each_in_its_namespace_with_the_pools
     # when: fleet discovery lists the claims
     FleetDiscovery(resync_s=3600).sync_once()
 
-    # then: one row per share, with its share ID and the memory it consumed, tied to its request
+    # then: one row per share on GPU 0, with its share ID and the memory it consumed (no MIG memory slots), tied
+    # to its request
+    gpu0 = Gpu.objects.get(node__name=sw.node.name, index=0).pk
     rows = ClaimedDevice.objects.filter(node_name=sw.node.name).order_by("namespace")
-    assert [(r.namespace, r.device, r.share_id, r.consumed_memory_mib, r.allocation_uuid) for r in rows] == [
-        (sw.namespace("team-a"), "gpu-0", ra["shareID"], 8192, a.uuid),
-        (sw.namespace("team-b"), "gpu-0", rb["shareID"], 8192, b.uuid),
+    assert [
+        (r.namespace, r.device, r.gpu_id, r.size, r.share_id, r.consumed_memory_mib, r.allocation_uuid) for r in rows
+    ] == [
+        (sw.namespace("team-a"), "gpu-0", gpu0, 0, ra["shareID"], 8192, a.uuid),
+        (sw.namespace("team-b"), "gpu-0", gpu0, 0, rb["shareID"], 8192, b.uuid),
     ]
 
 
@@ -196,6 +200,25 @@ def test_the_scheduler_refuses_a_share_that_would_over_commit_a_gpu_until_releas
     assert [(r["device"], r["consumedCapacity"]) for r in result["devices"]["results"]] == [
         ("gpu-0", {"memory": "8Gi"})
     ]
+
+
+def test_the_portal_counts_memory_that_claims_made_outside_it_hold_on_a_gpu(
+    time_sliced: SharedWorld, admin: client.ApiClient, namespace: Any
+) -> None:
+    # given: a claim made outside the portal holds 16 GiB of GPU 0, and discovery has seen it
+    sw = time_sliced
+    ns = namespace("outside")
+    outside_claim(ns, sw.node.gpu_uuids[0], 16384)
+    wait_for("the outside claim to be allocated", lambda: (c := kube.read_claim(ns, "outside")) and c.allocation)
+    FleetDiscovery(resync_s=3600).sync_once()
+    assert ClaimedDevice.objects.get(namespace=ns).consumed_memory_mib == 16384
+
+    # when: a request for 8 GiB is provisioned (GPU 0 has 6.5 GiB left)
+    active = provision_and_wait(approve(sw, share_request(sw, memory_mib=8192)).pk)
+
+    # then: it was planned on GPU 1, where the scheduler allocated it
+    assert [p.gpu.index for p in active.placements.select_related("gpu")] == [1]
+    assert [r["device"] for r in results_of(admin, sw, active)] == ["gpu-1"]
 
 
 def test_reconcile_leaves_active_shares_alone_and_recreates_a_share_claim_deleted_by_hand(

@@ -132,6 +132,7 @@ class _Pool:
     slug: str
     gpu_model: str
     selector: Selector
+    shared: bool  # a shared or MPS pool: its GPUs must be published shareable
 
 
 class PoolMatcher:
@@ -147,12 +148,15 @@ class PoolMatcher:
             if selector is None:
                 self.by_hand.add(pool.pk)
             else:
-                self.pools.append(_Pool(pool.pk, pool.slug, pool.gpu_model, selector))
+                self.pools.append(_Pool(pool.pk, pool.slug, pool.gpu_model, selector, pool.is_shared))
 
-    def match(self, labels: dict[str, str], product: str, current: int | None) -> tuple[int | None, str]:
+    def match(
+        self, labels: dict[str, str], product: str, current: int | None, unshareable: bool = False
+    ) -> tuple[int | None, str]:
         """(pool id, note): the one pool whose selector matches; None with the reason otherwise. Of several
         matching pools, a node stays in the one it is in; a node registered by hand in a pool without a selector
-        stays there."""
+        stays there. A node whose driver publishes its GPUs but not as shareable (`unshareable`) joins no shared
+        or MPS pool: every claim there would take a whole GPU."""
         if current in self.by_hand:
             return current, ""
         matching = [p for p in self.pools if p.selector.matches(labels)]
@@ -162,6 +166,14 @@ class PoolMatcher:
         if not fitting:
             names = ", ".join(p.slug for p in matching)
             return None, f"Its GPUs ({product}) are not the model of the pool(s) whose selector matches: {names}."
+        if unshareable and all(p.shared for p in fitting):
+            names = ", ".join(p.slug for p in fitting)
+            return None, (
+                f"Its GPUs are not published as shareable (allowMultipleAllocations), which the shared pool(s) "
+                f"{names} need: run NVIDIA's DRA driver with consumable shares (--consumable-shares=memory) and "
+                "Kubernetes' DRAConsumableCapacity on (docs/sharing.md)."
+            )
+        fitting = [p for p in fitting if not (unshareable and p.shared)]
         if len(fitting) > 1:
             stay = next((p for p in fitting if p.pk == current), None)
             if stay is not None:
@@ -253,7 +265,8 @@ def _plan_node(
         return None
     published = found.published
     product = _product_of(found.labels, published, gpus)
-    pool_id, note = matcher.match(found.labels, product, row.pool_id if row is not None else None)
+    unshareable = published is not None and any(not g.shareable for g in published.gpus if g.figures is None)
+    pool_id, note = matcher.match(found.labels, product, row.pool_id if row is not None else None, unshareable)
     # The driver's own version when it published slices; else what we had; else GFD's label.
     driver = published.driver_version if published is not None else ""
     driver = driver or (row.driver_version if row is not None else "") or found.labels.get(DRIVER_VERSION_LABEL, "")

@@ -1001,6 +1001,8 @@ class DeviceInfo:
     attributes: dict[str, str | int | bool]
     capacity: dict[str, int]
     consumes: tuple[tuple[str, dict[str, int]], ...]  # (counter set, {counter: value})
+    # allowMultipleAllocations: several claims may hold the device at once (DRA consumable capacity).
+    shareable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1082,6 +1084,7 @@ def slice_info(raw: dict[str, Any]) -> SliceInfo:
                     (str(c.get("counterSet", "")), _counters(c.get("counters")))
                     for c in device.get("consumesCounters") or []
                 ),
+                shareable=device.get("allowMultipleAllocations") is True,
             )
         )
     return SliceInfo(

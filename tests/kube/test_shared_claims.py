@@ -12,6 +12,8 @@ from kubernetes import client
 
 from allocations import services
 from allocations.cluster import kube
+from allocations.cluster.fake_fleet import create_ready_node, publish_slices
+from allocations.cluster.fake_shared import SHAREABLE_GPUS, shared_gfd_labels, shared_resource_slices
 from allocations.cluster.reconcile import reconcile_cluster
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation, ClaimedDevice, Gpu, Node, NodePool, Quota
@@ -52,6 +54,35 @@ def test_discovery_puts_the_shareable_gpus_in_the_pool_whose_selector_matches(ti
         (0, sw.node.gpu_uuids[0], L4, L4_MIB),
         (1, sw.node.gpu_uuids[1], L4, L4_MIB),
     ]
+
+
+def test_a_node_whose_driver_publishes_its_gpus_without_consumable_shares_joins_no_shared_pool(
+    time_sliced: SharedWorld, admin: client.ApiClient
+) -> None:
+    # given: a second node of L4s with the pool's label, whose driver runs without consumable shares: its GPUs are
+    # published whole, `memory` without a request policy, no allowMultipleAllocations
+    sw = time_sliced
+    name = f"{sw.node.name}-plain"
+    selector_key, run = sw.pool.node_selector.split("=")
+    uid = create_ready_node(admin, name, {**shared_gfd_labels(SHAREABLE_GPUS[L4], 2), selector_key: run})
+    bodies = shared_resource_slices(SHAREABLE_GPUS[L4], name, uid, 2)
+    for device in bodies[0]["spec"]["devices"]:
+        del device["allowMultipleAllocations"]
+        del device["capacity"]["memory"]["requestPolicy"]
+    publish_slices(admin, bodies)
+
+    # when
+    FleetDiscovery(resync_s=3600).sync_once()
+
+    # then: it stays out of the time-sliced pool, saying why; the shareable node stays in
+    plain = Node.objects.get(name=name)
+    assert plain.pool_id is None
+    assert plain.pool_note == (
+        f"Its GPUs are not published as shareable (allowMultipleAllocations), which the shared pool(s) "
+        f"{sw.pool.slug} need: run NVIDIA's DRA driver with consumable shares (--consumable-shares=memory) and "
+        "Kubernetes' DRAConsumableCapacity on (docs/sharing.md)."
+    )
+    assert Node.objects.get(name=sw.node.name).pool_id == sw.pool.pk
 
 
 def test_two_tenants_shares_land_on_one_gpu_each_in_its_namespace_with_the_pools_time_slicing(

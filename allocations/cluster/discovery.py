@@ -484,7 +484,7 @@ def _claimed(
     suffix = mig_suffix(device)
     if gpu is not None:
         published = figures.get(gpu.figures_id or 0)
-        if suffix is None and not share[0]:  # the whole GPU (a share of it takes memory, not MIG memory slots)
+        if suffix is None and not _part_of_gpu(gpu, share):  # the whole GPU
             size = _memory_slots(gpu, published)
         elif published is not None:
             entry = published["by_suffix"].get(suffix)
@@ -503,6 +503,13 @@ def _claimed(
         "share_id": share[0],
         "consumed_memory_mib": share[1],
     }
+
+
+def _part_of_gpu(gpu: Gpu, share: tuple[str, int | None]) -> bool:
+    """A share that consumed less than the GPU's memory: it takes memory, not the GPU's MIG memory slots. (A claim
+    that names no memory takes all of it under the driver's `memory` policy: that is the whole GPU.)"""
+    share_id, consumed = share
+    return bool(share_id) and consumed is not None and gpu.memory_mib is not None and consumed < gpu.memory_mib
 
 
 def _memory_slots(gpu: Gpu, published: dict[str, Any] | None) -> int:

@@ -401,6 +401,8 @@ class Allocation(models.Model):
     @property
     def kube_claim_names(self) -> list[str]:
         """The names of the allocation's ResourceClaims (see claim_names_for), whether they exist or not."""
+        if self.profile == SHARE_PROFILE:
+            return share_claim_names_for(self.kube_name, self.count)
         return claim_names_for(self.kube_name, self.count)
 
     @property
@@ -426,6 +428,14 @@ def claim_names_for(kube_name: str, count: int) -> list[str]:
     if count <= MAX_REQUESTS_PER_CLAIM:
         return [kube_name]
     return [f"{kube_name}-{k}" for k in range(-(-count // MAX_REQUESTS_PER_CLAIM))]
+
+
+def share_claim_names_for(kube_name: str, count: int) -> list[str]:
+    """The claims of a request for `count` shares of whole GPUs (shared and MPS pools): one claim per share, so
+    that each share can go to a pod of its own (allocations/cluster/shared_claims.py); `<kube_name>` for one."""
+    if count == 1:
+        return [kube_name]
+    return [f"{kube_name}-share-{k}" for k in range(count)]
 
 
 def tenant_namespace(tenant: Tenant) -> str:

@@ -37,7 +37,7 @@ MIN_MINOR = 34
 RESOURCE_GROUP = "resource.k8s.io"
 NEEDED_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
 # The DeviceClasses NVIDIA's chart installs (allocations/cluster/fake_fleet.py publishes the same); the portal's
-# claims name the MIG one.
+# claims name the MIG one, and gpu.nvidia.com in shared and MPS pools (allocations/cluster/shared_claims.py).
 NVIDIA_DEVICE_CLASSES = ("gpu.nvidia.com", kube.MIG_DEVICE_CLASS, "vfio.gpu.nvidia.com")
 # A GPU node is one that any of these label: the GPU Operator, GPU Feature Discovery, Node Feature Discovery (NVIDIA's
 # PCI vendor id). Pools select nodes by GFD's labels (nvidia.com/gpu.product).
@@ -319,7 +319,8 @@ def check_device_classes() -> CheckResult:
             "device-classes",
             "NVIDIA DeviceClasses",
             Level.WARN,
-            f"{kube.MIG_DEVICE_CLASS} is there; missing: {listed(missing)} (the portal does not use them).",
+            f"{kube.MIG_DEVICE_CLASS} is there; missing: {listed(missing)} (MIG pools do not use them; the claims "
+            "of shared and MPS pools name gpu.nvidia.com).",
             "The driver's chart installs them all; an older or partial install lacks some. Reinstall the chart.",
         )
     return CheckResult(

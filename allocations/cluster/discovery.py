@@ -71,6 +71,12 @@ class ClaimView:
     uid: str
     allocation_uuid: str | None
     devices: tuple[tuple[str, str], ...]
+    # Per device, in the same order: (shareID, consumed memory in MiB) where the device is shared (a GPU published
+    # with allowMultipleAllocations: each claim on it is a share of its own); ("", None) otherwise.
+    shares: tuple[tuple[str, int | None], ...] = ()
+
+    def share_of(self, i: int) -> tuple[str, int | None]:
+        return self.shares[i] if i < len(self.shares) else ("", None)
 
 
 @dataclass
@@ -114,7 +120,8 @@ def product_matches(product: str, model_name: str) -> bool:
     try:
         model = catalog.model(model_name)
     except UnknownGpuModel:
-        return False
+        # A GPU without MIG (shared and MPS pools: "NVIDIA L4"): the names alone, as the driver or GFD spell them.
+        return _normalised(product) == _normalised(model_name)
     wanted = _normalised(product)
     return any(wanted == _normalised(n) for n in (model.name, *model.aliases))
 
@@ -125,6 +132,7 @@ class _Pool:
     slug: str
     gpu_model: str
     selector: Selector
+    shared: bool  # a shared or MPS pool: its GPUs must be published shareable
 
 
 class PoolMatcher:
@@ -140,12 +148,15 @@ class PoolMatcher:
             if selector is None:
                 self.by_hand.add(pool.pk)
             else:
-                self.pools.append(_Pool(pool.pk, pool.slug, pool.gpu_model, selector))
+                self.pools.append(_Pool(pool.pk, pool.slug, pool.gpu_model, selector, pool.is_shared))
 
-    def match(self, labels: dict[str, str], product: str, current: int | None) -> tuple[int | None, str]:
+    def match(
+        self, labels: dict[str, str], product: str, current: int | None, unshareable: bool = False
+    ) -> tuple[int | None, str]:
         """(pool id, note): the one pool whose selector matches; None with the reason otherwise. Of several
         matching pools, a node stays in the one it is in; a node registered by hand in a pool without a selector
-        stays there."""
+        stays there. A node whose driver publishes its GPUs but not as shareable (`unshareable`) joins no shared
+        or MPS pool: every claim there would take a whole GPU."""
         if current in self.by_hand:
             return current, ""
         matching = [p for p in self.pools if p.selector.matches(labels)]
@@ -155,6 +166,14 @@ class PoolMatcher:
         if not fitting:
             names = ", ".join(p.slug for p in matching)
             return None, f"Its GPUs ({product}) are not the model of the pool(s) whose selector matches: {names}."
+        if unshareable and all(p.shared for p in fitting):
+            names = ", ".join(p.slug for p in fitting)
+            return None, (
+                f"Its GPUs are not published as shareable (allowMultipleAllocations), which the shared pool(s) "
+                f"{names} need: run NVIDIA's DRA driver with consumable shares (--consumable-shares=memory) and "
+                "Kubernetes' DRAConsumableCapacity on (docs/sharing.md)."
+            )
+        fitting = [p for p in fitting if not (unshareable and p.shared)]
         if len(fitting) > 1:
             stay = next((p for p in fitting if p.pk == current), None)
             if stay is not None:
@@ -246,7 +265,8 @@ def _plan_node(
         return None
     published = found.published
     product = _product_of(found.labels, published, gpus)
-    pool_id, note = matcher.match(found.labels, product, row.pool_id if row is not None else None)
+    unshareable = published is not None and any(not g.shareable for g in published.gpus if g.figures is None)
+    pool_id, note = matcher.match(found.labels, product, row.pool_id if row is not None else None, unshareable)
     # The driver's own version when it published slices; else what we had; else GFD's label.
     driver = published.driver_version if published is not None else ""
     driver = driver or (row.driver_version if row is not None else "") or found.labels.get(DRIVER_VERSION_LABEL, "")
@@ -451,7 +471,12 @@ def set_node_state(*, node_id: int, state: str) -> Node:
 
 
 def _claimed(
-    view: ClaimView, node: str, device: str, gpus: dict[tuple[str, int], Gpu], figures: dict[int, dict[str, Any]]
+    view: ClaimView,
+    node: str,
+    device: str,
+    gpus: dict[tuple[str, int], Gpu],
+    figures: dict[int, dict[str, Any]],
+    share: tuple[str, int | None] = ("", None),
 ) -> dict[str, Any]:
     minor = minor_of(device)
     gpu = gpus.get((node, minor)) if minor is not None else None
@@ -459,7 +484,7 @@ def _claimed(
     suffix = mig_suffix(device)
     if gpu is not None:
         published = figures.get(gpu.figures_id or 0)
-        if suffix is None:  # the whole GPU
+        if suffix is None and not _part_of_gpu(gpu, share):  # the whole GPU
             size = _memory_slots(gpu, published)
         elif published is not None:
             entry = published["by_suffix"].get(suffix)
@@ -475,7 +500,16 @@ def _claimed(
         "profile": profile,
         "start": start,
         "size": size,
+        "share_id": share[0],
+        "consumed_memory_mib": share[1],
     }
+
+
+def _part_of_gpu(gpu: Gpu, share: tuple[str, int | None]) -> bool:
+    """A share that consumed less than the GPU's memory: it takes memory, not the GPU's MIG memory slots. (A claim
+    that names no memory takes all of it under the driver's `memory` policy: that is the whole GPU.)"""
+    share_id, consumed = share
+    return bool(share_id) and consumed is not None and gpu.memory_mib is not None and consumed < gpu.memory_mib
 
 
 def _memory_slots(gpu: Gpu, published: dict[str, Any] | None) -> int:
@@ -531,10 +565,10 @@ def sync_claimed_devices(
     of the claims in `removed` (deleted or no longer allocated) and, with `everything` (a full list), of every
     claim not in `claims`. Returns the number of rows written or deleted. Not audited: claims come and go all
     day; what they hold shows on the dashboard."""
-    wanted: dict[tuple[str, str, str], tuple[ClaimView, str]] = {}
+    wanted: dict[tuple[str, str, str], tuple[ClaimView, str, tuple[str, int | None]]] = {}
     for view in claims:
-        for node, device in view.devices:
-            wanted[(view.namespace, view.name, device)] = (view, node)
+        for i, (node, device) in enumerate(view.devices):
+            wanted[(view.namespace, view.name, device)] = (view, node, view.share_of(i))
     keys = {(v.namespace, v.name) for v in claims} | set(removed)
     existing_rows = ClaimedDevice.objects.all() if everything else ClaimedDevice.objects.none()
     if not everything and keys:
@@ -543,14 +577,14 @@ def sync_claimed_devices(
             condition |= Q(namespace=namespace, claim_name=name)
         existing_rows = ClaimedDevice.objects.filter(condition)
     existing = {(r.namespace, r.claim_name, r.device): r for r in existing_rows.order_by("pk")}
-    gpus = _gpus_of({node for _, node in wanted.values()})
+    gpus = _gpus_of({node for _, node, _ in wanted.values()})
     figures = _figures_index({g.figures_id for g in gpus.values() if g.figures_id is not None})
     stale = [r.pk for key, r in existing.items() if key not in wanted]
     if stale:
         ClaimedDevice.objects.filter(pk__in=stale).delete()
     create, update = [], []
-    for key, (view, node) in wanted.items():
-        fields = _claimed(view, node, key[2], gpus, figures)
+    for key, (view, node, share) in wanted.items():
+        fields = _claimed(view, node, key[2], gpus, figures, share)
         row = existing.get(key)
         if row is None:
             create.append(ClaimedDevice(namespace=key[0], claim_name=key[1], device=key[2], **fields))
@@ -561,7 +595,18 @@ def sync_claimed_devices(
             update.append(row)
     ClaimedDevice.objects.bulk_create(create, batch_size=2000)
     if update:
-        fields_list = ["claim_uid", "allocation_uuid", "node_name", "gpu_id", "profile", "start", "size", "seen_at"]
+        fields_list = [
+            "claim_uid",
+            "allocation_uuid",
+            "node_name",
+            "gpu_id",
+            "profile",
+            "start",
+            "size",
+            "share_id",
+            "consumed_memory_mib",
+            "seen_at",
+        ]
         now = timezone.now()
         for row in update:
             row.seen_at = now
@@ -590,6 +635,7 @@ def _attach_claimed_devices(node_names: list[str]) -> None:
                 uid=found[0].claim_uid,
                 allocation_uuid=str(found[0].allocation_uuid) if found[0].allocation_uuid else None,
                 devices=tuple((r.node_name, r.device) for r in found),
+                shares=tuple((r.share_id, r.consumed_memory_mib) for r in found),
             )
             for (namespace, name), found in views.items()
         ]

@@ -86,6 +86,9 @@ class DeviceRequestSpec:
     profile: str
     gpu_uuid: str
     mig_uuid: str = ""
+    # A share of a whole GPU (shared and MPS pools): the GPU pinned by its `uuid`, this much of its `memory`
+    # capacity requested (DRA consumable capacity); `profile` is not selected on then.
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,8 @@ class ClaimSpec:
     tenant_slug: str
     requests: tuple[DeviceRequestSpec, ...]
     device_class: str = MIG_DEVICE_CLASS
+    # The driver's opaque configuration for every request (NVIDIA's GpuConfig: time-slicing or MPS settings).
+    gpu_config: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,10 @@ class AllocatedDevice:
     driver: str
     pool: str
     device: str
+    # Consumable capacity (a device that allows multiple allocations): which share of the device this is, and
+    # the memory it consumed there (MiB; None when the device is not shared).
+    share_id: str = ""
+    consumed_memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +345,37 @@ def quota_resource_name(device_class: str) -> str:
 # --- claims and holder pods -------------------------------------------------------------------------------
 
 
-def claim_body(spec: ClaimSpec) -> dict[str, Any]:
+def mib_quantity(mib: int) -> str:
+    """MiB as the API server writes a quantity back (canonical form: 4096Mi is stored as 4Gi)."""
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def _request_selectors(r: DeviceRequestSpec) -> list[dict[str, Any]]:
     attrs = f"device.attributes['{DRIVER}']"
+    if r.memory_mib is not None:  # a share of a whole GPU: the GPU itself is the device
+        return [{"cel": {"expression": f"{attrs}.uuid == '{r.gpu_uuid}'"}}]
+    return [
+        {"cel": {"expression": f"{attrs}.profile == '{r.profile}'"}},
+        *([{"cel": {"expression": f"{attrs}.parentUUID == '{r.gpu_uuid}'"}}] if r.gpu_uuid else []),
+        *([{"cel": {"expression": f"{attrs}.uuid == '{r.mig_uuid}'"}}] if r.mig_uuid else []),
+    ]
+
+
+def _exactly(r: DeviceRequestSpec, device_class: str) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": _request_selectors(r)}
+    if r.memory_mib is not None:
+        exactly["capacity"] = {"requests": {"memory": mib_quantity(r.memory_mib)}}
+    return exactly
+
+
+def claim_body(spec: ClaimSpec) -> dict[str, Any]:
+    devices: dict[str, Any] = {
+        "requests": [{"name": r.name, "exactly": _exactly(r, spec.device_class)} for r in spec.requests]
+    }
+    if spec.gpu_config is not None:
+        devices["config"] = [
+            {"requests": [r.name for r in spec.requests], "opaque": {"driver": DRIVER, "parameters": spec.gpu_config}}
+        ]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -346,28 +384,7 @@ def claim_body(spec: ClaimSpec) -> dict[str, Any]:
             "namespace": spec.namespace,
             "labels": _labels(spec.allocation_uuid, spec.tenant_slug),
         },
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": r.name,
-                        "exactly": {
-                            "deviceClassName": spec.device_class,
-                            "selectors": [
-                                {"cel": {"expression": f"{attrs}.profile == '{r.profile}'"}},
-                                *(
-                                    [{"cel": {"expression": f"{attrs}.parentUUID == '{r.gpu_uuid}'"}}]
-                                    if r.gpu_uuid
-                                    else []
-                                ),
-                                *([{"cel": {"expression": f"{attrs}.uuid == '{r.mig_uuid}'"}}] if r.mig_uuid else []),
-                            ],
-                        },
-                    }
-                    for r in spec.requests
-                ]
-            }
-        },
+        "spec": {"devices": devices},
     }
 
 
@@ -507,10 +524,25 @@ def _allocation_of(status: Any) -> ClaimAllocation | None:
             if match.key == "metadata.name" and match.values:
                 node = match.values[0]
     devices = tuple(
-        AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
+        AllocatedDevice(
+            request=r.request,
+            driver=r.driver,
+            pool=r.pool,
+            device=r.device,
+            share_id=r.share_id or "",
+            consumed_memory_mib=consumed_memory_mib(r.consumed_capacity),
+        )
         for r in allocation.devices.results or []
     )
     return ClaimAllocation(node_name=node, devices=devices)
+
+
+def consumed_memory_mib(consumed: dict[str, Any] | None) -> int | None:
+    """The `memory` of a result's consumedCapacity in MiB (rounded up), None when it has none."""
+    value = (consumed or {}).get("memory")
+    if value is None:
+        return None
+    return -(-quantity(str(value)) // (1 << 20))
 
 
 def read_claim(namespace: str, name: str) -> ClaimState | None:
@@ -969,6 +1001,8 @@ class DeviceInfo:
     attributes: dict[str, str | int | bool]
     capacity: dict[str, int]
     consumes: tuple[tuple[str, dict[str, int]], ...]  # (counter set, {counter: value})
+    # allowMultipleAllocations: several claims may hold the device at once (DRA consumable capacity).
+    shareable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1050,6 +1084,7 @@ def slice_info(raw: dict[str, Any]) -> SliceInfo:
                     (str(c.get("counterSet", "")), _counters(c.get("counters")))
                     for c in device.get("consumesCounters") or []
                 ),
+                shareable=device.get("allowMultipleAllocations") is True,
             )
         )
     return SliceInfo(
@@ -1078,6 +1113,8 @@ def claim_info(raw: dict[str, Any]) -> ClaimInfo:
                 driver=DRIVER,
                 pool=str(r.get("pool", "")),
                 device=str(r.get("device", "")),
+                share_id=str(r.get("shareID") or ""),
+                consumed_memory_mib=consumed_memory_mib(r.get("consumedCapacity")),
             )
             for r in results
             if r.get("driver") == DRIVER

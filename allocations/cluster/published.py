@@ -130,6 +130,7 @@ class GpuPart:
     devices: tuple[DeviceFigure, ...]
     static_mig: bool  # MIG devices without counters: MIG partitions made beforehand (mig-parted), not DynamicMIG
     instances: tuple[StaticInstance, ...] = ()  # static MIG: the devices that exist, in start order
+    shareable: bool = False  # the whole GPU is published with allowMultipleAllocations (consumable shares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,7 @@ def summarize(info: SliceInfo) -> SliceSummary:
                 gpu[key] = str(attributes.get(attribute, ""))
         if whole is not None:
             gpu["uuid"] = str(attributes.get("uuid", "")) or gpu["uuid"]
+            gpu["shareable"] = device.shareable
             memory = device.capacity.get("memory")
             gpu["memory"] = memory // MIB if memory is not None else None
             if device.consumes and not gpu["counter_set"]:
@@ -227,6 +229,7 @@ def summarize(info: SliceInfo) -> SliceSummary:
             devices=_intern(tuple(gpu["devices"])),
             static_mig=gpu["static"],
             instances=tuple(sorted(gpu["instances"], key=lambda i: i.start)),
+            shareable=gpu.get("shareable", False),
         )
         for minor, gpu in sorted(by_minor.items())
     )
@@ -251,6 +254,7 @@ class PublishedGpu:
     figures: Figures | None  # None: no counters and no MIG devices published (a whole GPU, MIG off), or static MIG
     static_mig: bool = False  # the driver publishes the MIG devices that exist (no DynamicMIG)
     instances: tuple[StaticInstance, ...] = ()  # static MIG: those devices, in start order
+    shareable: bool = False  # the whole GPU allows multiple allocations: shared and MPS pools can use it
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +361,7 @@ class DriverPools:
                     figures=figures,
                     static_mig=any(p.static_mig for p in found),
                     instances=tuple(sorted((i for p in found for i in p.instances), key=lambda i: i.start)),
+                    shareable=any(p.shareable for p in found),
                 )
             )
         return Published(

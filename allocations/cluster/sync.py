@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from allocations.cluster import kube, static_provisioning
+from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
@@ -76,6 +76,8 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    if pool.is_shared:  # shares of whole GPUs by memory size (time-sliced or MPS), not MIG slices
+        return shared_provisioning.provision_shared(allocation=allocation, pool=pool)
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
         return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
     slices = plan_slices_for_scheduler(
@@ -121,7 +123,10 @@ def cluster_specs(allocation: Allocation) -> tuple[list[kube.ClaimSpec], kube.Ho
     One request `mig-<i>` per planned slice, pinned to its profile and GPU, in slice order; a claim holds at most
     MAX_REQUESTS_PER_CLAIM of them (the API server refuses more), so a larger request has several claims,
     named by Allocation.kube_claim_names. The one holder pod references them all: the scheduler allocates a
-    pod's claims together, so they are allocated all or none, on the pod's node."""
+    pod's claims together, so they are allocated all or none, on the pod's node. A shared or MPS pool's request
+    has one claim per share instead (shared_claims.py)."""
+    if allocation.pool.is_shared:
+        return shared_claims.shared_cluster_specs(allocation, pool_tolerations(allocation.pool))
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
     namespace = tenant_namespace(allocation.tenant)
     requests = [

@@ -92,6 +92,7 @@ def claim_view(info: kube.ClaimInfo, prefix: str) -> ClaimView | None:
         uid=info.uid,
         allocation_uuid=allocation,
         devices=tuple((d.pool, d.device) for d in info.devices),
+        shares=tuple((d.share_id, d.consumed_memory_mib) for d in info.devices),
     )
 
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import SLOW_PAGE_MS
 from tests.conftest import World
-
-# ReDoc lays out the whole schema in the page's one thread before it shows anything, and on a loaded 2-core machine
-# that went past the usual 10 s bounds (the flaky runs; the ReDoc test took 21 s in all at load 7, docs/benchmarks.md
-# "CI time"). These bounds only cap how long a failure takes to show; a passing run waits for the page, not them.
-SLOW_PAGE_MS = 60_000
 
 
 @pytest.mark.parametrize(("path", "name"), [("/api/v1/docs/", "swagger"), ("/api/v1/redoc/", "redoc")])

@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 from allocations import services
 from allocations.models import Allocation, LeaseExtension
 from tenants.models import ApiToken
+from tests.browser.conftest import SLOW_PAGE_MS
 from tests.conftest import World
 
 WIDTHS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
@@ -180,14 +181,15 @@ def test_redoc_loads_nothing_from_the_internet(world: World, signed_in, screensh
     """Issue 9: ReDoc loaded web fonts from Google (and its bundle Redocly's logo from a CDN)."""
     # given
     page = signed_in(world.alice)
+    page.set_default_timeout(SLOW_PAGE_MS)  # goto and the full-page screenshot
     outside: list[str] = []
     ours = (live_server.url, f"blob:{live_server.url}", "data:")  # the page, its worker's blob, inline data
     page.on("request", lambda r: None if r.url.startswith(ours) else outside.append(r.url))
     # when
     page.goto("/api/v1/redoc/")
     # then
-    expect(page.get_by_text("Fatia API").first).to_be_visible()
-    expect(page.get_by_text("/api/v1/allocations/").first).to_be_attached()
+    expect(page.get_by_text("Fatia API").first).to_be_visible(timeout=SLOW_PAGE_MS)
+    expect(page.get_by_text("/api/v1/allocations/").first).to_be_attached(timeout=SLOW_PAGE_MS)
     page.wait_for_timeout(500)  # the side menu's logo is added after the first render
     assert outside == []
     screenshot(page, "redoc-offline")

@@ -183,7 +183,9 @@ def wait_until_it_answers(process: subprocess.Popen[str], url: str, sandbox: San
         assert process.poll() is None, f"the server exited with {process.returncode}:\n{sandbox.log_of(process)}"
         try:
             return requests.get(url, timeout=5)
-        except requests.ConnectionError:
+        # A read timeout too: gunicorn's socket accepts before a loaded machine's worker has loaded Django (the
+        # events role's probe timed out so at load 8 to 14); the 120 s deadline still bounds the wait.
+        except (requests.ConnectionError, requests.Timeout):
             if time.monotonic() > deadline:
                 raise AssertionError(f"nothing answered {url}:\n{sandbox.log_of(process)}") from None
             time.sleep(0.25)

@@ -18,7 +18,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import task_prerun, task_success
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from django.utils import timezone
 
 from allocations import notifications
 from allocations.cluster import check_runs, reconcile, reconfigure
@@ -179,17 +178,16 @@ def check_cluster_task() -> None:
         check_runs.record_unfinished_check()
 
 
-# The outbox's bookkeeping: a task that returned has done what its rows asked for. Only rows written before it
-# started count, so a change committed while it ran still gets a run of its own.
+# The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change
+# committed while it ran keeps its row and gets a run of its own. A failing query here is logged by Celery and
+# costs only a resend.
 @task_prerun.connect
-def _remember_start(task: Task[Any, Any] | None = None, **_: Any) -> None:
-    if task is not None:
-        task.request.update(outbox_started_at=timezone.now())
+def _note_outbox_rows(task: Task[Any, Any] | None = None, args: Any = None, **_: Any) -> None:
+    if task is not None and task.name.startswith("allocations."):
+        task.request.update(outbox_rows=outbox.open_message_ids(task.name, list(args or ())))
 
 
 @task_success.connect
 def _mark_outbox_done(sender: Task[Any, Any] | None = None, **_: Any) -> None:
-    if sender is None or not sender.name.startswith("allocations."):
-        return
-    started = getattr(sender.request, "outbox_started_at", None)
-    outbox.mark_done(sender.name, list(sender.request.args or ()), before=started)
+    if sender is not None:
+        outbox.mark_done(getattr(sender.request, "outbox_rows", None) or [])

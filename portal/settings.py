@@ -578,3 +578,6 @@ FATIA_OUTBOX_MAX_SENDS = env_int("FATIA_OUTBOX_MAX_SENDS", 30)
 # requeue (services/requeue.py, every FATIA_OUTBOX_SWEEP_S, whatever the cluster backend) queues it again. On
 # Kubernetes, PROVISIONING waits at least the claim's own allocation deadline.
 FATIA_STUCK_REQUEST_S = env_int("FATIA_STUCK_REQUEST_S", 120)
+# A view that finds the database down answers 503 with Retry-After, not 500 (portal/unavailable.py). Last, so it is
+# the first to see a view's exception.
+MIDDLEWARE = [*MIDDLEWARE, "portal.unavailable.DatabaseUnavailableMiddleware"]

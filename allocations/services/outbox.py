@@ -6,7 +6,7 @@ sent to the broker at once (`Dispatch.send`); a broker that is down only logs a 
 request that already committed. The beat's sweep (`resend_due_messages`) sends again every row that is not done
 once it is due: never sent, or sent and not done within FATIA_OUTBOX_RESEND_S (a lost message: broker restarted
 empty, worker killed), the delay doubling with each send. A task that ran to the end marks the rows that asked for
-it done (`mark_done`, from the task_success signal in tasks.py), so finished work is not sent again. Every task is
+it done (`mark_done`, from Celery's task signals in tasks.py), so finished work is not sent again. Every task is
 idempotent, so a second copy of one finds its work done and returns.
 
 Tasks are named, never imported: services do not import tasks.py (the import would loop back into the services).
@@ -128,10 +128,19 @@ def resend_due_messages(*, now: datetime | None = None) -> SweepReport:
     return SweepReport(sent=sent, failed=failed, given_up=given_up, deleted=deleted)
 
 
-def mark_done(task_name: str, args: list[Any] | tuple[Any, ...], *, before: datetime | None = None) -> int:
-    """The task `task_name(*args)` ran to the end: its open rows written before `before` (the task's start) are
-    done. Returns how many."""
-    open_rows = OutboxMessage.objects.filter(task_name=task_name, args=list(args), done_at__isnull=True)
-    if before is not None:
-        open_rows = open_rows.filter(created_at__lte=before)
-    return open_rows.update(done_at=timezone.now())
+def open_message_ids(task_name: str, args: Sequence[Any]) -> list[int]:
+    """The rows asking for `task_name(*args)` that are committed and not done: what a run starting now covers."""
+    return list(
+        OutboxMessage.objects.filter(task_name=task_name, args=list(args), done_at__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def mark_done(message_ids: Sequence[int]) -> int:
+    """A task ran to the end: the rows it covered (open_message_ids at its start) are done. Returns how many.
+
+    Rows written while it ran are not among them and get a run of their own (no clock is compared)."""
+    if not message_ids:
+        return 0
+    return OutboxMessage.objects.filter(pk__in=message_ids, done_at__isnull=True).update(done_at=timezone.now())

@@ -91,7 +91,7 @@ def celery_app_on(url: str) -> Iterator[None]:
         point(old)
 
 
-def _env(broker_url: str, **extra: str) -> dict[str, str]:
+def process_env(broker_url: str, **extra: str) -> dict[str, str]:
     from django.conf import settings
 
     db = settings.DATABASES["default"]
@@ -110,7 +110,7 @@ def celery_process(kind: str, broker_url: str, workdir: Path, **extra: str) -> I
     args = ["worker", "--pool=solo"] if kind == "worker" else ["beat", "-s", str(workdir / "beat-schedule")]
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "portal", *args, "--loglevel=WARNING"],
-        env=_env(broker_url, **extra),
+        env=process_env(broker_url, **extra),
         cwd=Path(__file__).resolve().parents[2],
     )
     try:

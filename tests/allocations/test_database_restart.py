@@ -51,7 +51,15 @@ def restart_postgres() -> None:
     connection.close()
     [pg_ctl] = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[-1:]
     as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_owner, pg_ctl, "-D", data_dir, "-m", "fast", "-w", "restart"], check=True, capture_output=True)
+    # The new server's output goes to its own log: a pipe to this process would stay open for as long as it runs.
+    log = os.path.join(data_dir, "server.log")
+    subprocess.run(
+        [*as_owner, pg_ctl, "-D", data_dir, "-l", log, "-m", "fast", "-w", "restart"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )
 
 
 @contextlib.contextmanager
@@ -154,7 +162,7 @@ def test_a_postgres_restart_during_a_create_and_list_loop_and_while_idle_loses_n
     restart_postgres()
     after = [stack.create(world) for _ in range(2)]
     # then: no server error, the requests after the idle restart all succeed, every request ends ACTIVE once
-    assert {code for code in stack.codes if code >= 500 and code != 503} == set(), stack.codes
+    assert {code for code in stack.codes if code >= 500 and code != 503 or code == 0} == set(), stack.codes
     assert after == [201, 201], stack.codes
     waited = wait_settled(stack.created, CONVERGE_S)
     statuses = Counter(Allocation.objects.filter(pk__in=stack.created).values_list("status", flat=True))

@@ -3,17 +3,12 @@ worker and beat. Requests go through the API in this process; the worker and bea
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
 
-from allocations.models import Allocation, NodePool, OutboxMessage
+from allocations.models import Allocation, OutboxMessage
 from tests.allocations.faults import (
     FAST,
     PrivateRedis,
@@ -117,54 +112,3 @@ def test_broker_restarted_empty_with_messages_queued_loses_nothing(
         assert set(Allocation.objects.filter(pk__in=ids).values_list("status", flat=True)) == {Status.ACTIVE}, waited
     assert waited < CONVERGE_S
     assert_books_balance([world.tenant_a.pk])
-
-
-def test_a_worker_killed_with_its_children_mid_provisioning_loses_no_request(
-    world: World, redis_server: PrivateRedis, tmp_path: Path
-):
-    # given: the pool's row locked elsewhere, so provisioning tasks stop in the middle (placement waits for it)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_pool_lock() -> None:
-        try:
-            with transaction.atomic():
-                NodePool.objects.select_for_update().get(pk=world.pool.pk)
-                locked.set()
-                release.wait(60)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_pool_lock)
-    holder.start()
-    assert locked.wait(10)
-    quick = {"FATIA_BROKER_VISIBILITY_TIMEOUT_S": "3"}
-    with celery_process("beat", redis_server.url, tmp_path):
-        with celery_process("worker", redis_server.url, tmp_path, children=2, **quick) as worker:
-            ids = [create(world, f"killed {n}")[1] for n in range(3)]
-            waiting = wait_for_lock_waiters(2)
-            # when: the worker and its children are killed while two tasks are inside provisioning
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        release.set()
-        holder.join()
-        # and: a new worker starts
-        with celery_process("worker", redis_server.url, tmp_path, children=2, **quick):
-            waited = wait_settled(ids, CONVERGE_S)
-    # then: every request ACTIVE, once
-    statuses = set(Allocation.objects.filter(pk__in=ids).values_list("status", flat=True))
-    assert (waiting, statuses) == (2, {Status.ACTIVE}), waited
-    assert_books_balance([world.tenant_a.pk])
-
-
-def wait_for_lock_waiters(n: int, timeout: float = 20.0) -> int:
-    """How many database sessions wait on a lock, once it reaches `n` (or the timeout passes)."""
-    deadline = time.monotonic() + timeout
-    count = 0
-    while time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            count = int(cursor.fetchone()[0])
-        if count >= n:
-            break
-        time.sleep(0.1)
-    return count

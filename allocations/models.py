@@ -718,3 +718,32 @@ class MigReconfiguration(models.Model):
     def batch_key(self) -> str:
         """The agent command batch of the current attempt (allocations/nodeagent/commands.py)."""
         return f"reconfiguration:{self.pk}:{self.step}" if self.step else f"reconfiguration:{self.pk}"
+
+
+class OutboxMessage(models.Model):
+    """A Celery task that is due because a state change committed (issue 16; allocations/services/outbox.py).
+
+    Written in the same transaction as the change, so the broker being down, restarted empty or a worker dying can
+    delay the work but never lose it: after commit the row is sent (`sent_count`, `last_sent_at`); a beat sweep sends
+    again every row that is not `done_at` once `due_at` passes; a task that ran to the end marks its rows done.
+    """
+
+    task_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    due_at = models.DateTimeField()
+    last_sent_at = models.DateTimeField(null=True, blank=True)
+    sent_count = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The sweep's and the tasks' lookups touch only rows not done: a small partial index.
+            models.Index(fields=["due_at"], condition=Q(done_at__isnull=True), name="outbox_due_idx"),
+            models.Index(fields=["task_name"], condition=Q(done_at__isnull=True), name="outbox_open_task_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}{tuple(self.args)}"

@@ -303,6 +303,21 @@ class AllocationActions:
     # A lease extension waiting for a manager, and whether this user may decide it.
     pending_extension: LeaseExtension | None
     can_decide_extension: bool
+    # Platform admins: the request's work is overdue and its task may be sent again (services/retry.py).
+    can_retry: bool = False
+
+
+# States in which a request waits on a task (provision, claim poll, teardown); see services/requeue.py.
+WORKING_STATES = (Status.APPROVED, Status.PROVISIONING, Status.RELEASING)
+
+
+def is_overdue(allocation: Allocation, *, now: datetime | None = None) -> bool:
+    """Waiting on a task for longer than FATIA_OUTBOX_RESEND_S: its task should have moved it on by now, so an
+    admin may send it again (services/retry.py)."""
+    now = now or timezone.now()
+    return allocation.status in WORKING_STATES and allocation.updated_at < now - timedelta(
+        seconds=settings.FATIA_OUTBOX_RESEND_S
+    )
 
 
 def allocation_actions(user: User, allocation: Allocation) -> AllocationActions:
@@ -323,6 +338,7 @@ def allocation_actions(user: User, allocation: Allocation) -> AllocationActions:
         extend_at_once_hours=min(at_once, extend_max),
         pending_extension=pending,
         can_decide_extension=manages and pending is not None,
+        can_retry=bool(user.is_staff) and is_overdue(allocation),
     )
 
 

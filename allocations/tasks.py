@@ -1,19 +1,23 @@
 """Celery tasks: ids in, one service call, done. Every service they call is idempotent.
 
 Retried with exponential backoff: KubeUnavailable (5xx, timeouts, an unreachable API) and the database's
-transient errors (a deadlock or serialization failure rolled the service's transaction back, or the connection
-broke: OperationalError), because running the service again is safe. Terminal cluster errors are handled inside
-the services (the request ends FAILED with the API server's message).
+transient errors (a deadlock or serialization failure rolled the service's transaction back: OperationalError; the
+connection broke: OperationalError or InterfaceError), because running the service again is safe. Terminal cluster
+errors are handled inside the services (the request ends FAILED with the API server's message).
+
+Work a service queues goes through the outbox (services/outbox.py): a task that ran to the end marks its outbox
+rows done (the task_success handler at the end), and `sweep_outbox_task` sends again what is due and not done.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import task_prerun, task_success
 from django.conf import settings
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from allocations import notifications
 from allocations.cluster import check_runs, reconcile, reconfigure
@@ -22,18 +26,20 @@ from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import leases, preshaping, provisioning, reclaim, requeue
+from allocations.services import leases, outbox, preshaping, provisioning, reclaim, requeue
 from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
 # work again (services/requeue.py), so an outage of any length converges.
 KUBE_RETRY: dict[str, Any] = {
-    "autoretry_for": (KubeUnavailable, OperationalError),
+    "autoretry_for": (KubeUnavailable, OperationalError, InterfaceError),
     "retry_backoff": 1,
     "retry_backoff_max": 10,
     "retry_jitter": False,
     "max_retries": 100,
 }
+
+DB_RETRY: dict[str, Any] = {**KUBE_RETRY, "autoretry_for": (OperationalError, InterfaceError), "max_retries": 10}
 
 
 # PoolBusy: the request fits only next to claims the scheduler is about to allocate; look again soon.
@@ -94,13 +100,19 @@ def onboard_tenant_task(tenant_id: int) -> None:
 
 @shared_task(acks_late=True)
 def reconcile_cluster_task() -> None:
-    """One reconcile pass (Kubernetes: cluster/reconcile.py; simulated: requeue requests whose task was lost);
-    the next beat tick retries."""
+    """Kubernetes: one reconcile pass (cluster/reconcile.py); the next beat tick retries. Requests whose task was
+    lost are requeued by sweep_outbox_task on every backend, whether the cluster answers or not."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         reconcile.reconcile_cluster()
-    else:
-        requeue.sweep_stuck_requests()
     metric_events.record_pass("reconcile")
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def sweep_outbox_task() -> None:
+    """Every FATIA_OUTBOX_SWEEP_S: send again outbox rows due and not done, then requeue requests stuck past
+    FATIA_STUCK_REQUEST_S with no outbox row open (a lost chained task). Touches only the database and the broker."""
+    outbox.resend_due_messages()
+    requeue.sweep_stuck_requests()
 
 
 @shared_task(acks_late=True, soft_time_limit=240, time_limit=300)
@@ -110,9 +122,6 @@ def discover_fleet_task() -> None:
     when it does not run. A no-op with the simulated backend; the next beat tick retries."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         FleetDiscovery().sync_once()
-
-
-DB_RETRY: dict[str, Any] = {**KUBE_RETRY, "autoretry_for": (OperationalError,), "max_retries": 10}
 
 
 @shared_task(acks_late=True, **DB_RETRY)
@@ -150,12 +159,12 @@ def notify_requester_task(allocation_id: int) -> None:
     notifications.notify_requester_of_decision(allocation_id=allocation_id)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **DB_RETRY)
 def notify_managers_of_extension_task(extension_id: int) -> None:
     notifications.notify_managers_of_pending_extension(extension_id=extension_id)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, **DB_RETRY)
 def notify_requester_of_extension_task(extension_id: int) -> None:
     notifications.notify_requester_of_extension_decision(extension_id=extension_id)
 
@@ -167,3 +176,18 @@ def check_cluster_task() -> None:
         check_runs.run_cluster_check()
     except SoftTimeLimitExceeded:
         check_runs.record_unfinished_check()
+
+
+# The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change
+# committed while it ran keeps its row and gets a run of its own. A failing query here is logged by Celery and
+# costs only a resend.
+@task_prerun.connect
+def _note_outbox_rows(task: Task[Any, Any] | None = None, args: Any = None, **_: Any) -> None:
+    if task is not None and task.name.startswith("allocations."):
+        task.request.update(outbox_rows=outbox.open_message_ids(task.name, list(args or ())))
+
+
+@task_success.connect
+def _mark_outbox_done(sender: Task[Any, Any] | None = None, **_: Any) -> None:
+    if sender is not None:
+        outbox.mark_done(getattr(sender.request, "outbox_rows", None) or [])

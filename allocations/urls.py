@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("requests/<int:allocation_id>/release/", views.request_release, name="request-release"),
     path("requests/<int:allocation_id>/extend/", views.request_extend, name="request-extend"),
     path("requests/<int:allocation_id>/keep/", views.request_keep, name="request-keep"),
+    path("requests/<int:allocation_id>/retry/", views.request_retry, name="request-retry"),
     path("requests/<int:allocation_id>/approve/", views.request_approve, name="request-approve"),
     path("requests/<int:allocation_id>/reject/", views.request_reject, name="request-reject"),
     path("extensions/<int:extension_id>/approve/", views.extension_approve, name="extension-approve"),

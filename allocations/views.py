@@ -200,6 +200,20 @@ def request_release(request: HttpRequest, allocation_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
+def request_retry(request: HttpRequest, allocation_id: int) -> HttpResponse:
+    """Platform admins: "Retry its work" on a request whose task is overdue (allocations/services/retry.py)."""
+    user = signed_in_user(request)
+    allocation = _allocation_or_404(user, allocation_id)
+    return _after_transition(
+        request,
+        allocation,
+        lambda: services.retry_allocation_work(allocation_id=allocation.pk, actor=user),
+        lambda retried: f"Request #{retried.pk}: its work was sent to a worker again.",
+    )
+
+
+@login_required
+@require_POST
 def request_keep(request: HttpRequest, allocation_id: int) -> HttpResponse:
     """ "Keep it" on an idle request's banner (allocations/services/reclaim.py)."""
     user = signed_in_user(request)

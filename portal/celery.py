@@ -8,6 +8,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.schedules import crontab
 from celery.signals import task_prerun
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -39,8 +40,13 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.expire_due_leases_task",
         "schedule": crontab(minute="*"),
     },
-    # Kubernetes backend: the cluster against the database, both ways; both backends: requests whose task was lost
-    # are queued again (services/requeue.py).
+    # Every backend, whether the cluster answers or not: outbox rows due and not done are sent again, requests whose
+    # task was lost are queued again (services/outbox.py, services/requeue.py; issue 16).
+    "sweep-outbox": {
+        "task": "allocations.tasks.sweep_outbox_task",
+        "schedule": float(settings.FATIA_OUTBOX_SWEEP_S),
+    },
+    # Kubernetes backend: the cluster against the database, both ways.
     "reconcile-cluster": {
         "task": "allocations.tasks.reconcile_cluster_task",
         "schedule": 30.0,

@@ -141,9 +141,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         _database_url or f"sqlite:///{DATA_DIR / 'demo.sqlite3'}",
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        # Health checks cost a `SELECT 1` round trip on the first query of every request; without them
-        # a connection broken by a database restart fails one request and is then replaced.
-        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
+        # Health checks cost a `SELECT 1` round trip on the first query of every request (or task); without them a
+        # connection broken by a database restart fails one request in each web and worker process (issue 16).
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -564,3 +564,20 @@ FATIA_MIG_MANAGER_TIMEOUT_S = env_int("FATIA_MIG_MANAGER_TIMEOUT_S", 900)
 # simulation it has not yet cut the reconfigurations requests wait for (docs/benchmarks.md, "placement-static"),
 # so it costs operations for no gain until its scoring improves; 600 is a sensible value to try it.
 FATIA_PRESHAPE_QUIET_S = env_int("FATIA_PRESHAPE_QUIET_S", 0)
+# --- Lose no work (issue 16, package `outbox`; allocations/services/outbox.py, docs/outbox.md) ----------------------
+# A task due after a commit is written to the outbox in the same transaction and sent after it. Beat sweeps the outbox
+# every FATIA_OUTBOX_SWEEP_S seconds and sends again what is not done: a row that never reached the broker at once,
+# one sent but not done after FATIA_OUTBOX_RESEND_S (doubling on each send, up to 32 times). Done rows are deleted
+# after FATIA_OUTBOX_KEEP_HOURS; a row sent FATIA_OUTBOX_MAX_SENDS times is given up (logged; the stuck-request
+# sweep still looks at the request itself).
+FATIA_OUTBOX_SWEEP_S = env_int("FATIA_OUTBOX_SWEEP_S", 10)
+FATIA_OUTBOX_RESEND_S = env_int("FATIA_OUTBOX_RESEND_S", 30)
+FATIA_OUTBOX_KEEP_HOURS = env_int("FATIA_OUTBOX_KEEP_HOURS", 72)
+FATIA_OUTBOX_MAX_SENDS = env_int("FATIA_OUTBOX_MAX_SENDS", 30)
+# A request APPROVED, PROVISIONING or RELEASING this long with no task working on it lost its task: the beat's
+# requeue (services/requeue.py, every FATIA_OUTBOX_SWEEP_S, whatever the cluster backend) queues it again. On
+# Kubernetes, PROVISIONING waits at least the claim's own allocation deadline.
+FATIA_STUCK_REQUEST_S = env_int("FATIA_STUCK_REQUEST_S", 120)
+# A view that finds the database down answers 503 with Retry-After, not 500 (portal/unavailable.py). Last, so it is
+# the first to see a view's exception.
+MIDDLEWARE = [*MIDDLEWARE, "portal.unavailable.DatabaseUnavailableMiddleware"]

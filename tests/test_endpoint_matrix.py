@@ -200,6 +200,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/allocations/{pending}/reject/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/release/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/allocations/{active}/extend/", "extend", (200, 200, 404, 401)),
+    # Retrying a request's overdue work: platform admins only (tests/allocations/test_outbox.py).
+    ("post", "/api/v1/allocations/{active}/retry/", "none", (403, 403, 404, 401)),
     # "Keep it" on a request idle reclaim has not flagged: nothing to keep (tests/nodeagent/test_idle_api.py).
     ("post", "/api/v1/allocations/{active}/keep/", "none", (409, 409, 404, 401)),
     # Past the auto-approve lease: a member's extension waits (202), a manager's applies (200).

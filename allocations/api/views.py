@@ -289,6 +289,14 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @extend_schema(request=None, responses={200: s.AllocationDetailSerializer})
     @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        """Platform admins: send the task of a request whose work is overdue (approved, provisioning or releasing
+        for longer than FATIA_OUTBOX_RESEND_S) again; audited. 409 when it is not overdue."""
+        allocation = self.get_object()
+        return self._detail(services.retry_allocation_work(allocation_id=allocation.pk, actor=acting_user(request)))
+
+    @extend_schema(request=None, responses={200: s.AllocationDetailSerializer})
+    @action(detail=True, methods=["post"])
     def keep(self, request: Request, pk: str | None = None) -> Response:
         """Keep a request that idle reclaim flagged: the flag goes, and it is not flagged again for one idle time
         of its tenant. 409 when it is not flagged."""

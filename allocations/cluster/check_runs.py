@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.cluster.checks import CheckResult, ClusterReport, Level, check_cluster
+from allocations.services.outbox import enqueue_task
 
 REPORT_KEY = "fatia:check-cluster:report"
 PENDING_KEY = "fatia:check-cluster:pending"
@@ -59,12 +60,11 @@ class CheckRunState:
 def request_cluster_check(*, actor: User) -> bool:
     """Queue one check for the admin page, unless one is waiting already (cache.add is atomic: two clicks, or two
     admins, queue one run). Returns whether this call queued it."""
-    from allocations import tasks
-
     marker = {"requested_at": timezone.now().isoformat(), "requested_by": actor.get_username()}
     if not cache.add(PENDING_KEY, marker, timeout=PENDING_TTL_S):
         return False
-    transaction.on_commit(tasks.check_cluster_task.delay)
+    with transaction.atomic():
+        enqueue_task("allocations.tasks.check_cluster_task")
     return True
 
 

@@ -16,8 +16,9 @@ transaction as the change it describes:
   node is marked gone (and ready again when it comes back);
 * claims and holder pods labelled as ours whose allocation is over or unknown: deleted; so are steering
   DeviceTaintRules of allocations no longer waiting for the scheduler;
-* requests stuck APPROVED, PROVISIONING or RELEASING long after their task should have run (a lost message, a
-  task that ran out of retries in a long outage): the task is queued again (every task is idempotent).
+
+Requests stuck APPROVED, PROVISIONING or RELEASING (a lost message) are not this pass's business: the outbox sweep
+(services/requeue.py, tasks.sweep_outbox_task) requeues them without asking the cluster, so also while it is down.
 
 An allocation of more than 32 slices has several claims (Allocation.kube_claim_names); each of them is checked,
 and the pass knows them all as the allocation's. Every step is idempotent and a pass converges from any state;
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -39,15 +39,11 @@ from allocations.cluster import placements as cluster_placements
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation, Node
 from allocations.services.locks import lock_allocation, lock_pool
-from allocations.services.requeue import StuckAfter, requeue_stuck_requests
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
 logger = logging.getLogger(__name__)
 
-# A request APPROVED (or RELEASING) this long has outlived its task's retries (PoolBusy gives up after 5 min,
-# KubeUnavailable after about 15; the task's own retries do not touch updated_at).
-STUCK_APPROVED = timedelta(minutes=20)
 # Statuses whose claim the portal still wants (APPROVED: a re-plan may be deleting the old claim).
 CLAIM_WANTED = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
 
@@ -62,7 +58,6 @@ class ReconcileReport:
     moved: list[int] = field(default_factory=list)
     node_gone: list[int] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
-    requeued: list[int] = field(default_factory=list)
     steering_deleted: list[str] = field(default_factory=list)
     nodes_gone: list[str] = field(default_factory=list)
     nodes_back: list[str] = field(default_factory=list)
@@ -100,11 +95,6 @@ def reconcile_cluster() -> ReconcileReport:
     for allocation_uuid in sorted(kube.list_steering() - waiting):
         kube.delete_steering(allocation_uuid)  # left by a worker that died between activation and cleanup
         report.steering_deleted.append(allocation_uuid)
-
-    waiting_limit = timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S) + STUCK_APPROVED
-    report.requeued = requeue_stuck_requests(
-        stuck_after=StuckAfter(approved=STUCK_APPROVED, provisioning=waiting_limit, releasing=STUCK_APPROVED)
-    )
     return report
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -27,6 +26,7 @@ from allocations.mig.reconfig import Operation
 from allocations.models import MigReconfiguration, Node
 from allocations.nodeagent.models import AgentCommand, AgentCredential
 from allocations.nodeagent.services import WrongNode
+from allocations.services.outbox import enqueue_task
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput
 from tenants.services import record_audit_event
 
@@ -250,6 +250,4 @@ def _wake_reconfiguration(batch_key: str) -> None:
         return
     if not MigReconfiguration.objects.filter(pk=int(ident), status__in=MigReconfiguration.LIVE).exists():
         return
-    from allocations import tasks
-
-    transaction.on_commit(partial(tasks.advance_reconfiguration_task.delay, int(ident)))
+    enqueue_task("allocations.tasks.advance_reconfiguration_task", int(ident))

@@ -24,6 +24,7 @@ from allocations.services.requests import (
     release_allocation,
     request_allocation,
 )
+from allocations.services.retry import retry_allocation_work
 
 __all__ = [
     "approve_allocation",
@@ -44,6 +45,7 @@ __all__ = [
     "request_allocation",
     "request_lease_extension",
     "request_quota_change",
+    "retry_allocation_work",
     "set_tenant_quota",
     "update_node_pool",
     "warn_expiring_leases",

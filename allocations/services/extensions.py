@@ -9,7 +9,6 @@ extension (services/locks.py); the lease changes only while the allocation's row
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -19,6 +18,7 @@ from django.utils import timezone
 from allocations.models import Allocation, LeaseExtension, Notification
 from allocations.services.locks import lock_allocation, lock_lease_extension
 from allocations.services.notifications import notify_users, tenant_manager_ids
+from allocations.services.outbox import enqueue_task
 from tenants.errors import InvalidInput, InvalidTransition, NotAllowed
 from tenants.selectors import can_manage_tenant
 from tenants.services import record_audit_event
@@ -31,9 +31,7 @@ AllocationStatus = Allocation.Status
 
 
 def _queue(task_name: str, extension_id: int) -> None:
-    from allocations import tasks
-
-    transaction.on_commit(partial(getattr(tasks, task_name).delay, extension_id))
+    enqueue_task(f"allocations.tasks.{task_name}", extension_id)
 
 
 def _lease_fields(allocation: Allocation) -> dict[str, Any]:

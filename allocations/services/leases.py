@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from functools import partial
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -16,6 +15,7 @@ from allocations.models import Allocation, Notification
 from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation
 from allocations.services.notifications import notify_users
+from allocations.services.outbox import enqueue_task
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,6 @@ def expire_due_leases(*, now: datetime | None = None) -> list[int]:
 @transaction.atomic
 def expire_allocation(*, allocation_id: int, now: datetime) -> bool:
     """ACTIVE (lease ended) -> RELEASING, ending in EXPIRED. False when someone else got there first."""
-    from allocations import tasks
-
     allocation = lock_allocation(allocation_id=allocation_id)
     if allocation.status != Status.ACTIVE or allocation.lease_expires_at is None or allocation.lease_expires_at > now:
         return False
@@ -60,7 +58,7 @@ def expire_allocation(*, allocation_id: int, now: datetime) -> bool:
         before={"status": Status.ACTIVE},
         after={"status": Status.RELEASING, "lease_expires_at": allocation.lease_expires_at.isoformat()},
     )
-    transaction.on_commit(partial(tasks.teardown_allocation_task.delay, allocation.pk))
+    enqueue_task("allocations.tasks.teardown_allocation_task", allocation.pk)
     return True
 
 

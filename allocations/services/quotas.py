@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -15,6 +14,7 @@ from allocations.models import Allocation, NodePool, Notification, Quota, QuotaC
 from allocations.selectors import quota_shortfall
 from allocations.services.locks import lock_quota, lock_quota_change
 from allocations.services.notifications import notify_users
+from allocations.services.outbox import enqueue_task
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed, QuotaExceeded
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant
@@ -95,9 +95,7 @@ def set_tenant_quota(
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         # The tenant's namespace, RBAC and device ResourceQuota follow its quotas (the cluster-side fence is
         # sized from them), so every quota change re-applies them; a tenant without quota needs no namespace.
-        from allocations import tasks
-
-        transaction.on_commit(partial(tasks.onboard_tenant_task.delay, tenant.pk))
+        enqueue_task("allocations.tasks.onboard_tenant_task", tenant.pk)
     return quota
 
 

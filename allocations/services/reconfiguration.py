@@ -11,7 +11,6 @@ nodes (placement.read_pool), so nothing else is planned there while instances co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -23,6 +22,7 @@ from allocations.mig.layout import geometry
 from allocations.mig.reconfig import Operation
 from allocations.models import Gpu, MigReconfiguration, Node, NodePool
 from allocations.services.locks import lock_allocation, lock_pool
+from allocations.services.outbox import enqueue_task
 from tenants.errors import InvalidInput
 from tenants.services import record_audit_event
 
@@ -34,9 +34,7 @@ MAX_OPERATIONS = 32  # a GPU has at most 8 memory slots: a real plan is a dozen 
 
 
 def queue_advance(reconfiguration_id: int) -> None:
-    from allocations import tasks
-
-    transaction.on_commit(partial(tasks.advance_reconfiguration_task.delay, reconfiguration_id))
+    enqueue_task("allocations.tasks.advance_reconfiguration_task", reconfiguration_id)
 
 
 def operations_json(operations: Sequence[Operation]) -> list[dict[str, Any]]:

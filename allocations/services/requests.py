@@ -1,13 +1,13 @@
 """The life of a slice request on the portal side: submit, approve, reject, release.
 
 Rows are locked allocation first, then quota (see services/locks.py). Kubernetes work and e-mail are
-queued after commit; inbox notifications are written in the same transaction; nothing here talks to
-the cluster. Lease extensions are in services/extensions.py.
+written to the outbox in the same transaction and sent after commit (services/outbox.py); inbox notifications
+are written in the same transaction; nothing here talks to the cluster. Lease extensions are in
+services/extensions.py.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from allocations.selectors import quota_shortfall
 from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation, lock_quota
 from allocations.services.notifications import notify_users, tenant_manager_ids
+from allocations.services.outbox import enqueue_task
 from allocations.services.quotas import free_quota, reserve_quota
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import Tenant
@@ -35,22 +36,15 @@ Status = Allocation.Status
 
 
 def _queue_provisioning(allocation_id: int) -> None:
-    from allocations import tasks
-
-    transaction.on_commit(partial(tasks.provision_allocation_task.delay, allocation_id))
+    enqueue_task("allocations.tasks.provision_allocation_task", allocation_id)
 
 
 def _queue_notification(task_name: str, allocation_id: int) -> None:
-    from allocations import tasks
-
-    task = getattr(tasks, task_name)
-    transaction.on_commit(partial(task.delay, allocation_id))
+    enqueue_task(f"allocations.tasks.{task_name}", allocation_id)
 
 
 def _queue_teardown(allocation_id: int) -> None:
-    from allocations import tasks
-
-    transaction.on_commit(partial(tasks.teardown_allocation_task.delay, allocation_id))
+    enqueue_task("allocations.tasks.teardown_allocation_task", allocation_id)
 
 
 def _snapshot(allocation: Allocation) -> dict[str, Any]:
@@ -337,9 +331,10 @@ def _may_release(actor: User, allocation: Allocation) -> bool:
 def release_allocation(*, allocation_id: int, actor: User | None, reason: str = "") -> Allocation:
     """Give slices back. PENDING -> WITHDRAWN; APPROVED -> WITHDRAWN (nothing was built yet, quota freed
     now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices are gone; lease
-    extensions still waiting are cancelled). Releasing twice is a no-op. The requester, tenant managers
-    and admins may release; `actor` None is Fatia itself (idle reclaim), which says why in `reason` (kept in
-    the status message and the audit event). Locks the allocation, then the quota.
+    extensions still waiting are cancelled). Releasing twice changes nothing but sends the teardown again (it may
+    have been lost). The requester, tenant managers and admins may release; `actor` None is Fatia itself (idle
+    reclaim), which says why in `reason` (kept in the status message and the audit event). Locks the allocation,
+    then the quota.
     """
     allocation = lock_allocation(allocation_id=allocation_id)
     if actor is not None and not _may_release(actor, allocation):
@@ -347,6 +342,8 @@ def release_allocation(*, allocation_id: int, actor: User | None, reason: str = 
     previous = allocation.status
     now = timezone.now()
     if previous == Status.RELEASING:
+        # Not a second release, but the teardown may have been lost (a broker restarted empty): send it again.
+        _queue_teardown(allocation.pk)
         return allocation
     if previous in (Status.PENDING, Status.APPROVED):
         if previous == Status.APPROVED:

@@ -2,26 +2,26 @@
 
 A request stays APPROVED, PROVISIONING or RELEASING only while a task works on it. When the message is lost (a
 worker killed before it acknowledged, a broker restart without persistence) or the task ran out of retries, the
-request would hold its quota for good. Both backends' beat passes call this sweep: the Kubernetes reconcile
-(cluster/reconcile.py) and, for the simulated backend, `sweep_stuck_requests` below.
+request would hold its quota for good. The beat's outbox sweep (tasks.sweep_outbox_task) calls
+`sweep_stuck_requests` every FATIA_OUTBOX_SWEEP_S on every backend, without asking the cluster anything, so it runs
+while the API server is unreachable too. A request whose work still has an open outbox row is left to the outbox's
+own resend (services/outbox.py); this catches what the outbox does not track: chained tasks a worker queues itself
+(the claim poll after a provisioning, a re-plan) and work marked done whose request is still not through.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from allocations.models import Allocation
+from allocations.services.outbox import enqueue_task, has_open_message
 
 Status = Allocation.Status
-
-# The simulated backend provisions and tears down in one short transaction; a task retried after deadlocks or a
-# lost database connection is done within seconds. A request in one of these states longer than this lost its task.
-SIMULATED_STUCK_AFTER = timedelta(minutes=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,28 +34,46 @@ class StuckAfter:
 
 
 def requeue_stuck_requests(*, stuck_after: StuckAfter, now: datetime | None = None) -> list[int]:
-    """Queue the task of every request that outlived `stuck_after` in its state (after commit); returns their ids.
+    """Queue (through the outbox) the task of every request that outlived `stuck_after` in its state and has no
+    outbox row open for it; returns their ids.
 
-    Reads only: the task that runs decides, under the allocation's lock, whether anything is left to do.
+    Changes no request: the task that runs decides, under the allocation's lock, whether anything is left to do.
     """
-    from allocations import tasks
-
     now = now or timezone.now()
     work = (
-        (Status.APPROVED, stuck_after.approved, tasks.provision_allocation_task),
-        (Status.PROVISIONING, stuck_after.provisioning, tasks.await_claim_allocation_task),
-        (Status.RELEASING, stuck_after.releasing, tasks.teardown_allocation_task),
+        (Status.APPROVED, stuck_after.approved, TASK_FOR[Status.APPROVED]),
+        (Status.PROVISIONING, stuck_after.provisioning, TASK_FOR[Status.PROVISIONING]),
+        (Status.RELEASING, stuck_after.releasing, TASK_FOR[Status.RELEASING]),
     )
     requeued: list[int] = []
-    for status, after, task in work:
-        stuck = Allocation.objects.filter(status=status, updated_at__lt=now - after).order_by("pk")
-        for pk in stuck.values_list("pk", flat=True):
-            transaction.on_commit(partial(task.delay, pk))
-            requeued.append(pk)
+    with transaction.atomic():
+        for status, after, task_name in work:
+            stuck = Allocation.objects.filter(status=status, updated_at__lt=now - after).order_by("pk")
+            for pk in stuck.values_list("pk", flat=True):
+                if not has_open_message(task_name, pk):
+                    enqueue_task(task_name, pk)
+                    requeued.append(pk)
     return requeued
 
 
+# The task that moves a request on from each working state.
+TASK_FOR = {
+    Status.APPROVED: "allocations.tasks.provision_allocation_task",
+    Status.PROVISIONING: "allocations.tasks.await_claim_allocation_task",
+    Status.RELEASING: "allocations.tasks.teardown_allocation_task",
+}
+
+
+def stuck_after_now() -> StuckAfter:
+    """The limits from FATIA_STUCK_REQUEST_S. On Kubernetes a claim may wait for the scheduler up to
+    FATIA_KUBE_ALLOCATION_TIMEOUT_S while its poll task runs, so PROVISIONING counts as stuck only past that too."""
+    limit = timedelta(seconds=settings.FATIA_STUCK_REQUEST_S)
+    provisioning = limit
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        provisioning += timedelta(seconds=settings.FATIA_KUBE_ALLOCATION_TIMEOUT_S)
+    return StuckAfter(approved=limit, provisioning=provisioning, releasing=limit)
+
+
 def sweep_stuck_requests(*, now: datetime | None = None) -> list[int]:
-    """The simulated backend's beat pass: requeue requests whose task was lost (see the module docstring)."""
-    limit = SIMULATED_STUCK_AFTER
-    return requeue_stuck_requests(stuck_after=StuckAfter(limit, limit, limit), now=now)
+    """The beat's pass on every backend: requeue requests whose task was lost (see the module docstring)."""
+    return requeue_stuck_requests(stuck_after=stuck_after_now(), now=now)

@@ -23,8 +23,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from allocations import services, tasks
-from allocations.models import Allocation, Quota
-from allocations.services.requeue import SIMULATED_STUCK_AFTER, sweep_stuck_requests
+from allocations.models import Allocation, OutboxMessage, Quota
+from allocations.services.requeue import sweep_stuck_requests
 from tenants.models import Membership, Tenant
 from tests.conftest import World, celery_worker_process
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
@@ -153,7 +153,7 @@ def test_racing_creates_approvals_and_provisioning_give_no_server_error_and_leav
 
 
 @pytest.mark.django_db
-def test_the_simulated_sweep_requeues_a_request_whose_task_was_lost(world: World, django_capture_on_commit_callbacks):
+def test_the_sweep_requeues_a_request_whose_task_was_lost(world: World, django_capture_on_commit_callbacks, settings):
     # given: an approved request whose provisioning message never reached a worker
     with django_capture_on_commit_callbacks(execute=False):
         lost, _ = services.request_allocation(
@@ -166,10 +166,12 @@ def test_the_simulated_sweep_requeues_a_request_whose_task_was_lost(world: World
             actor=world.alice,
         )
     assert lost.status == Status.APPROVED
+    # and: its outbox row counts as done (the outbox's own resend is tests/allocations/test_outbox.py)
+    OutboxMessage.objects.update(done_at=timezone.now())
     # when: the sweep runs before the limit, then after it
     with django_capture_on_commit_callbacks(execute=False) as early:
         assert sweep_stuck_requests(now=timezone.now()) == []
-    later = timezone.now() + SIMULATED_STUCK_AFTER + timedelta(seconds=1)
+    later = timezone.now() + timedelta(seconds=settings.FATIA_STUCK_REQUEST_S + 1)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         requeued = sweep_stuck_requests(now=later)
     # then: exactly one task is queued, and running it provisions the request
@@ -180,7 +182,7 @@ def test_the_simulated_sweep_requeues_a_request_whose_task_was_lost(world: World
 
 
 @pytest.mark.django_db
-def test_the_reconcile_beat_task_sweeps_on_the_simulated_backend(world: World, django_capture_on_commit_callbacks):
+def test_the_outbox_beat_task_sends_a_lost_teardown_again(world: World, django_capture_on_commit_callbacks, settings):
     # given: a request stuck RELEASING for longer than the limit
     with django_capture_on_commit_callbacks(execute=False):
         allocation, _ = services.request_allocation(
@@ -195,12 +197,16 @@ def test_the_reconcile_beat_task_sweeps_on_the_simulated_backend(world: World, d
     services.provision_allocation(allocation_id=allocation.pk)
     with django_capture_on_commit_callbacks(execute=False):
         services.release_allocation(allocation_id=allocation.pk, actor=world.alice)
-    Allocation.objects.filter(pk=allocation.pk).update(updated_at=timezone.now() - SIMULATED_STUCK_AFTER * 2)
+    Allocation.objects.filter(pk=allocation.pk).update(
+        updated_at=timezone.now() - timedelta(seconds=settings.FATIA_STUCK_REQUEST_S * 2)
+    )
     # when
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        tasks.reconcile_cluster_task()
-    # then: the teardown task was queued once (to the broker); running it finishes the release
-    assert len(callbacks) == 1
+        tasks.sweep_outbox_task()
+    # then: the teardown's outbox row was sent once (to the broker) by the sweep itself, and the requeue left the
+    # request to it; running the task finishes the release
+    teardown = OutboxMessage.objects.get(task_name="allocations.tasks.teardown_allocation_task")
+    assert (len(callbacks), teardown.sent_count, teardown.args) == (0, 1, [allocation.pk])
     tasks.teardown_allocation_task(allocation.pk)
     allocation.refresh_from_db()
     assert allocation.status == Status.RELEASED

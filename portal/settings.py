@@ -337,6 +337,8 @@ FATIA_CLUSTER_BACKEND = os.environ.get("FATIA_CLUSTER_BACKEND", "simulated")
 FATIA_KUBECONFIG = os.environ.get("FATIA_KUBECONFIG", "")
 FATIA_KUBE_CONNECT_TIMEOUT_S = env_int("FATIA_KUBE_CONNECT_TIMEOUT_S", 3)
 FATIA_KUBE_READ_TIMEOUT_S = env_int("FATIA_KUBE_READ_TIMEOUT_S", 10)
+# How long after the Kubernetes API was unreachable a 403 of the RBAC shape counts as the restart's tail (retried).
+FATIA_KUBE_RESTART_GRACE_S = env_int("FATIA_KUBE_RESTART_GRACE_S", 120)
 FATIA_KUBE_NAMESPACE_PREFIX = os.environ.get("FATIA_KUBE_NAMESPACE_PREFIX", "fatia-")
 # How long a claim may stay unallocated before the request fails and its quota is given back.
 FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300)

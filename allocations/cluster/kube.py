@@ -14,6 +14,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import urllib3
 import yaml
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -38,6 +40,13 @@ APPLY = "application/apply-patch+yaml"
 # counted yet, and the ServiceAccount plugin refuses pods until the namespace's default account exists. Both
 # answer 403 but clear up by themselves within seconds of onboarding, so they are retryable.
 _NOT_READY_YET = (re.compile(r"status unknown for quota"), re.compile(r"serviceaccount .* not found", re.IGNORECASE))
+
+# An API server that has just restarted can answer 403 to the portal's own ServiceAccount for a while after its
+# /readyz says ok (its RBAC caches are still filling; seen on the local control plane under load). A 403 of the RBAC
+# shape within FATIA_KUBE_RESTART_GRACE_S of the API having been unreachable is the outage's tail and retried; later
+# it is a real refusal. The moment is kept in the shared cache, so every worker process knows of the outage.
+_RBAC_REFUSAL = re.compile(r'is forbidden: User ".*" cannot ')
+_UNREACHABLE_AT_KEY = "fatia:kube:unreachable-at"
 
 T = TypeVar("T")
 
@@ -229,6 +238,20 @@ def _message(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}"
 
 
+def _note_unreachable() -> None:
+    try:
+        cache.set(_UNREACHABLE_AT_KEY, time.time(), timeout=settings.FATIA_KUBE_RESTART_GRACE_S)
+    except Exception:  # noqa: BLE001 - the cache is a hint; the error being mapped matters more
+        pass
+
+
+def _recently_unreachable() -> bool:
+    try:
+        return cache.get(_UNREACHABLE_AT_KEY) is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
 @contextmanager
 def _mapped(what: str) -> Iterator[None]:
     try:
@@ -236,12 +259,17 @@ def _mapped(what: str) -> Iterator[None]:
     except ApiException as exc:
         status = int(exc.status or 0)
         message = f"{what}: {_message(exc)}"
+        if status == 0 or status >= 500:
+            _note_unreachable()
         if status == 0 or status == 429 or status >= 500:
             raise KubeUnavailable(message, status=status) from exc
         if status == 403 and any(p.search(message) for p in _NOT_READY_YET):
             raise KubeUnavailable(message, status=status) from exc
+        if status == 403 and _RBAC_REFUSAL.search(message) and _recently_unreachable():
+            raise KubeUnavailable(f"{message} (the API server came back moments ago)", status=status) from exc
         raise KubeRejected(message, status=status) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
+        _note_unreachable()
         raise KubeUnavailable(f"{what}: the Kubernetes API is unreachable ({exc.__class__.__name__})") from exc
 
 

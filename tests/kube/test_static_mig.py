@@ -232,6 +232,32 @@ def test_a_free_precreated_instance_is_pinned_without_any_reconfiguration(
     assert result["device"] == "gpu-0-mig-3g40gb-9-0"
 
 
+def test_capacity_counts_the_published_free_instances_and_what_a_layout_change_makes_room_for(
+    static_world: StaticWorld,
+) -> None:
+    # given: GPU 0 publishes two free 3g.40gb, GPU 1 one free 7g.80gb
+    sw = static_world
+    client = sw.kw.world.client(sw.kw.world.alice)
+    url = f"/api/v1/pools/{sw.kw.pool.pk}/capacity/"
+    # when
+    before = client.get(url).json()
+    # then: nothing but those is free now; a change of free space makes room for a whole H100's worth on each
+    assert before["mig_mode"] == "static-agent"
+    now, after = before["fits_now"], before["fits_after_reconfiguration"]
+    assert (now["3g.40gb"], now["7g.80gb"], now["1g.10gb"]) == (2, 1, 0)
+    assert (after["3g.40gb"], after["7g.80gb"], after["1g.10gb"]) == (4, 2, 14)
+
+    # when: a 3g.40gb takes the free instance at slot 0 of GPU 0
+    allocation = request(sw.kw, "3g.40gb")
+    services.provision_allocation(allocation_id=allocation.pk)
+    wait_for("the claim to be allocated", lambda: settled(allocation.pk))
+    held = client.get(url).json()
+    # then: one 3g.40gb left free; beside the held one a change fits 3 x 1g.10gb (starts 4, 5, 6), not a 7g.80gb
+    now, after = held["fits_now"], held["fits_after_reconfiguration"]
+    assert (now["3g.40gb"], now["7g.80gb"], now["1g.10gb"]) == (1, 1, 0)
+    assert (after["3g.40gb"], after["7g.80gb"], after["1g.10gb"]) == (3, 1, 7 + 3)
+
+
 def test_a_failure_mid_plan_is_retried_once_then_rolled_back_leaving_a_valid_layout(
     static_world: StaticWorld,
 ) -> None:

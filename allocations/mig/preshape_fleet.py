@@ -86,13 +86,15 @@ def plan_fleet_preshape(
     weights: Mapping[str, float],
     *,
     busy: Collection[int] = (),
+    allowed: Collection[str] | None = None,
     horizon: int = HORIZON,
     op_cost: float = OP_COST,
     margin: float = MARGIN,
     max_gpus: int = MAX_GPUS,
 ) -> list[GpuChange]:
     """The GPU changes (at most ``max_gpus``, best first) that raise the pool's coverage of the next ``horizon``
-    requests under ``weights`` (profile -> share) by ``margin`` each, net of ``op_cost`` per operation."""
+    requests under ``weights`` (profile -> share) by ``margin`` each, net of ``op_cost`` per operation. Only
+    profiles in ``allowed`` (all when None) are created; GPUs in ``busy`` (positions) are never changed."""
     total = sum(weights.values()) or 1.0
     want = {p: horizon * w / total for p, w in weights.items() if w > 0}
     free: Counter[str] = Counter(x.profile for gpu in gpus for x in gpu if x.free)
@@ -106,8 +108,9 @@ def plan_fleet_preshape(
                 continue
             layout = tuple(sorted((x.start, x.profile, x.free) for x in instances))
             mine = Counter(x.profile for x in instances if x.free)
+            current = {(x.profile, x.start) for x in instances if x.free}
             for counts, ops, target in _options(model, layout):
-                if ops == 0:
+                if ops == 0 or (allowed is not None and any(p not in allowed for p, _ in target - current)):
                     continue
                 after = free - mine + Counter(dict(counts))
                 gain = coverage(after, want) - base - op_cost * ops

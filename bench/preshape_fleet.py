@@ -37,7 +37,7 @@ from bench.placement_static import UNTUNED, StaticFleet, StaticRun, dist  # noqa
 from bench.report import command_line, write_section  # noqa: E402
 
 
-def fleet_preshape(static: StaticFleet, **params: float) -> None:
+def fleet_preshape(static: StaticFleet, **params: float | bool) -> None:
     """One quiet period of pool-wide pre-shaping on the simulated fleet."""
     model = static.model
     mix = static.learner.mix()
@@ -56,6 +56,7 @@ VARIANTS: dict[str, Callable[[StaticFleet], None] | None] = {
     "per GPU (today's)": StaticFleet.preshape,
     "pool-wide, horizon 16": lambda s: fleet_preshape(s, horizon=16),
     "pool-wide, horizon 32, margin 0.5": lambda s: fleet_preshape(s, horizon=32, margin=0.5),
+    "pool-wide, horizon 16, GPUs holding nothing kept": lambda s: fleet_preshape(s, horizon=16, keep_free_gpus=True),
 }
 
 
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "twice the mean gap. `per GPU`: allocations/mig/preshape.py on every GPU (today's beat task). `pool-wide`: "
         "allocations/mig/preshape_fleet.py (a GPU changes only where the pool's free instances then cover more of "
         "the next `horizon` requests under the learnt mix, by `margin` requests net of 0.25 per operation; at most "
-        "2 GPUs per quiet period).",
+        "2 GPUs per quiet period; `GPUs holding nothing kept`: a GPU with no held instance is never reshaped).",
         "- Dirichlet mixes (flat, over 1g / 1g.2x / 2g / 3g / 4g / 7g): "
         + "; ".join(f"{name} {mix}" for name, mix in mixes.items() if name.startswith("dirichlet")),
         "",

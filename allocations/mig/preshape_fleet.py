@@ -87,6 +87,7 @@ def plan_fleet_preshape(
     *,
     busy: Collection[int] = (),
     allowed: Collection[str] | None = None,
+    keep_free_gpus: bool = False,
     horizon: int = HORIZON,
     op_cost: float = OP_COST,
     margin: float = MARGIN,
@@ -94,7 +95,8 @@ def plan_fleet_preshape(
 ) -> list[GpuChange]:
     """The GPU changes (at most ``max_gpus``, best first) that raise the pool's coverage of the next ``horizon``
     requests under ``weights`` (profile -> share) by ``margin`` each, net of ``op_cost`` per operation. Only
-    profiles in ``allowed`` (all when None) are created; GPUs in ``busy`` (positions) are never changed."""
+    profiles in ``allowed`` (all when None) are created; GPUs in ``busy`` (positions) are never changed, nor, with
+    ``keep_free_gpus``, GPUs that hold nothing (whole free GPUs stay one contiguous run for large requests)."""
     total = sum(weights.values()) or 1.0
     want = {p: horizon * w / total for p, w in weights.items() if w > 0}
     free: Counter[str] = Counter(x.profile for gpu in gpus for x in gpu if x.free)
@@ -104,7 +106,7 @@ def plan_fleet_preshape(
         base = coverage(free, want)
         best: tuple[float, int, int, frozenset[tuple[str, int]], Counter[str]] | None = None
         for position, instances in enumerate(gpus):
-            if position in busy or position in changed:
+            if position in busy or position in changed or (keep_free_gpus and all(x.free for x in instances)):
                 continue
             layout = tuple(sorted((x.start, x.profile, x.free) for x in instances))
             mine = Counter(x.profile for x in instances if x.free)

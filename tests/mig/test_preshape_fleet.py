@@ -59,3 +59,14 @@ def test_busy_gpus_are_never_touched_and_a_needed_whole_gpu_stays() -> None:
     changes = plan_fleet_preshape(H100, gpus, {"1g.10gb": 0.5, "7g.80gb": 0.5}, busy={0}, horizon=4, max_gpus=3)
     # then
     assert all(change.position not in (0, 1) for change in changes)
+
+
+def test_whole_free_gpus_can_be_kept_as_they_are() -> None:
+    # given: 1g.10gb is all anyone asks for; GPU 0 holds a busy 3g.40gb, GPU 1 holds nothing
+    gpus = [[Instance("3g.40gb", 0, owner="a"), Instance("3g.40gb", 4)], list(WHOLE)]
+    # when
+    kept = plan_fleet_preshape(H100, gpus, {"1g.10gb": 1.0}, horizon=8, keep_free_gpus=True)
+    free_too = plan_fleet_preshape(H100, gpus, {"1g.10gb": 1.0}, horizon=8)
+    # then: only the GPU that holds something is reshaped when whole free GPUs are kept
+    assert [c.position for c in kept] == [0]
+    assert 1 in {c.position for c in free_too}

@@ -3,7 +3,8 @@
 A static pool (``static-agent`` or ``static-manager``) serves a request at once only when a free instance of its
 profile exists; pre-shaping reshapes free instances where the pool's free instances then cover more of the next
 requests under the learnt demand mix (:mod:`allocations.mig.preshape_fleet`: pool-wide, by evidence, at most two
-GPUs a run, never a GPU being reconfigured), so that fewer requests wait for a reconfiguration. It runs only while
+GPUs a run, never a GPU being reconfigured, in agent mode never a GPU that holds nothing), so that fewer requests
+wait for a reconfiguration. It runs only while
 the pool is quiet: no request for ``FATIA_PRESHAPE_QUIET_S`` seconds and none approved or provisioning (a
 reconfiguration for someone may be under way). ``FATIA_PRESHAPE_QUIET_S = 0`` turns it off.
 
@@ -113,6 +114,9 @@ def list_preshape_plans(*, pool_id: int, now: datetime | None = None, mode: str 
             weights,
             busy={n for n, member in enumerate(members) if member[3]},
             allowed=allowed,
+            # Agent mode keeps GPUs that hold nothing whole (one contiguous run for large requests: measured, it
+            # serves as much as no pre-shaping); in MIG-manager mode only those can change at all.
+            keep_free_gpus=mode == "static-agent",
         )
         for change in changes:
             node_name, gpu, _, _ = members[change.position]

@@ -65,6 +65,8 @@ def test_a_quiet_static_pool_reshapes_the_free_instances_the_agent_reports(
     assert [p.gpu_id for p in plans] == [rows[p.gpu_index] for p in plans]
     assert all(p.reason.startswith(f"pre-shaping {node.name}/gpu-{p.gpu_index} for the demand mix") for p in plans)
     assert all("more of the next 16 expected requests" in p.reason for p in plans)
+    # and in agent mode GPUs that hold nothing stay whole: only Alice's GPU's free half is reshaped
+    assert {p.gpu_index for p in plans} == {static_pool["held"].gpu.index}
     # and Alice's instance is never touched, every step of every plan is a valid layout
     held = static_pool["held"]
     model = load_catalog().model(H100)
@@ -118,7 +120,7 @@ def test_in_mig_manager_mode_only_gpus_that_hold_nothing_are_reshaped(
 ) -> None:
     # when
     plans = list_preshape_plans(pool_id=world.pool.pk, now=static_pool["later"], mode="static-manager")
-    # then: Alice's GPU is left out, others are reshaped
+    # then: Alice's GPU is left out (the manager rewrites whole GPUs), GPUs that hold nothing are reshaped
     assert plans
     assert static_pool["held"].gpu.index not in {p.gpu_index for p in plans}
 

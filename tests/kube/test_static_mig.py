@@ -304,6 +304,34 @@ def test_a_request_across_two_gpus_gets_one_reconfiguration_each_and_both_instan
     assert (quota.compute_slices_used, quota.memory_slices_used) == (8, 8)
 
 
+def test_a_request_across_two_gpus_whose_second_change_fails_gets_the_first_undone_and_its_quota_back(
+    static_world: StaticWorld,
+) -> None:
+    # given: two 4g.40gb planned over both GPUs; NVML refuses to destroy GPU 1's 7g.80gb
+    sw = static_world
+    allocation = request(sw.kw, "4g.40gb", count=2)
+    services.provision_allocation(allocation_id=allocation.pk)
+    first, second = MigReconfiguration.objects.filter(allocation=allocation).order_by("pk")
+    sw.agent.fail.add(("destroy", "7g.80gb", 0))
+    # when: GPU 0 is changed, GPU 1's change fails (retried once), then provisioning looks again
+    assert run_reconfiguration(sw, first.pk).status == RStatus.DONE
+    assert sw.node.layout(0) == [("4g.40gb", 0), ("3g.40gb", 4)]
+    assert run_reconfiguration(sw, second.pk).status == RStatus.FAILED
+    ended = services.provision_allocation(allocation_id=allocation.pk)
+    # then: the request failed with the reason and its quota back; GPU 0's change is undone by a reconfiguration
+    # of the inverse plan, which takes it back to its first layout
+    assert ended.status == Status.FAILED
+    assert "being undone" in ended.status_message
+    quota = Quota.objects.get(tenant=sw.kw.world.tenant_a, pool=sw.kw.pool)
+    assert (quota.compute_slices_used, quota.memory_slices_used) == (0, 0)
+    undo = MigReconfiguration.objects.get(allocation__isnull=True)
+    assert undo.gpu_id == first.gpu_id
+    assert run_reconfiguration(sw, undo.pk).status == RStatus.DONE
+    assert [sw.node.layout(0), sw.node.layout(1)] == LAYOUTS
+    assert valid(sw, 0) and valid(sw, 1)
+    assert Node.objects.get(name=sw.node.name).state == Node.State.READY
+
+
 def test_a_failure_mid_plan_is_retried_once_then_rolled_back_leaving_a_valid_layout(
     static_world: StaticWorld,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Provisioning in a static-agent pool: pin free pre-created instances, or have the layout changed first.
+"""Provisioning in a static-MIG pool: pin free pre-created instances, or have the layout changed first.
 
 Called by sync.start_provisioning under the allocation's and the pool's locks. When free MIG devices of the
 profile fit (static_placement.choose_static finds a plan without operations), the placements are recorded with
@@ -12,7 +12,7 @@ transaction (so two requests never hold parts of each other's plans: the node is
 one on, and placement skips it), and provisioned when all of them are over. When one of them failed, the others'
 changes are undone (each by a reconfiguration of the inverse plan, unless what it created is held by now) and the
 request fails with its quota given back. A request whose reconfiguration failed is never planned into a second
-one.
+one. In MIG-manager mode a spread may change one GPU at most (the manager applies a whole node's config at a time).
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ def _choose(allocation: Allocation, pool: NodePool) -> list[StaticChoice] | None
     if (single is not None and not single.plan.operations) or allocation.count == 1:
         return None if single is None else [single]
     spread = choose_static_spread(pool=pool, profile=allocation.profile, count=allocation.count)
+    if spread is not None and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER and len(spread.to_reconfigure) > 1:
+        # The MIG manager applies a whole node's config per change: two changes of one node at once would each
+        # write the other GPU's old layout back. One change per request there.
+        spread = None
     if spread is not None and (single is None or spread.operations < single.plan.cost):
         return list(spread.choices)
     return None if single is None else [single]

@@ -151,3 +151,24 @@ def test_the_inverse_plan_takes_the_steps_back_in_reverse() -> None:
         Operation("destroy", "4g.40gb", 0),
         Operation("create", "7g.80gb", 0),
     ]
+
+
+def test_in_mig_manager_mode_a_spread_changes_one_gpu_at_most(world: World, spread_pool: None) -> None:
+    # given: two 4g.40gb need two GPUs changed, and the MIG manager applies a whole node's config at a time
+    NodePool.objects.filter(pk=world.pool.pk).update(mig_mode=NodePool.MigMode.STATIC_MANAGER)
+    allocation = _approved(world, "4g.40gb", count=2)
+    # when
+    failed = start_provisioning(allocation_id=allocation.pk)
+    # then: no two changes of one node at once; the request fails with its quota back
+    assert failed.status == Allocation.Status.FAILED
+    assert not MigReconfiguration.objects.exists()
+    assert quota_used(world) == (0, 0)
+    # and when one GPU already has a free 4g.40gb, the other alone is changed
+    world.pool.refresh_from_db()
+    Gpu.objects.filter(node__name="h100-node-0", index=0).update(
+        static_instances=[published("4g.40gb", 0, 4, "MIG-4g"), published("3g.40gb", 4, 4, "MIG-3g")]
+    )
+    again = _approved(world, "4g.40gb", count=2)
+    start_provisioning(allocation_id=again.pk)
+    [change] = MigReconfiguration.objects.filter(allocation=again)
+    assert (change.gpu.node.name, change.gpu.index) == ("h100-node-0", 1)

@@ -18,6 +18,7 @@ from allocations.mig.catalog import GpuModel
 from allocations.models import Allocation, Gpu, Node, NodePool, Quota, SlicePlacement
 from allocations.placement import gpu_model_of, outside_instance, outside_instances
 from allocations.selectors import LayoutKeyByModel, layout_figures, requested_mix
+from allocations.static_capacity import static_pool_fits
 
 #: Upper bounds (seconds) of the provisioning latency histogram (approval -> active); +Inf follows. Kubernetes
 #: bursts took tens of seconds (docs/benchmarks.md, "provision"), the simulated backend well under one.
@@ -67,6 +68,9 @@ class PoolFigures:
     fits_now: dict[str, int]
     stranded: int
     free: int
+    #: Static MIG: fits_now counts free pre-created instances, this what fits after a layout change; None on
+    #: DynamicMIG (allocations/static_capacity.py).
+    fits_after_reconfiguration: dict[str, int] | None = None
 
 
 def _held_layouts() -> dict[tuple[int, int], str]:
@@ -155,9 +159,11 @@ def pool_figures() -> list[PoolFigures]:
         layout_key = (id(gpu_model), tuple(sorted(instances)))
         pool_layouts = layouts.setdefault(pool_pk, {})
         pool_layouts[layout_key] = pool_layouts.get(layout_key, 0) + n
+    static_fits = static_pool_fits(pools)
     out = []
     for pool in pools:
         fits, lost, free = layout_figures(gpu_models, layouts.get(pool.pk, {}), mix[pool.pk])
+        static = static_fits.get(pool.pk)
         model = models[pool.pk]
         used = in_use.get(pool.pk, {})
         compute_used = sum(
@@ -173,9 +179,10 @@ def pool_figures() -> list[PoolFigures]:
                 compute_total=gpu_counts.get(pool.pk, 0) * models[pool.pk].compute_slices,
                 compute_used=compute_used,
                 slices_in_use={name: used.get(name, 0) for name in sorted({*pool.profiles, *used})},
-                fits_now={name: fits.get(name, 0) for name in pool.profiles},
+                fits_now={name: fits.get(name, 0) for name in pool.profiles} if static is None else static.free,
                 stranded=lost,
                 free=free,
+                fits_after_reconfiguration=None if static is None else static.after_reconfiguration,
             )
         )
     return out

@@ -48,6 +48,7 @@ from allocations.models import (
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.static_capacity import static_pool_fits
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -589,6 +590,16 @@ class PoolSummary:
     fragmentation_free: int
     pending: int
     version: str
+    # Static MIG: fits_now counts free pre-created instances, this what fits after a layout change
+    # (allocations/static_capacity.py); None on DynamicMIG.
+    fits_after_reconfiguration: dict[str, int] | None = None
+    mig_mode: str = NodePool.MigMode.DYNAMIC
+
+    @property
+    def static_fits(self) -> list[tuple[str, int, int]]:
+        """(profile, free now, after a layout change) per profile: the dashboard's table for a static pool."""
+        after = self.fits_after_reconfiguration or {}
+        return [(profile, n, after.get(profile, 0)) for profile, n in self.fits_now.items()]
 
     @property
     def fragmentation_percent(self) -> int:
@@ -932,6 +943,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
     mix = requested_mix(pools)
     pool_versions = _pool_versions() if versions else {}
     outside = outside_instances()
+    static_fits = static_pool_fits(pools)
     by_pool: dict[int, list[tuple[int, int, str, int, int | None]]] = {}
     for gpu_row in gpus:
         by_pool.setdefault(gpu_row[3], []).append(gpu_row)
@@ -969,6 +981,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
             if t is not None
         ]
         gpu_total = len(rows)
+        static = static_fits.get(pool.pk)
         out.append(
             PoolSummary(
                 pool_id=pool.pk,
@@ -982,11 +995,13 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
                 slices_in_use=sum(v[0] for v in pool_usage.values()),
                 compute_used=sum(v[1] for v in pool_usage.values()),
                 compute_total=gpu_total * model.compute_slices,
-                fits_now={name: fits.get(name, 0) for name in pool.profiles},
+                fits_now={name: fits.get(name, 0) for name in pool.profiles} if static is None else static.free,
                 fragmentation_stranded=lost,
                 fragmentation_free=free,
                 pending=pending.get(pool.pk, 0),
                 version=pool_versions.get(pool.pk, ""),
+                fits_after_reconfiguration=None if static is None else static.after_reconfiguration,
+                mig_mode=pool.mig_mode,
             )
         )
     return out

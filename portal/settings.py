@@ -562,9 +562,9 @@ FATIA_MIG_MANAGER_CONFIGMAP = os.environ.get("FATIA_MIG_MANAGER_CONFIGMAP", "def
 # (the manager drains GPU clients and may reset GPUs: minutes on a busy node).
 FATIA_MIG_MANAGER_TIMEOUT_S = env_int("FATIA_MIG_MANAGER_TIMEOUT_S", 900)
 # Pre-shaping: a static pool with no request placed for this long is quiet, and its free instances may be reshaped
-# for the learned demand mix (allocations/mig/preshape.py). 0 (the default) turns pre-shaping off everywhere: in the
-# simulation it has not yet cut the reconfigurations requests wait for (docs/benchmarks.md, "placement-static"),
-# so it costs operations for no gain until its scoring improves; 600 is a sensible value to try it.
+# for the learned demand mix (allocations/mig/preshape_fleet.py). 0 (the default) turns pre-shaping off everywhere:
+# in the simulation it cuts the reconfigurations requests wait for, but serving as much compute as without it is not
+# shown (docs/benchmarks.md, "preshape-fleet"; docs/agent.md, "Pre-shaping"); 600 is a sensible value to try it.
 FATIA_PRESHAPE_QUIET_S = env_int("FATIA_PRESHAPE_QUIET_S", 0)
 # --- Lose no work (issue 16, package `outbox`; allocations/services/outbox.py, docs/outbox.md) ----------------------
 # A task due after a commit is written to the outbox in the same transaction and sent after it. Beat sweeps the outbox

@@ -71,7 +71,23 @@ def mig_mode_field(**kwargs: Any) -> serializers.ChoiceField:
 
 class PoolCapacitySerializer(serializers.Serializer[Any]):
     pool = serializers.IntegerField()
-    fits_now = serializers.DictField(child=serializers.IntegerField(), help_text="Profile -> slices that fit now.")
+    mig_mode = mig_mode_field(read_only=True)
+    fits_now = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text=(
+            "Profile -> slices that fit now, each profile alone. DynamicMIG: the slots the driver can create "
+            "instances in. Static MIG: the free pre-created instances (served without a layout change)."
+        ),
+    )
+    fits_after_reconfiguration = serializers.DictField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text=(
+            "Static MIG only (null on DynamicMIG): profile -> slices that fit after changing the layout of free "
+            "space, held instances untouched. MIG-manager mode: counts (mig-parted picks the slots), and only GPUs "
+            "holding nothing are changed."
+        ),
+    )
 
 
 TOLERATIONS_HELP = (

@@ -28,6 +28,7 @@ from allocations.api.filters import (
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.services import reclaim
+from allocations.static_capacity import static_pool_fits
 from tenants.api.auth import acting_user
 from tenants.api.pagination import WindowCountPagination
 from tenants.errors import InvalidInput
@@ -109,7 +110,14 @@ class PoolViewSet(
     def capacity(self, request: Request, pk: str | None = None) -> Response:
         """What fits now: for each offered profile, how many more slices the pool can place."""
         pool = self.get_object()
-        return Response(s.PoolCapacitySerializer({"pool": pool.pk, "fits_now": pool_capacity(pool)}).data)
+        static = static_pool_fits([pool]).get(pool.pk)
+        figures = {
+            "pool": pool.pk,
+            "mig_mode": pool.mig_mode,
+            "fits_now": pool_capacity(pool) if static is None else static.free,
+            "fits_after_reconfiguration": None if static is None else static.after_reconfiguration,
+        }
+        return Response(s.PoolCapacitySerializer(figures).data)
 
     @extend_schema(request=s.PoolUpdateSerializer, responses={200: s.PoolSerializer})
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:

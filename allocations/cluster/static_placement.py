@@ -5,7 +5,8 @@ Gpu.static_instances). A free one of the requested profile is a free slot: the c
 scheduler can only take that device. When none fits, the reconfiguration planner (allocations/mig/reconfig.py)
 finds, per GPU, the fewest destroy/create steps that make room without touching held instances; the GPU with
 the cheapest plan wins (ties: the planner's own rank, then node and GPU order). A request's slices sit on one
-GPU in a static pool (a plan changes one GPU). In MIG-manager mode a GPU that holds anything is never changed:
+GPU when they can; allocations/cluster/static_spread.py spreads a larger request over GPUs of one node, one
+plan per GPU. In MIG-manager mode a GPU that holds anything is never changed:
 mig-parted rebuilds a whole GPU, so only its free instances (or an empty GPU's) serve a request there.
 
 Held: instances with a live request's placement on them, and devices claimed outside the portal.
@@ -67,12 +68,38 @@ def _held_starts(pool: NodePool) -> dict[int, set[int]]:
     return held
 
 
-def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice | None:
-    """The GPU of the pool's ready nodes where `count` x `profile` costs the fewest MIG operations, or None when
-    no GPU can take them even by destroying every free instance. Caller holds the pool lock."""
+@dataclass(frozen=True, slots=True)
+class StaticGpu:
+    """A ready GPU of a static pool that has the profile: its instances (held ones owned) and, per start, the
+    uuid and device name of each instance it publishes."""
+
+    gpu: Gpu
+    model: GpuModel
+    instances: list[Instance]
+    held: bool
+    existing: dict[int, tuple[str, str]]
+
+    def plan(self, profile: str, count: int, mig_mode: str) -> ReconfigurationPlan | None:
+        """The planner's plan for `count` x `profile` here; None when it does not fit, or when MIG-manager mode
+        would have to change a GPU that holds something."""
+        try:
+            plan = plan_reconfiguration(self.model, self.instances, profile, count)
+        except ValueError as exc:  # what the node publishes breaks the MIG rules: leave the GPU alone
+            logger.error("Left out of static placement: %s holds an invalid layout (%s)", self.gpu, exc)
+            return None
+        if plan is not None and plan.operations and self.held and mig_mode == NodePool.MigMode.STATIC_MANAGER:
+            return None  # mig-parted rebuilds the whole GPU: a change would take the held instances with it
+        return plan
+
+    def choice(self, plan: ReconfigurationPlan) -> StaticChoice:
+        return StaticChoice(gpu=self.gpu, model=self.model, plan=plan, existing=self.existing)
+
+
+def static_gpus(*, pool: NodePool, profile: str) -> list[StaticGpu]:
+    """The pool's ready GPUs that have `profile`, in node and index order. Caller holds the pool lock."""
     pool_model = gpu_model_for(pool.gpu_model)
     held = _held_starts(pool)
-    best: tuple[tuple[int, str, int], StaticChoice] | None = None
+    out = []
     gpus = Gpu.objects.filter(node__pool=pool, node__state=Node.State.READY).select_related("node")
     for gpu in gpus.order_by("node__name", "index"):
         model = gpu_model_of(pool_model, gpu.figures_id) or pool_model
@@ -85,17 +112,20 @@ def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice |
             )
             for i in gpu.static_instances
         ]
-        try:
-            plan = plan_reconfiguration(model, instances, profile, count)
-        except ValueError as exc:  # what the node publishes breaks the MIG rules: leave the GPU alone
-            logger.error("Left out of static placement: %s holds an invalid layout (%s)", gpu, exc)
-            continue
+        existing = {int(i["start"]): (str(i["uuid"]), str(i["device"])) for i in gpu.static_instances}
+        out.append(StaticGpu(gpu=gpu, model=model, instances=instances, held=bool(taken), existing=existing))
+    return out
+
+
+def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice | None:
+    """The GPU of the pool's ready nodes where `count` x `profile` costs the fewest MIG operations, or None when
+    no GPU can take them even by destroying every free instance. Caller holds the pool lock."""
+    best: tuple[tuple[int, str, int], StaticChoice] | None = None
+    for candidate in static_gpus(pool=pool, profile=profile):
+        plan = candidate.plan(profile, count, pool.mig_mode)
         if plan is None:
             continue
-        if plan.operations and taken and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER:
-            continue  # mig-parted rebuilds the whole GPU: a change would take the held instances with it
-        existing = {int(i["start"]): (str(i["uuid"]), str(i["device"])) for i in gpu.static_instances}
-        rank = (plan.cost, gpu.node.name, gpu.index)
+        rank = (plan.cost, candidate.gpu.node.name, candidate.gpu.index)
         if best is None or rank < best[0]:
-            best = (rank, StaticChoice(gpu=gpu, model=model, plan=plan, existing=existing))
+            best = (rank, candidate.choice(plan))
     return None if best is None else best[1]

@@ -90,7 +90,7 @@ def plan_preshape(
     problems = geom.violations([(x.profile, x.start) for x in instances])
     if problems:
         raise ValueError(f"invalid layout on {model.name}: {'; '.join(problems)}")
-    weights = _weights(geom, mix, allowed)
+    weights = profile_weights(geom, mix, allowed)
     held = {(x.profile, x.start) for x in instances if not x.free}
     current = {(x.profile, x.start) for x in instances if x.free}
     creatable = set(model.profile_names()) if allowed is None else set(allowed)
@@ -124,7 +124,8 @@ def plan_preshape(
     return PreshapePlan(operations, layout_after, before, after)
 
 
-def _weights(geom: Geometry, mix: DemandMix, allowed: Collection[str] | None) -> tuple[float, ...]:
+def profile_weights(geom: Geometry, mix: DemandMix, allowed: Collection[str] | None) -> tuple[float, ...]:
+    """The mix's share of each of the model's profiles (profile order), only ``allowed`` ones when given."""
     raw = mix.weights(geom.model)
     if allowed is None:
         return raw

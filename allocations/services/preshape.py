@@ -1,10 +1,12 @@
 """Pre-shaping static pools during quiet periods: which GPUs' free instances to reshape, and how.
 
 A static pool (``static-agent`` or ``static-manager``) serves a request at once only when a free instance of its
-profile exists; pre-shaping keeps the free instances shaped for the learnt demand mix
-(:mod:`allocations.mig.preshape`) so that most requests need no reconfiguration. It runs only while the pool is
-quiet: no request for ``FATIA_PRESHAPE_QUIET_S`` seconds and none approved or provisioning (a reconfiguration for
-someone may be under way). ``FATIA_PRESHAPE_QUIET_S = 0`` turns it off.
+profile exists; pre-shaping reshapes free instances where the pool's free instances then cover more of the next
+requests under the learnt demand mix (:mod:`allocations.mig.preshape_fleet`: pool-wide, by evidence, at most two
+GPUs a run, never a GPU being reconfigured, in agent mode never a GPU that holds nothing), so that fewer requests
+wait for a reconfiguration. It runs only while
+the pool is quiet: no request for ``FATIA_PRESHAPE_QUIET_S`` seconds and none approved or provisioning (a
+reconfiguration for someone may be under way). ``FATIA_PRESHAPE_QUIET_S = 0`` turns it off.
 
 This module decides; it changes nothing. :func:`preshape_pool` hands each GPU's operations to the ``apply``
 callable it is given (the reconfiguration service, ``request_reconfiguration``, once wired), so the decision is
@@ -23,10 +25,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from allocations.mig.fleet import Instance
-from allocations.mig.preshape import plan_preshape
+from allocations.mig.fleet import Gpu, Instance
+from allocations.mig.layout import geometry
+from allocations.mig.preshape import profile_weights
+from allocations.mig.preshape_fleet import HORIZON, OP_COST, plan_fleet_preshape
 from allocations.mig.reconfig import Operation
-from allocations.models import Allocation, NodePool
+from allocations.models import Allocation, MigReconfiguration, NodePool
 from allocations.nodeagent.selectors import reported_instances
 from allocations.placement import offered_profiles, read_pool, recent_demand
 
@@ -78,30 +82,50 @@ def list_preshape_plans(*, pool_id: int, now: datetime | None = None, mode: str 
     reported = reported_instances(node_ids.values())
     mix = recent_demand(pool)
     allowed = set(offered_profiles(pool))
-    plans: list[GpuPreshape] = []
+    changing = set(
+        MigReconfiguration.objects.filter(gpu__node__pool=pool, status__in=MigReconfiguration.LIVE).values_list(
+            "gpu_id", flat=True
+        )
+    )
+    # The pool's GPUs with an agent inventory, by model: (node, GPU, its instances, busy).
+    groups: dict[int, list[tuple[str, Gpu, list[Instance], bool]]] = {}
     for node in layout.fleet.nodes:
         for gpu in node.gpus:
             existing = reported.get((node_ids[node.name], gpu.index))
             if existing is None:
                 continue  # no agent inventory: what exists there is unknown
             held = list(gpu.instances)
-            if mode == "static-manager" and held:
-                continue
             taken = {(x.profile, x.start) for x in held}
             free = [Instance(p, s) for p, s in existing if (p, s) not in taken]
-            try:
-                plan = plan_preshape(gpu.model, held + free, mix, allowed=allowed)
-            except ValueError as exc:  # the inventory and the portal's records disagree: leave it for reconcile
-                logger.warning("Pre-shaping skips %s GPU %d: %s", node.name, gpu.index, exc)
-                continue
-            if plan is None:
-                continue
+            instances = held + free
+            if geometry(gpu.model).violations([(x.profile, x.start) for x in instances]):
+                logger.warning("Pre-shaping skips %s GPU %d: inventory and records disagree", node.name, gpu.index)
+                continue  # leave it for reconcile
+            # MIG-manager mode rewrites a whole GPU: one that holds anything stays as it is.
+            busy = (mode == "static-manager" and bool(held)) or (layout.by_position[(node.name, gpu.index)] in changing)
+            groups.setdefault(id(gpu.model), []).append((node.name, gpu, instances, busy))
+    plans: list[GpuPreshape] = []
+    for members in groups.values():
+        model = members[0][1].model
+        weights = dict(zip(model.profile_names(), profile_weights(geometry(model), mix, allowed), strict=True))
+        changes = plan_fleet_preshape(
+            model,
+            [instances for _, _, instances, _ in members],
+            weights,
+            busy={n for n, member in enumerate(members) if member[3]},
+            allowed=allowed,
+            # Agent mode keeps GPUs that hold nothing whole (one contiguous run for large requests: measured, it
+            # serves as much as no pre-shaping); in MIG-manager mode only those can change at all.
+            keep_free_gpus=mode == "static-agent",
+        )
+        for change in changes:
+            node_name, gpu, _, _ = members[change.position]
             reason = (
-                f"pre-shaping {node.name}/gpu-{gpu.index} for the demand mix: expected requests served from free "
-                f"instances {plan.served_before:.2f} -> {plan.served_after:.2f}"
+                f"pre-shaping {node_name}/gpu-{gpu.index} for the demand mix: the pool's free instances then serve "
+                f"{change.gain + OP_COST * len(change.operations):.1f} more of the next {HORIZON} expected requests"
             )
             plans.append(
-                GpuPreshape(layout.by_position[(node.name, gpu.index)], node.name, gpu.index, plan.operations, reason)
+                GpuPreshape(layout.by_position[(node_name, gpu.index)], node_name, gpu.index, change.operations, reason)
             )
     return plans
 

@@ -104,8 +104,8 @@ def request_reconfiguration(
     """Create a reconfiguration of one GPU of a static-agent pool, mark its node reconfiguring and queue its first
     step after commit (advance_reconfiguration_task).
 
-    Idempotent: while one is live for the same allocation, or for the same GPU with the same operations, that one
-    is returned. InvalidInput when the GPU is not in a static-MIG pool, another change of it is in progress, or an
+    Idempotent: while one is live for the same GPU and the same allocation, or the same operations, that one is
+    returned. InvalidInput when the GPU is not in a static-MIG pool, another change of it is in progress, or an
     operation is not a valid step from the layout its node publishes (checked_operations). Locks the allocation
     (when given), then the pool, then the node."""
     if allocation_id is not None:
@@ -123,8 +123,10 @@ def request_reconfiguration(
         if (allocation_id is not None and live.allocation_id == allocation_id) or live.plan == plan:
             return live
         raise InvalidInput({"gpu_id": [f"{gpu} is being reconfigured already (reconfiguration #{live.pk})."]})
-    if allocation_id is not None:
-        mine = MigReconfiguration.objects.filter(allocation_id=allocation_id, status__in=MigReconfiguration.LIVE)
+    if allocation_id is not None:  # a request spread over GPUs has one live change per GPU
+        mine = MigReconfiguration.objects.filter(
+            allocation_id=allocation_id, gpu_id=gpu_id, status__in=MigReconfiguration.LIVE
+        )
         found = mine.first()
         if found is not None:
             return found

@@ -67,6 +67,12 @@ def database_families() -> Iterator[Metric]:
         "Free slices by profile: how many more of the profile fit now on ready GPUs, each profile alone.",
         labels=["pool", "profile"],
     )
+    fit_reconfigured = GaugeMetricFamily(
+        "fatia_slices_fit_after_reconfiguration",
+        "Static-MIG pools only: how many more of the profile fit after a layout change of free space (fit_now "
+        "counts their free pre-created instances), each profile alone.",
+        labels=["pool", "profile"],
+    )
     nodes = GaugeMetricFamily("fatia_pool_nodes", "Nodes in a pool by state.", labels=["pool", "state"])
     gpus = GaugeMetricFamily("fatia_pool_gpus", "GPUs in a pool.", labels=["pool"])
     compute_total = GaugeMetricFamily("fatia_pool_compute_slices", "Compute slices of every GPU.", labels=["pool"])
@@ -92,6 +98,8 @@ def database_families() -> Iterator[Metric]:
             in_use.add_metric([pool, profile], n)
         for profile, n in sorted(summary.fits_now.items()):
             fit_now.add_metric([pool, profile], n)
+        for profile, n in sorted((summary.fits_after_reconfiguration or {}).items()):
+            fit_reconfigured.add_metric([pool, profile], n)
         for state in Node.State.values:
             nodes.add_metric([pool, state], summary.node_states.get(state, 0))
         gpus.add_metric([pool], summary.gpu_count)
@@ -101,7 +109,18 @@ def database_families() -> Iterator[Metric]:
         stranded.add_metric([pool], summary.stranded)
         ratio = summary.stranded / summary.free if summary.free else 0.0
         fragmentation.add_metric([pool], ratio)
-    yield from (in_use, fit_now, nodes, gpus, compute_total, compute_used, free, stranded, fragmentation)
+    yield from (
+        in_use,
+        fit_now,
+        fit_reconfigured,
+        nodes,
+        gpus,
+        compute_total,
+        compute_used,
+        free,
+        stranded,
+        fragmentation,
+    )
 
     latency = HistogramMetricFamily(
         "fatia_provisioning_duration_seconds",

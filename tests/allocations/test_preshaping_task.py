@@ -9,7 +9,6 @@ import pytest
 from django.utils import timezone
 
 from allocations import services, tasks
-from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, Gpu, MigReconfiguration, Node, NodePool
 from allocations.services.preshape import list_preshape_plans
 from allocations.services.reconfiguration import operations_json, request_reconfiguration
@@ -55,13 +54,13 @@ def test_a_quiet_static_pool_gets_a_reconfiguration_per_planned_gpu(
 
 
 def test_a_gpu_being_reconfigured_is_skipped(world: World, quiet_static_pool: dict[str, Any]) -> None:
-    # given: the free 7g.80gb's GPU is already being changed
+    # given: a GPU pre-shaping would change is already being changed (its plan's first step, by hand)
     node = quiet_static_pool["node"]
-    other = Gpu.objects.get(node=node, index=quiet_static_pool["other"])
     plans = list_preshape_plans(pool_id=world.pool.pk)
-    assert other.pk in {p.gpu_id for p in plans}
+    assert plans
+    target = Gpu.objects.get(pk=plans[0].gpu_id)
     running = request_reconfiguration(
-        gpu_id=other.pk, operations=[Operation("destroy", "7g.80gb", 0)], reason="by hand", allocation_id=None
+        gpu_id=target.pk, operations=plans[0].operations[:1], reason="by hand", allocation_id=None
     )
     # when
     tasks.preshape_static_pools_task()
@@ -69,11 +68,13 @@ def test_a_gpu_being_reconfigured_is_skipped(world: World, quiet_static_pool: di
     assert list(MigReconfiguration.objects.all()) == [running]
     # when: the node reads ready while the change is still live (the guard of the GPU itself)
     Node.objects.filter(pk=node.pk).update(state=Node.State.READY)
+    expected = list_preshape_plans(pool_id=world.pool.pk)
     tasks.preshape_static_pools_task()
-    # then: that GPU keeps its one reconfiguration; every other planned GPU gets one
-    assert list(MigReconfiguration.objects.filter(gpu=other)) == [running]
+    # then: that GPU keeps its one reconfiguration and is planned no more; the pool's other choices get theirs
+    assert target.pk not in {p.gpu_id for p in expected}
+    assert list(MigReconfiguration.objects.filter(gpu=target)) == [running]
     made = MigReconfiguration.objects.exclude(pk=running.pk)
-    assert sorted(made.values_list("gpu_id", flat=True)) == sorted(p.gpu_id for p in plans if p.gpu_id != other.pk)
+    assert sorted(made.values_list("gpu_id", flat=True)) == sorted(p.gpu_id for p in expected)
 
 
 def test_a_busy_or_dynamic_pool_gets_no_reconfiguration(world: World, quiet_static_pool: dict[str, Any]) -> None:

@@ -216,10 +216,15 @@ def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
     from allocations.cluster.sync import start_provisioning
 
     _static_pool(world, settings, django_capture_on_commit_callbacks)
-    allocation = _approved(world, "1g.10gb", count=8)  # at most 7 1g.10gb fit one H100
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=world.pool.pk, compute_slices_limit=80, memory_slices_limit=80,
+        actor=world.root,
+    )  # fmt: skip
+    allocation = _approved(world, "7g.80gb", count=9)  # a node has 8 GPUs: 8 x 7g.80gb at most
     failed = start_provisioning(allocation_id=allocation.pk)
     assert failed.status == "failed"
-    assert "on one GPU, even after changing a GPU's MIG layout" in failed.status_message
+    assert "on one node, even after changing its GPUs' MIG layouts" in failed.status_message
+    assert not MigReconfiguration.objects.exists()
 
 
 def test_the_dashboard_draws_free_precreated_instances_as_free_slots_of_their_profile(

@@ -94,3 +94,35 @@ def test_the_dashboard_draws_a_static_gpus_free_precreated_instances(world: Worl
         page.set_viewport_size(size)
         assert scroll_width(page) == size["width"]
         screenshot(page, name)
+
+
+def test_a_static_pools_card_says_what_is_free_now_and_after_a_layout_change(
+    world: World, signed_in, screenshot
+) -> None:
+    # given: every GPU of a static-agent pool publishes a free 3g.40gb at slot 0 and a free 1g.10gb at slot 6
+    from allocations.models import Gpu
+
+    services.update_node_pool(pool_id=world.pool.pk, mig_mode="static-agent", actor=world.root)
+    Gpu.objects.filter(node__pool=world.pool).update(
+        static_instances=[
+            {"profile": "3g.40gb", "start": 0, "size": 4, "uuid": "MIG-a", "device": "gpu-0-mig-3g40gb-9-0"},
+            {"profile": "1g.10gb", "start": 6, "size": 1, "uuid": "MIG-b", "device": "gpu-0-mig-1g10gb-19-6"},
+        ]
+    )
+    page = signed_in(world.alice)
+    # when
+    page.goto("/dashboard/")
+    # then: 16 free 1g.10gb now; 7 per GPU once the free instances are reshaped (nothing is held)
+    card = page.get_by_role("article", name="H100 pool")
+    table = card.locator("table.dash-fits--static")
+    expect(table.get_by_role("columnheader", name="After a layout change")).to_be_visible()
+    row = table.locator('tr[data-profile="1g.10gb"]')
+    expect(row.locator("td").nth(0)).to_have_text("16")
+    expect(row.locator("td").nth(1)).to_have_text(str(16 * 7))
+    expect(table.locator('tr[data-profile="7g.80gb"] td').nth(0)).to_have_text("0")
+    expect(card).to_contain_text("Static MIG: “free now” counts pre-created MIG instances nobody holds")
+    for size, name in ((DESKTOP, "dashboard-static-fits-1440"), (PHONE, "dashboard-static-fits-390")):
+        page.set_viewport_size(size)
+        assert scroll_width(page) == size["width"]
+        table.scroll_into_view_if_needed()
+        screenshot(page, name)

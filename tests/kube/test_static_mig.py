@@ -30,7 +30,7 @@ from allocations.cluster import discovery, fake_fleet, fake_static, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.mig.catalog import load_catalog
 from allocations.mig.layout import geometry
-from allocations.models import Allocation, Gpu, MigReconfiguration, Node, NodePool, SlicePlacement
+from allocations.models import Allocation, Gpu, MigReconfiguration, Node, NodePool, Quota, SlicePlacement
 from allocations.nodeagent import services as agent_services
 from allocations.nodeagent.commands import batch_state
 from tests.conftest import H100, World
@@ -230,6 +230,106 @@ def test_a_free_precreated_instance_is_pinned_without_any_reconfiguration(
     claim = claim_json(admin, sw.kw.namespace(sw.kw.world.tenant_a.slug), provisioned.claim_name)
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"] == "gpu-0-mig-3g40gb-9-0"
+
+
+def test_capacity_counts_the_published_free_instances_and_what_a_layout_change_makes_room_for(
+    static_world: StaticWorld,
+) -> None:
+    # given: GPU 0 publishes two free 3g.40gb, GPU 1 one free 7g.80gb
+    sw = static_world
+    client = sw.kw.world.client(sw.kw.world.alice)
+    url = f"/api/v1/pools/{sw.kw.pool.pk}/capacity/"
+    # when
+    before = client.get(url).json()
+    # then: nothing but those is free now; a change of free space makes room for a whole H100's worth on each
+    assert before["mig_mode"] == "static-agent"
+    now, after = before["fits_now"], before["fits_after_reconfiguration"]
+    assert (now["3g.40gb"], now["7g.80gb"], now["1g.10gb"]) == (2, 1, 0)
+    assert (after["3g.40gb"], after["7g.80gb"], after["1g.10gb"]) == (4, 2, 14)
+
+    # when: a 3g.40gb takes the free instance at slot 0 of GPU 0
+    allocation = request(sw.kw, "3g.40gb")
+    services.provision_allocation(allocation_id=allocation.pk)
+    wait_for("the claim to be allocated", lambda: settled(allocation.pk))
+    held = client.get(url).json()
+    # then: one 3g.40gb left free; beside the held one a change fits 3 x 1g.10gb (starts 4, 5, 6), not a 7g.80gb
+    now, after = held["fits_now"], held["fits_after_reconfiguration"]
+    assert (now["3g.40gb"], now["7g.80gb"], now["1g.10gb"]) == (1, 1, 0)
+    assert (after["3g.40gb"], after["7g.80gb"], after["1g.10gb"]) == (3, 1, 7 + 3)
+
+
+def test_a_request_across_two_gpus_gets_one_reconfiguration_each_and_both_instances_pinned(
+    static_world: StaticWorld, admin: client.ApiClient
+) -> None:
+    # given: two 4g.40gb (slot 0 only): one per GPU, each GPU needing a destroy and a create
+    sw = static_world
+    allocation = request(sw.kw, "4g.40gb", count=2)
+    # when
+    waiting = services.provision_allocation(allocation_id=allocation.pk)
+    # then: one reconfiguration per GPU, in GPU order, the request waiting for both
+    assert waiting.status == Status.APPROVED
+    reconfigurations = list(MigReconfiguration.objects.filter(allocation=allocation).order_by("pk"))
+    assert [r.gpu.index for r in reconfigurations] == [0, 1]
+    assert all([op["action"] for op in r.plan] == ["destroy", "create"] for r in reconfigurations)
+
+    # when: the first is applied and republished, then provisioning runs (its task would): still waiting
+    first = run_reconfiguration(sw, reconfigurations[0].pk)
+    assert first.status == RStatus.DONE
+    assert services.provision_allocation(allocation_id=allocation.pk).status == Status.APPROVED
+    assert Node.objects.get(name=sw.node.name).state == Node.State.RECONFIGURING
+    # when: the second is over too
+    second = run_reconfiguration(sw, reconfigurations[1].pk)
+    assert second.status == RStatus.DONE
+    provisioned = services.provision_allocation(allocation_id=allocation.pk)
+
+    # then: both GPUs hold the planned layouts; the claim pins both new instances by uuid and the real scheduler
+    # allocated exactly those devices; the quota holds exactly the request
+    assert provisioned.status == Status.PROVISIONING
+    assert [sw.node.layout(0), sw.node.layout(1)] == [[(p, s) for p, s in r.targets] for r in (first, second)]
+    wait_for("the claim to be allocated", lambda: settled(allocation.pk))
+    active = Allocation.objects.get(pk=allocation.pk)
+    assert active.status == Status.ACTIVE
+    placements = list(SlicePlacement.objects.filter(allocation=allocation).order_by("gpu__index"))
+    assert [(p.gpu.index, p.start, p.mig_uuid) for p in placements] == [
+        (0, 0, sw.node.mig_uuid(0, 0)),
+        (1, 0, sw.node.mig_uuid(1, 0)),
+    ]
+    claim = claim_json(admin, sw.kw.namespace(sw.kw.world.tenant_a.slug), active.claim_name)
+    pinned = [s["cel"]["expression"] for r in claim["spec"]["devices"]["requests"] for s in r["exactly"]["selectors"]]
+    for placement in placements:
+        assert f"device.attributes['gpu.nvidia.com'].uuid == '{placement.mig_uuid}'" in pinned
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == sorted(p.device_name for p in placements)
+    quota = Quota.objects.get(tenant=sw.kw.world.tenant_a, pool=sw.kw.pool)
+    assert (quota.compute_slices_used, quota.memory_slices_used) == (8, 8)
+
+
+def test_a_request_across_two_gpus_whose_second_change_fails_gets_the_first_undone_and_its_quota_back(
+    static_world: StaticWorld,
+) -> None:
+    # given: two 4g.40gb planned over both GPUs; NVML refuses to destroy GPU 1's 7g.80gb
+    sw = static_world
+    allocation = request(sw.kw, "4g.40gb", count=2)
+    services.provision_allocation(allocation_id=allocation.pk)
+    first, second = MigReconfiguration.objects.filter(allocation=allocation).order_by("pk")
+    sw.agent.fail.add(("destroy", "7g.80gb", 0))
+    # when: GPU 0 is changed, GPU 1's change fails (retried once), then provisioning looks again
+    assert run_reconfiguration(sw, first.pk).status == RStatus.DONE
+    assert sw.node.layout(0) == [("4g.40gb", 0), ("3g.40gb", 4)]
+    assert run_reconfiguration(sw, second.pk).status == RStatus.FAILED
+    ended = services.provision_allocation(allocation_id=allocation.pk)
+    # then: the request failed with the reason and its quota back; GPU 0's change is undone by a reconfiguration
+    # of the inverse plan, which takes it back to its first layout
+    assert ended.status == Status.FAILED
+    assert "being undone" in ended.status_message
+    quota = Quota.objects.get(tenant=sw.kw.world.tenant_a, pool=sw.kw.pool)
+    assert (quota.compute_slices_used, quota.memory_slices_used) == (0, 0)
+    undo = MigReconfiguration.objects.get(allocation__isnull=True)
+    assert undo.gpu_id == first.gpu_id
+    assert run_reconfiguration(sw, undo.pk).status == RStatus.DONE
+    assert [sw.node.layout(0), sw.node.layout(1)] == LAYOUTS
+    assert valid(sw, 0) and valid(sw, 1)
+    assert Node.objects.get(name=sw.node.name).state == Node.State.READY
 
 
 def test_a_failure_mid_plan_is_retried_once_then_rolled_back_leaving_a_valid_layout(

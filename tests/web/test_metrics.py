@@ -23,7 +23,7 @@ from allocations import metrics as fleet_metrics
 from allocations import services
 from allocations.cluster import kube
 from allocations.cluster.watcher import FleetDiscovery
-from allocations.models import Allocation, ClaimedDevice, Gpu, Node, SlicePlacement
+from allocations.models import Allocation, ClaimedDevice, Gpu, Node, NodePool, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.selectors import fleet_pool_summaries
 from allocations.services import provisioning
@@ -206,6 +206,26 @@ def test_the_pool_figures_equal_the_dashboards_with_outside_devices_and_a_cordon
     assert {p: n for p, n in placed.items() if n} == {"1g.10gb": 4, "2g.20gb": 1, "1g.20gb": 1}
     assert set(figures["second"].slices_in_use.values()) == {0}
     assert figures["second"].free == 0  # no ready GPU
+
+
+def test_a_static_pool_reports_its_free_instances_and_what_fits_after_a_layout_change(world: World) -> None:
+    # given: a static-agent pool whose 16 GPUs each publish a free 7g.80gb, beside a dynamic pool
+    second = services.create_node_pool(name="Second", slug="second", gpu_model=H100, actor=world.root)
+    services.register_node(pool_id=second.pk, name="second-node-0", gpu_count=1, actor=world.root)
+    NodePool.objects.filter(pk=world.pool.pk).update(mig_mode=NodePool.MigMode.STATIC_AGENT)
+    Gpu.objects.filter(node__pool=world.pool).update(
+        static_instances=[{"profile": "7g.80gb", "start": 0, "size": 8, "uuid": "MIG-x", "device": "d"}]
+    )
+    # when
+    text = scrape()
+    # then: fit now counts the free instances; after a layout change, seven 1g.10gb per GPU
+    assert value(text, "fatia_slices_fit_now", pool="h100", profile="7g.80gb") == 16
+    assert value(text, "fatia_slices_fit_now", pool="h100", profile="1g.10gb") == 0
+    assert value(text, "fatia_slices_fit_after_reconfiguration", pool="h100", profile="1g.10gb") == 16 * 7
+    assert value(text, "fatia_slices_fit_now", pool="second", profile="1g.10gb") == 7
+    assert not [
+        s for s in samples(text) if s.name.startswith("fatia_slices_fit_after") and s.labels["pool"] == "second"
+    ]
 
 
 def test_no_label_carries_a_user_name_an_email_or_an_id(world: World) -> None:

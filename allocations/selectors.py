@@ -48,6 +48,7 @@ from allocations.models import (
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.sharing.units import unit_names
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -148,14 +149,16 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
         return f"The tenant has no quota in {allocation.pool.name}."
     free_compute = quota.compute_slices_limit - quota.compute_slices_used
     free_memory = quota.memory_slices_limit - quota.memory_slices_used
+    # Shared and MPS pools count percent of a GPU and GiB in the same two counters (allocations/sharing/units.py).
+    names = unit_names(shared=allocation.pool.is_shared)
     if allocation.compute_slices > free_compute:
         return (
-            f"Needs {allocation.compute_slices} compute slices; {max(free_compute, 0)} of "
+            f"Needs {allocation.compute_slices} {names.compute}; {max(free_compute, 0)} of "
             f"{quota.compute_slices_limit} are free."
         )
     if allocation.memory_slices > free_memory:
         return (
-            f"Needs {allocation.memory_slices} memory slots; {max(free_memory, 0)} of "
+            f"Needs {allocation.memory_slices} {names.memory}; {max(free_memory, 0)} of "
             f"{quota.memory_slices_limit} are free."
         )
     cap = quota.profile_caps.get(allocation.profile)

@@ -564,3 +564,7 @@ FATIA_MIG_MANAGER_TIMEOUT_S = env_int("FATIA_MIG_MANAGER_TIMEOUT_S", 900)
 # simulation it has not yet cut the reconfigurations requests wait for (docs/benchmarks.md, "placement-static"),
 # so it costs operations for no gain until its scoring improves; 600 is a sensible value to try it.
 FATIA_PRESHAPE_QUIET_S = env_int("FATIA_PRESHAPE_QUIET_S", 0)
+
+# --- sharedcore (issue 13: sharing GPUs without MIG) ---------------------------------------------------------------
+# Two choice sets share the field name `kind` in the API schema (a pool's kind, a node event's kind): name the pool's.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["PoolKindEnum"] = "allocations.models.NodePool.Kind"  # type: ignore[index]

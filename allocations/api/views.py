@@ -28,6 +28,7 @@ from allocations.api.filters import (
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.services import reclaim
+from allocations.share_capacity import shared_capacity
 from tenants.api.auth import acting_user
 from tenants.api.pagination import WindowCountPagination
 from tenants.errors import InvalidInput
@@ -109,6 +110,8 @@ class PoolViewSet(
     def capacity(self, request: Request, pk: str | None = None) -> Response:
         """What fits now: for each offered profile, how many more slices the pool can place."""
         pool = self.get_object()
+        if pool.is_shared:
+            return Response(s.PoolCapacitySerializer(shared_capacity(pool).as_dict()).data)
         return Response(s.PoolCapacitySerializer({"pool": pool.pk, "fits_now": pool_capacity(pool)}).data)
 
     @extend_schema(request=s.PoolUpdateSerializer, responses={200: s.PoolSerializer})
@@ -254,6 +257,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             count=v["count"],
             lease_hours=v["lease_hours"],
             purpose=v["purpose"],
+            memory_mib=v["memory_mib"],
+            thread_percentage=v["thread_percentage"],
             actor=acting_user(request),
             idempotency_key=idempotency_key(request),
         )

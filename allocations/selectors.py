@@ -48,6 +48,7 @@ from allocations.models import (
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.sharing.isolation import weaker_warning
 from allocations.sharing.units import unit_names
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
@@ -283,7 +284,10 @@ def status_filters_for_user(user: User) -> list[StatusFilter]:
 
 
 def gpu_equivalents_of(allocation: Allocation) -> float:
-    """The share of whole GPUs the request costs: max(compute / GPU's compute, memory / GPU's memory)."""
+    """The share of whole GPUs the request costs: max(compute / GPU's compute, memory / GPU's memory); for shares
+    of a GPU shared whole, their exact memory fraction (allocations/sharing/units.py)."""
+    if allocation.pool.is_shared and allocation.memory_mib:
+        return allocation.memory_mib * allocation.count / gpu_model_for(allocation.pool.gpu_model).memory_mib
     return gpu_equivalents(
         gpu_model_for(allocation.pool.gpu_model), allocation.compute_slices, allocation.memory_slices
     )
@@ -464,6 +468,10 @@ def request_form_data(user: User) -> dict[str, Any]:
                 "id": pool.pk,
                 "name": pool.name,
                 "gpu_model": model.name,
+                "kind": pool.kind,
+                # Time-sliced and MPS pools: the GPU's memory and what the kind does not isolate (shown before submit).
+                "gpu_memory_mib": model.memory_mib if pool.is_shared else None,
+                "isolation_warning": weaker_warning(pool.kind),
                 "compute_slices": model.compute_slices,
                 "memory_slices": model.memory_slices,
                 "profiles": [

@@ -65,6 +65,8 @@ def _validate_request(
     errors: dict[str, list[str]] = {}
     if pool.is_shared:
         pass  # services/share_requests.py checks memory, thread share and the tenant's isolation policy
+    elif not profile:
+        errors["profile"] = [f"Choose a MIG profile of {pool.name}: {', '.join(pool.profiles)}."]
     elif profile not in pool.profiles:
         offered = ", ".join(pool.profiles)
         errors["profile"] = [f"{profile!r} is not offered in {pool.name} ({pool.gpu_model}). Choose one of: {offered}."]

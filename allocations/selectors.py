@@ -47,7 +47,9 @@ from allocations.models import (
 )
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
+from allocations.overshare import over_share_counts
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.share_dashboard import SharedBar
 from allocations.sharing.isolation import weaker_warning
 from allocations.sharing.units import unit_names
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
@@ -1065,15 +1067,18 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     colours = _tenant_colours()
     slices: dict[int, list[SliceView]] = {}
     legend: dict[str, TenantUsage] = {}
+    # Time-sliced and MPS GPUs are drawn as a memory bar of one cell per GiB, each share stacked after the last.
+    shared_bar = SharedBar() if pool.is_shared else None
     for row in (
         SlicePlacement.objects.filter(gpu__node_id__in=node_ids, allocation__status__in=Allocation.QUOTA_HOLDING)
-        .order_by("gpu_id", "start")
+        .order_by("gpu_id", "start", "pk")
         .values(
             "pk",
             "gpu_id",
             "profile",
             "start",
             "size",
+            "memory_mib",
             "device_name",
             "allocation_id",
             "allocation__tenant_id",
@@ -1085,6 +1090,10 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         )
     ):
         tenant_id = row["allocation__tenant_id"]
+        if shared_bar is not None:
+            row["start"], row["size"], row["profile"] = shared_bar.cells(
+                row["gpu_id"], row["memory_mib"], pool_model.memory_slices
+            )
         if visible is None or tenant_id in visible:
             colour = colours.get(tenant_id, TENANT_COLOURS[0])
             view = SliceView(
@@ -1135,7 +1144,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             )
         )
         legend.setdefault("outside", TenantUsage("Outside Fatia (a claim the portal did not make)", "", 0, 0, False))
-    usage = slice_usage(widths)
+    # Per-slice telemetry is keyed by MIG slot; every share on a GPU starts at 0 (share use: allocations/overshare.py).
+    usage = slice_usage(widths) if shared_bar is None else {}
     if usage:
         for gpu_id, on_gpu in slices.items():
             # Usage shows only on slices the viewer may see in full: another tenant's activity is not theirs to see.
@@ -1339,6 +1349,8 @@ class TenantShowback:
     used_slice_hours: float | None = None
     observed_slice_hours: float = 0.0
     daily_used_slice_hours: list[float | None] = field(default_factory=list)
+    # Time-sliced GPUs it shares whose memory in use passes what their shares hold, now (allocations/overshare.py).
+    over_shares: int = 0
 
     @property
     def used_share(self) -> int | None:
@@ -1440,6 +1452,7 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
                 slice_daily[n] += count * hours
                 gpu_daily[n] += share * hours
     used = _used_by_tenant_day(windows, tenant_of, since, days)
+    over = over_share_counts(set(totals))
     tenants = []
     for tenant_id, (name, slice_daily, gpu_daily) in sorted(totals.items(), key=lambda kv: kv[1][0]):
         observed_daily, used_daily = used.get(tenant_id, ([0.0] * days, [0.0] * days))
@@ -1458,6 +1471,7 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
                 daily_used_slice_hours=[
                     round(u, 2) if o else None for o, u in zip(observed_daily, used_daily, strict=True)
                 ],
+                over_shares=over.get(tenant_id, 0),
             )
         )
     return Showback(days=[d.date() for d in day_starts], tenants=tenants)

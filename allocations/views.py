@@ -33,6 +33,7 @@ from allocations.forms import (
     SetQuotaForm,
 )
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
+from allocations.overshare import over_share_of
 from allocations.services import reclaim
 from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
@@ -167,6 +168,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
             "gpu_equivalents": selectors.gpu_equivalents_of(allocation),
             "placements": selectors.placements_of(allocation),
             "share": share_summary(allocation),
+            "over_share": over_share_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
             "actions": selectors.allocation_actions(user, allocation),
             "used": selectors.allocation_used(allocation),

@@ -84,6 +84,8 @@
     el("share-fields").hidden = !shared;
     el("thread-field").hidden = pool.kind !== "mps";
     el("isolation-warning").hidden = !pool.isolation_warning;
+    el("gpu-eq-help").hidden = shared;
+    el("gpu-eq-help-shared").hidden = !shared;
     setText("isolation-warning-text", pool.isolation_warning);
     form.parentNode.querySelectorAll(".unit-compute").forEach(function (node) {
       node.textContent = shared ? "% of a GPU" : "Compute slices";

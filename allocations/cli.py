@@ -367,7 +367,7 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
         ("requested by", f"{a['requested_by']}, {when(a['created_at'])}"),
         ("purpose", a["purpose"]),
         ("cost", cost),
-        ("isolation", a.get("isolation_warning")),
+        *([("isolation", a["isolation_warning"])] if a.get("isolation_warning") else []),
         ("auto-approved", "yes" if a.get("auto_approved") else "no"),
         ("decided", when(a.get("decided_at"))),
         ("reason", a.get("decision_reason")),

@@ -49,6 +49,7 @@ from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
 from allocations.overshare import over_share_counts
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.share_capacity import shared_capacity
 from allocations.share_dashboard import SharedBar
 from allocations.sharing.isolation import weaker_warning
 from allocations.sharing.units import unit_names
@@ -586,6 +587,8 @@ class PoolSummary:
     fragmentation_free: int
     pending: int
     version: str
+    # Time-sliced or MPS pools: the sharing mode; `fits_now` then counts shares per size ("4 GiB") and whole GPUs.
+    sharing: str = ""
 
     @property
     def fragmentation_percent(self) -> int:
@@ -979,7 +982,12 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
                 slices_in_use=sum(v[0] for v in pool_usage.values()),
                 compute_used=sum(v[1] for v in pool_usage.values()),
                 compute_total=gpu_total * model.compute_slices,
-                fits_now={name: fits.get(name, 0) for name in pool.profiles},
+                fits_now=(
+                    shared_capacity(pool).fits_now
+                    if pool.is_shared
+                    else {name: fits.get(name, 0) for name in pool.profiles}
+                ),
+                sharing=pool.get_kind_display() if pool.is_shared else "",
                 fragmentation_stranded=lost,
                 fragmentation_free=free,
                 pending=pending.get(pool.pk, 0),

@@ -190,3 +190,11 @@ def test_an_admin_sets_the_isolation_policy_on_the_tenant_page(shared: Shared) -
     assert response.status_code == 302
     world.tenant_a.refresh_from_db()
     assert (world.tenant_a.weakest_isolation, world.tenant_a.avoid_co_tenants) == ("mps", True)
+
+
+def test_the_pool_card_tells_what_fits_in_gib(shared: Shared) -> None:
+    active_share(shared)
+    page = browser(shared.world.alice).get(f"/dashboard/pools/{shared.l4.pk}/summary/").content.decode()
+    assert "<strong>Time-sliced</strong>" in page
+    assert "% of GPUs in use" in page
+    assert 'data-profile="16 GiB"' in page and 'data-profile="whole GPU"' in page

@@ -51,8 +51,9 @@ from allocations.overshare import over_share_counts
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
 from allocations.share_capacity import shared_capacity
 from allocations.share_dashboard import SharedBar
+from allocations.sharing.catalog import is_shared_model
 from allocations.sharing.isolation import weaker_warning
-from allocations.sharing.units import unit_names
+from allocations.sharing.units import UnitNames, unit_names
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
 
@@ -102,6 +103,11 @@ class Balance:
     compute_used: int
     memory_used: int
     profile_caps: dict[str, int]
+
+    @property
+    def units(self) -> UnitNames:
+        """What the two counters count: MIG slices, or % of a GPU and GiB in time-sliced and MPS pools."""
+        return unit_names(shared=is_shared_model(self.gpu_model))
 
     @property
     def compute_free(self) -> int:

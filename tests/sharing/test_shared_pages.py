@@ -198,3 +198,9 @@ def test_the_pool_card_tells_what_fits_in_gib(shared: Shared) -> None:
     assert "<strong>Time-sliced</strong>" in page
     assert "% of GPUs in use" in page
     assert 'data-profile="16 GiB"' in page and 'data-profile="whole GPU"' in page
+
+
+def test_quota_balances_of_a_shared_pool_read_in_percent_and_gib(shared: Shared) -> None:
+    page = browser(shared.world.alice).get("/quotas/").content.decode()
+    assert "<dt>% of a GPU</dt>" in page and "<dt>GiB</dt>" in page
+    assert "<dt>Compute slices</dt>" in page  # the MIG pool's card as before

@@ -103,6 +103,7 @@ def test_the_request_form_takes_a_memory_size_and_warns_before_submit(shared: Sh
     assert "4 GiB share" in detail
     assert "No isolation" in detail
     assert "% of a GPU" in detail
+    assert "asked for 1 × 4096 MiB share" in detail  # the timeline
 
 
 def test_a_bad_memory_size_on_the_form_is_a_friendly_page(shared: Shared) -> None:

@@ -337,9 +337,17 @@ def fields(pairs: Sequence[tuple[str, object]]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {_cell(v)}" for k, v in pairs)
 
 
+def size_of(a: JsonObject) -> str:
+    """One slice's profile, or one share's memory (and MPS thread share) in time-sliced and MPS pools."""
+    if a.get("memory_mib") is None:
+        return str(a["profile"])
+    threads = f", {a['thread_percentage']} % threads" if a.get("thread_percentage") is not None else ""
+    return f"{a['memory_mib']} MiB share{threads}"
+
+
 def headline(a: JsonObject) -> str:
     return (
-        f"Allocation #{a['id']}: {a['status']} - {a['count']}x {a['profile']} in {a['pool_name']} "
+        f"Allocation #{a['id']}: {a['status']} - {a['count']}x {size_of(a)} in {a['pool_name']} "
         f"for {a['tenant_name']}, {a['lease_hours']} h lease"
     )
 
@@ -351,12 +359,15 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
     if not full:
         return "\n".join(lines)
     cost = f"{a['compute_slices']} compute / {a['memory_slices']} memory slices = {_cell(a['gpu_equivalents'])} GPU-eq"
+    if a.get("memory_mib") is not None:
+        cost = f"{a['compute_slices']} % of a GPU / {a['memory_slices']} GiB = {_cell(a['gpu_equivalents'])} GPU-eq"
     pairs: list[tuple[str, object]] = [
         ("tenant", f"{a['tenant_name']} ({a['tenant']})"),
         ("pool", f"{a['pool_name']} ({a['pool']})"),
         ("requested by", f"{a['requested_by']}, {when(a['created_at'])}"),
         ("purpose", a["purpose"]),
         ("cost", cost),
+        *([("isolation", a["isolation_warning"])] if a.get("isolation_warning") else []),
         ("auto-approved", "yes" if a.get("auto_approved") else "no"),
         ("decided", when(a.get("decided_at"))),
         ("reason", a.get("decision_reason")),
@@ -370,8 +381,14 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
     placements = a.get("placements") or []
     if placements:
         lines += ["", "Placements:"]
-        slots = [(p["node"], p["gpu_index"], p["profile"], p["start"], p["size"], p["device_name"]) for p in placements]
-        lines.append(table(["NODE", "GPU", "PROFILE", "START", "SIZE", "DEVICE"], slots))
+        if a.get("memory_mib") is not None:
+            shares = [(p["node"], p["gpu_index"], p.get("memory_mib"), p["device_name"]) for p in placements]
+            lines.append(table(["NODE", "GPU", "MIB", "DEVICE"], shares))
+        else:
+            slots = [
+                (p["node"], p["gpu_index"], p["profile"], p["start"], p["size"], p["device_name"]) for p in placements
+            ]
+            lines.append(table(["NODE", "GPU", "PROFILE", "START", "SIZE", "DEVICE"], slots))
     timeline = a.get("timeline") or []
     if timeline:
         lines += ["", "Timeline:"]
@@ -459,6 +476,15 @@ def cmd_pools(args: argparse.Namespace, out: Output) -> int:
         blocks = []
         for p in pools:
             header = f"{p['slug']} (id {p['id']}): {p['name']}, {p['gpu_model']}"
+            if p.get("kind", "mig") != "mig":
+                kind = "time-sliced" if p["kind"] == "shared" else "MPS"
+                memory = p.get("gpu_memory_mib")
+                blocks.append(
+                    f"{header}\n  {kind}: shares of whole GPUs by memory ({memory} MiB per GPU); "
+                    f"ask with --memory-mib{' and --threads' if p['kind'] == 'mps' else ''}.\n"
+                    f"  Isolation: {p.get('isolation', '')}"
+                )
+                continue
             rows = [
                 (c["name"], c["compute_slices"], c["memory_slices"], c["memory_mib"], c["max_count"])
                 for c in p.get("profile_catalog") or []
@@ -509,11 +535,18 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     body: JsonObject = {
         "pool": resolve_pool(api, args.pool),
-        "profile": args.profile,
         "count": args.count,
         "lease_hours": args.lease_hours,
         "purpose": args.purpose,
     }
+    # MIG pools take a profile; time-sliced and MPS pools a memory size per share (and MPS a thread share).
+    # The portal says which is missing or wrong (400 with field messages), so the CLI passes what it was given.
+    if args.profile is not None:
+        body["profile"] = args.profile
+    if args.memory_mib is not None:
+        body["memory_mib"] = args.memory_mib
+    if args.threads is not None:
+        body["thread_percentage"] = args.threads
     if args.tenant is not None:
         body["tenant"] = args.tenant
     key = args.idempotency_key or str(uuid.uuid4())
@@ -818,10 +851,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("quota", cmd_quota, "quota balances, in slices and GPU-equivalents")
     sub.add_argument("--tenant", type=_positive_int, help="tenant id")
 
-    sub = command("request", cmd_request, "ask for MIG slices")
+    sub = command("request", cmd_request, "ask for MIG slices, or shares of whole GPUs in time-sliced and MPS pools")
     sub.add_argument("--pool", required=True, help="pool slug or id")
-    sub.add_argument("--profile", required=True, help="MIG profile, e.g. 1g.10gb")
-    sub.add_argument("--count", required=True, type=int, help="number of slices")
+    sub.add_argument("--profile", help="MIG pools: the MIG profile, e.g. 1g.10gb")
+    sub.add_argument("--memory-mib", type=int, help="time-sliced and MPS pools: GPU memory per share in MiB")
+    sub.add_argument("--threads", type=int, help="MPS pools: active-thread percentage per share (1-100)")
+    sub.add_argument("--count", required=True, type=int, help="number of slices or shares")
     sub.add_argument("--lease-hours", required=True, type=int, help="lease length in hours")
     sub.add_argument("--purpose", required=True, help="what the slices are for")
     sub.add_argument("--tenant", type=_positive_int, help="tenant id (needed when you are in several)")

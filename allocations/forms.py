@@ -7,6 +7,7 @@ pool offers, lease bounds, quota, who may do what) is checked by the service the
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -15,6 +16,7 @@ from django.db.models import QuerySet
 
 from allocations.models import NodePool, default_tolerations
 from allocations.selectors import GpuModelChoice
+from allocations.sharing.catalog import MODELS as SHARED_MODELS
 from tenants.models import Tenant
 
 CAP_ITEM = re.compile(r"^\s*(?P<profile>[\w.+-]+)\s*[=:]\s*(?P<count>\d{1,6})\s*$")
@@ -115,7 +117,23 @@ def format_toleration(t: dict[str, Any]) -> str:
 class NewRequestForm(forms.Form):
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
     pool = forms.ModelChoiceField(queryset=NodePool.objects.none(), empty_label=None)
-    profile = forms.ChoiceField(label="MIG profile")
+    profile = forms.ChoiceField(label="MIG profile", required=False)
+    # Time-sliced and MPS pools (allocations/services/share_requests.py checks them against the pool's GPU).
+    memory_gib = forms.DecimalField(
+        required=False,
+        min_value=Decimal("0.25"),
+        max_digits=6,
+        decimal_places=2,
+        label="GPU memory per share (GiB)",
+        help_text="Time-sliced and MPS pools: the memory each share may use.",
+    )
+    thread_percentage = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=100,
+        label="Active threads per share (%)",
+        help_text="MPS pools: the share of the GPU's SMs each share's processes may use.",
+    )
     count = forms.IntegerField(min_value=1, initial=1, label="Number of slices")
     lease_hours = forms.IntegerField(min_value=1, initial=8, label="Lease (hours)")
     purpose = forms.CharField(
@@ -145,6 +163,11 @@ class NewRequestForm(forms.Form):
         field = self.fields[name]
         assert isinstance(field, forms.ModelChoiceField)  # noqa: S101
         return field
+
+    def memory_mib(self) -> int | None:
+        """The share's memory in MiB (the service's unit), or None when not given."""
+        gib = self.cleaned_data.get("memory_gib")
+        return None if gib is None else int(gib * 1024)
 
 
 class DecisionForm(forms.Form):
@@ -233,6 +256,23 @@ class PoolForm(forms.Form):
         help_text=MIG_MODE_HELP,
     )
 
+    kind = forms.ChoiceField(
+        choices=NodePool.Kind.choices,
+        initial=NodePool.Kind.MIG,
+        required=False,
+        label="Sharing",
+        help_text="MIG: hardware slices (memory, cache and SMs isolated). Time-sliced: whole GPUs shared by memory "
+        "size, no isolation at all. MPS: a memory limit and a thread share per tenant, one fault domain. "
+        "Time-sliced and MPS pools take a GPU without MIG and offer no profiles.",
+    )
+    sharing_interval = forms.ChoiceField(
+        choices=NodePool.SharingInterval.choices,
+        initial=NodePool.SharingInterval.DEFAULT,
+        required=False,
+        label="Time slice",
+        help_text="Time-sliced pools only: NVIDIA's time-slice interval.",
+    )
+
     def __init__(self, *args: Any, models: list[GpuModelChoice], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.models = models
@@ -240,7 +280,14 @@ class PoolForm(forms.Form):
         profiles = self.fields["profiles"]
         assert isinstance(gpu_model, forms.ChoiceField)  # noqa: S101
         assert isinstance(profiles, forms.MultipleChoiceField)  # noqa: S101
-        gpu_model.choices = [("", "Choose a GPU model"), *((m.name, m.name) for m in models)]
+        gpu_model.choices = [
+            ("", "Choose a GPU model"),
+            ("MIG (kind MIG)", [(m.name, m.name) for m in models]),
+            (
+                "Shared whole (kind time-sliced or MPS)",
+                [(m.name, f"{m.name} ({m.memory_mib // 1024} GiB)") for m in SHARED_MODELS],
+            ),
+        ]
         names = dict.fromkeys(p for m in models for p in m.profiles)
         profiles.choices = [(p, p) for p in names]
 

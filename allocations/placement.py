@@ -48,6 +48,8 @@ class PlannedSlice:
     device_name: str
     # Kubernetes: starts of the devices to taint so that the scheduler takes this slot (scheduler.steer).
     blocked_starts: tuple[int, ...] = ()
+    # Shared and MPS pools (allocations/share_placement.py): the memory this share takes on its GPU.
+    memory_mib: int | None = None
 
 
 def dra_device_name(*, gpu_index: int, profile: str, profile_id: int, start: int) -> str:

@@ -47,7 +47,13 @@ from allocations.models import (
 )
 from allocations.nodeagent.selectors import SliceUsage, slice_usage
 from allocations.nodeagent.usage import UsedHours, used_slice_hours
+from allocations.overshare import over_share_counts
 from allocations.placement import gpu_model_of, layout_fits, outside_instance, outside_instances
+from allocations.share_capacity import shared_capacity
+from allocations.share_dashboard import SharedBar
+from allocations.sharing.catalog import is_shared_model
+from allocations.sharing.isolation import weaker_warning
+from allocations.sharing.units import UnitNames, unit_names
 from allocations.static_capacity import static_pool_fits
 from tenants.models import AuditEvent, Membership, Tenant, member_tenant_ids
 from tenants.selectors import can_manage_tenant
@@ -100,6 +106,11 @@ class Balance:
     profile_caps: dict[str, int]
 
     @property
+    def units(self) -> UnitNames:
+        """What the two counters count: MIG slices, or % of a GPU and GiB in time-sliced and MPS pools."""
+        return unit_names(shared=is_shared_model(self.gpu_model))
+
+    @property
     def compute_free(self) -> int:
         return max(self.compute_limit - self.compute_used, 0)
 
@@ -149,14 +160,16 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
         return f"The tenant has no quota in {allocation.pool.name}."
     free_compute = quota.compute_slices_limit - quota.compute_slices_used
     free_memory = quota.memory_slices_limit - quota.memory_slices_used
+    # Shared and MPS pools count percent of a GPU and GiB in the same two counters (allocations/sharing/units.py).
+    names = unit_names(shared=allocation.pool.is_shared)
     if allocation.compute_slices > free_compute:
         return (
-            f"Needs {allocation.compute_slices} compute slices; {max(free_compute, 0)} of "
+            f"Needs {allocation.compute_slices} {names.compute}; {max(free_compute, 0)} of "
             f"{quota.compute_slices_limit} are free."
         )
     if allocation.memory_slices > free_memory:
         return (
-            f"Needs {allocation.memory_slices} memory slots; {max(free_memory, 0)} of "
+            f"Needs {allocation.memory_slices} {names.memory}; {max(free_memory, 0)} of "
             f"{quota.memory_slices_limit} are free."
         )
     cap = quota.profile_caps.get(allocation.profile)
@@ -281,7 +294,10 @@ def status_filters_for_user(user: User) -> list[StatusFilter]:
 
 
 def gpu_equivalents_of(allocation: Allocation) -> float:
-    """The share of whole GPUs the request costs: max(compute / GPU's compute, memory / GPU's memory)."""
+    """The share of whole GPUs the request costs: max(compute / GPU's compute, memory / GPU's memory); for shares
+    of a GPU shared whole, their exact memory fraction (allocations/sharing/units.py)."""
+    if allocation.pool.is_shared and allocation.memory_mib:
+        return allocation.memory_mib * allocation.count / gpu_model_for(allocation.pool.gpu_model).memory_mib
     return gpu_equivalents(
         gpu_model_for(allocation.pool.gpu_model), allocation.compute_slices, allocation.memory_slices
     )
@@ -478,6 +494,10 @@ def request_form_data(user: User) -> dict[str, Any]:
                 "id": pool.pk,
                 "name": pool.name,
                 "gpu_model": model.name,
+                "kind": pool.kind,
+                # Time-sliced and MPS pools: the GPU's memory and what the kind does not isolate (shown before submit).
+                "gpu_memory_mib": model.memory_mib if pool.is_shared else None,
+                "isolation_warning": weaker_warning(pool.kind),
                 "compute_slices": model.compute_slices,
                 "memory_slices": model.memory_slices,
                 "profiles": [
@@ -600,6 +620,9 @@ class PoolSummary:
         """(profile, free now, after a layout change) per profile: the dashboard's table for a static pool."""
         after = self.fits_after_reconfiguration or {}
         return [(profile, n, after.get(profile, 0)) for profile, n in self.fits_now.items()]
+
+    # Time-sliced or MPS pools: the sharing mode; `fits_now` then counts shares per size ("4 GiB") and whole GPUs.
+    sharing: str = ""
 
     @property
     def fragmentation_percent(self) -> int:
@@ -981,7 +1004,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
             if t is not None
         ]
         gpu_total = len(rows)
-        static = static_fits.get(pool.pk)
+        static = None if pool.is_shared else static_fits.get(pool.pk)
         out.append(
             PoolSummary(
                 pool_id=pool.pk,
@@ -995,7 +1018,14 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
                 slices_in_use=sum(v[0] for v in pool_usage.values()),
                 compute_used=sum(v[1] for v in pool_usage.values()),
                 compute_total=gpu_total * model.compute_slices,
-                fits_now={name: fits.get(name, 0) for name in pool.profiles} if static is None else static.free,
+                fits_now=(
+                    shared_capacity(pool).fits_now
+                    if pool.is_shared
+                    else {name: fits.get(name, 0) for name in pool.profiles}
+                    if static is None
+                    else static.free
+                ),
+                sharing=pool.get_kind_display() if pool.is_shared else "",
                 fragmentation_stranded=lost,
                 fragmentation_free=free,
                 pending=pending.get(pool.pk, 0),
@@ -1085,15 +1115,18 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     colours = _tenant_colours()
     slices: dict[int, list[SliceView]] = {}
     legend: dict[str, TenantUsage] = {}
+    # Time-sliced and MPS GPUs are drawn as a memory bar of one cell per GiB, each share stacked after the last.
+    shared_bar = SharedBar() if pool.is_shared else None
     for row in (
         SlicePlacement.objects.filter(gpu__node_id__in=node_ids, allocation__status__in=Allocation.QUOTA_HOLDING)
-        .order_by("gpu_id", "start")
+        .order_by("gpu_id", "start", "pk")
         .values(
             "pk",
             "gpu_id",
             "profile",
             "start",
             "size",
+            "memory_mib",
             "device_name",
             "allocation_id",
             "allocation__tenant_id",
@@ -1105,6 +1138,10 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         )
     ):
         tenant_id = row["allocation__tenant_id"]
+        if shared_bar is not None:
+            row["start"], row["size"], row["profile"] = shared_bar.cells(
+                row["gpu_id"], row["memory_mib"], pool_model.memory_slices
+            )
         if visible is None or tenant_id in visible:
             colour = colours.get(tenant_id, TENANT_COLOURS[0])
             view = SliceView(
@@ -1155,7 +1192,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             )
         )
         legend.setdefault("outside", TenantUsage("Outside Fatia (a claim the portal did not make)", "", 0, 0, False))
-    usage = slice_usage(widths)
+    # Per-slice telemetry is keyed by MIG slot; every share on a GPU starts at 0 (share use: allocations/overshare.py).
+    usage = slice_usage(widths) if shared_bar is None else {}
     if usage:
         for gpu_id, on_gpu in slices.items():
             # Usage shows only on slices the viewer may see in full: another tenant's activity is not theirs to see.
@@ -1359,6 +1397,8 @@ class TenantShowback:
     used_slice_hours: float | None = None
     observed_slice_hours: float = 0.0
     daily_used_slice_hours: list[float | None] = field(default_factory=list)
+    # Time-sliced GPUs it shares whose memory in use passes what their shares hold, now (allocations/overshare.py).
+    over_shares: int = 0
 
     @property
     def used_share(self) -> int | None:
@@ -1460,6 +1500,7 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
                 slice_daily[n] += count * hours
                 gpu_daily[n] += share * hours
     used = _used_by_tenant_day(windows, tenant_of, since, days)
+    over = over_share_counts(set(totals))
     tenants = []
     for tenant_id, (name, slice_daily, gpu_daily) in sorted(totals.items(), key=lambda kv: kv[1][0]):
         observed_daily, used_daily = used.get(tenant_id, ([0.0] * days, [0.0] * days))
@@ -1478,6 +1519,7 @@ def showback_for_user(user: User, *, days: int, now: datetime | None = None) -> 
                 daily_used_slice_hours=[
                     round(u, 2) if o else None for o, u in zip(observed_daily, used_daily, strict=True)
                 ],
+                over_shares=over.get(tenant_id, 0),
             )
         )
     return Showback(days=[d.date() for d in day_starts], tenants=tenants)

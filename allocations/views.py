@@ -33,7 +33,10 @@ from allocations.forms import (
     SetQuotaForm,
 )
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
+from allocations.overshare import over_share_of
 from allocations.services import reclaim
+from allocations.share_text import share_summary
+from allocations.sharing.isolation import weaker_warning
 from tenants import selectors as tenant_selectors
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
 from tenants.forms import add_service_errors
@@ -111,10 +114,12 @@ def request_new(request: HttpRequest) -> HttpResponse:
             allocation, created = services.request_allocation(
                 tenant_id=data["tenant"].pk,
                 pool_id=data["pool"].pk,
-                profile=data["profile"],
+                profile=data["profile"] or "",
                 count=data["count"],
                 lease_hours=data["lease_hours"],
                 purpose=data["purpose"],
+                memory_mib=form.memory_mib(),
+                thread_percentage=data.get("thread_percentage"),
                 actor=user,
                 idempotency_key=key[:128],
             )
@@ -143,6 +148,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
             "idempotency_key": key,
             "has_tenants": tenants.exists(),
             "has_pools": pools.exists(),
+            # Without script every weaker pool's warning shows; the script keeps the chosen pool's.
+            "shared_pools": [{"name": p.name, "warning": weaker_warning(p.kind)} for p in pools if p.is_shared],
         },
     )
 
@@ -160,6 +167,8 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
             "namespace": allocation.namespace,
             "gpu_equivalents": selectors.gpu_equivalents_of(allocation),
             "placements": selectors.placements_of(allocation),
+            "share": share_summary(allocation),
+            "over_share": over_share_of(allocation),
             "timeline": selectors.allocation_timeline(allocation),
             "actions": selectors.allocation_actions(user, allocation),
             "used": selectors.allocation_used(allocation),
@@ -482,6 +491,8 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 tolerations=data["tolerations"] if "tolerations" in request.POST else None,
                 node_selector=data["node_selector"],
                 mig_mode=data["mig_mode"] or NodePool.MigMode.DYNAMIC,
+                kind=data["kind"] or NodePool.Kind.MIG,
+                sharing_interval=data["sharing_interval"] or NodePool.SharingInterval.DEFAULT,
                 actor=user,
             )
         except InvalidInput as exc:
@@ -489,7 +500,12 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
         except NotAllowed as exc:
             raise PermissionDenied(exc.message) from exc
         else:
-            messages.success(request, f"Pool {pool.name} is created with {len(pool.profiles)} profiles.")
+            created = (
+                f"{pool.get_kind_display().lower()} shares of whole {pool.gpu_model} GPUs"
+                if pool.is_shared
+                else f"{len(pool.profiles)} profiles"
+            )
+            messages.success(request, f"Pool {pool.name} is created with {created}.")
             return redirect("manage-pools")
     return _pools_page(request, form, tolerations=(tolerations_form, tolerations_pool))
 

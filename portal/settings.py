@@ -583,3 +583,7 @@ FATIA_STUCK_REQUEST_S = env_int("FATIA_STUCK_REQUEST_S", 120)
 # A view that finds the database down answers 503 with Retry-After, not 500 (portal/unavailable.py). Last, so it is
 # the first to see a view's exception.
 MIDDLEWARE = [*MIDDLEWARE, "portal.unavailable.DatabaseUnavailableMiddleware"]
+
+# --- sharedcore (issue 13: sharing GPUs without MIG) ---------------------------------------------------------------
+# Two choice sets share the field name `kind` in the API schema (a pool's kind, a node event's kind): name the pool's.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["PoolKindEnum"] = "allocations.models.NodePool.Kind"  # type: ignore[index]

@@ -116,12 +116,18 @@ def _added(before: dict[str, Any], after: dict[str, Any]) -> object:
         return "?"
 
 
+def _what(after: dict[str, Any]) -> str:
+    """One slice's profile, or one share's memory in a time-sliced or MPS pool (issue 13)."""
+    if after.get("memory_mib") is not None:
+        return f"{after['memory_mib']} MiB share"
+    return str(after.get("profile", "?"))
+
+
 def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
     status = after.get("status")
     sentences: dict[str, Callable[[], str]] = {
         "request": lambda: (
-            f"{actor} asked for {after.get('count', '?')} × {after.get('profile', '?')} "
-            f"for {after.get('lease_hours', '?')} h"
+            f"{actor} asked for {after.get('count', '?')} × {_what(after)} for {after.get('lease_hours', '?')} h"
         ),
         "auto_approve": lambda: "Approved automatically: inside the quota and the tenant's auto-approve policy",
         "approve": lambda: f"{actor} approved the request{_reason(after)}",

@@ -50,6 +50,22 @@ class TenantPolicyForm(forms.Form):
     max_lease_hours = TenantCreateForm.base_fields["max_lease_hours"]
     auto_approve_max_compute_slices = TenantCreateForm.base_fields["auto_approve_max_compute_slices"]
     auto_approve_max_lease_hours = TenantCreateForm.base_fields["auto_approve_max_lease_hours"]
+    weakest_isolation = forms.ChoiceField(
+        choices=Tenant.Isolation.choices,
+        required=False,
+        label="Weakest GPU sharing accepted",
+        help_text="MIG isolates memory, cache and SMs in hardware; MPS limits memory and compute but shares one "
+        "fault domain; time-slicing isolates nothing. Requests to pools of a weaker kind are refused.",
+    )
+    avoid_co_tenants = forms.BooleanField(
+        required=False,
+        label="Never share a GPU with another tenant",
+        help_text="On time-sliced and MPS pools, this tenant's shares only go on GPUs no other tenant uses.",
+    )
+
+    def clean_weakest_isolation(self) -> str | None:
+        # Left out (a form from before the field existed): keep the tenant's policy as it is.
+        return self.cleaned_data.get("weakest_isolation") or None
 
     @classmethod
     def for_tenant(cls, tenant: Tenant, data: Any = None) -> TenantPolicyForm:
@@ -60,6 +76,8 @@ class TenantPolicyForm(forms.Form):
                 "max_lease_hours": tenant.max_lease_hours,
                 "auto_approve_max_compute_slices": tenant.auto_approve_max_compute_slices,
                 "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
+                "weakest_isolation": tenant.weakest_isolation,
+                "avoid_co_tenants": tenant.avoid_co_tenants,
             },
         )
 

@@ -82,6 +82,8 @@ def _tenant_fields(tenant: Tenant) -> dict[str, Any]:
         "max_lease_hours": tenant.max_lease_hours,
         "auto_approve_max_compute_slices": tenant.auto_approve_max_compute_slices,
         "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
+        "weakest_isolation": tenant.weakest_isolation,
+        "avoid_co_tenants": tenant.avoid_co_tenants,
     }
 
 
@@ -119,8 +121,11 @@ def update_tenant_policy(
     max_lease_hours: int | None = None,
     auto_approve_max_compute_slices: int | None = None,
     auto_approve_max_lease_hours: int | None = None,
+    weakest_isolation: str | None = None,
+    avoid_co_tenants: bool | None = None,
 ) -> Tenant:
-    """Change a tenant's name or lease / auto-approve policy (platform admins only)."""
+    """Change a tenant's name or lease / auto-approve policy, or its GPU sharing policy: the weakest pool kind
+    its members may request in and whether its shares avoid other tenants' GPUs (platform admins only)."""
     _require_staff(actor)
     tenant = Tenant.objects.select_for_update(no_key=True, of=("self",)).get(pk=tenant_id)
     before = _tenant_fields(tenant)
@@ -129,6 +134,8 @@ def update_tenant_policy(
         "max_lease_hours": max_lease_hours,
         "auto_approve_max_compute_slices": auto_approve_max_compute_slices,
         "auto_approve_max_lease_hours": auto_approve_max_lease_hours,
+        "weakest_isolation": weakest_isolation,
+        "avoid_co_tenants": avoid_co_tenants,
     }
     changed = [field for field, value in changes.items() if value is not None]
     for field in changed:

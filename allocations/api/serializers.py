@@ -11,11 +11,18 @@ from rest_framework import serializers
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import Allocation, LeaseExtension, NodePool, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
+from allocations.sharing.catalog import is_shared_model, shared_model
+from allocations.sharing.isolation import isolation_of, weaker_warning
 from tenants.models import AuditEvent
 
 
 class PoolSerializer(serializers.ModelSerializer[NodePool]):
     profile_catalog = serializers.SerializerMethodField()
+    gpu_memory_mib = serializers.SerializerMethodField(help_text="Memory of one GPU (time-sliced and MPS pools).")
+    isolation = serializers.SerializerMethodField(help_text="What the pool's kind isolates between tenants.")
+    isolation_warning = serializers.SerializerMethodField(
+        help_text="Shown before a request to a pool weaker than MIG; empty for MIG pools."
+    )
 
     class Meta:
         model = NodePool
@@ -30,9 +37,23 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
             "tolerations",
             "node_selector",
             "mig_mode",
+            "kind",
+            "sharing_interval",
+            "gpu_memory_mib",
+            "isolation",
+            "isolation_warning",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_gpu_memory_mib(self, pool: NodePool) -> int | None:
+        return shared_model(pool.gpu_model).memory_mib if pool.is_shared else None
+
+    def get_isolation(self, pool: NodePool) -> str:
+        return isolation_of(pool.kind).text
+
+    def get_isolation_warning(self, pool: NodePool) -> str:
+        return weaker_warning(pool.kind)
 
     def get_profile_catalog(self, pool: NodePool) -> list[dict[str, Any]]:
         from allocations.costs import gpu_model_for
@@ -69,6 +90,14 @@ def mig_mode_field(**kwargs: Any) -> serializers.ChoiceField:
     return serializers.ChoiceField(choices=NodePool.MigMode.choices, help_text=MIG_MODE_HELP, **kwargs)
 
 
+KIND_HELP = (
+    "mig (MIG slices, hardware isolation), shared (whole GPUs time-sliced by memory size: no isolation) or mps "
+    "(whole GPUs shared through CUDA MPS: memory limit and thread share, one fault domain). A shared or mps pool "
+    "names a GPU model of the non-MIG catalog and offers no profiles. Changes are refused while requests hold quota."
+)
+SHARING_INTERVAL_HELP = "Time-sliced pools: NVIDIA's TimeSlicingConfig interval (Default, Short, Medium, Long)."
+
+
 class PoolCapacitySerializer(serializers.Serializer[Any]):
     pool = serializers.IntegerField()
     mig_mode = mig_mode_field(read_only=True)
@@ -76,17 +105,24 @@ class PoolCapacitySerializer(serializers.Serializer[Any]):
         child=serializers.IntegerField(),
         help_text=(
             "Profile -> slices that fit now, each profile alone. DynamicMIG: the slots the driver can create "
-            "instances in. Static MIG: the free pre-created instances (served without a layout change)."
+            "instances in. Static MIG: the free pre-created instances (served without a layout change). Time-sliced "
+            "and MPS pools: share size (e.g. '4 GiB') -> shares."
         ),
     )
     fits_after_reconfiguration = serializers.DictField(
         child=serializers.IntegerField(),
         allow_null=True,
         help_text=(
-            "Static MIG only (null on DynamicMIG): profile -> slices that fit after changing the layout of free "
+            "Static MIG only (null otherwise): profile -> slices that fit after changing the layout of free "
             "space, held instances untouched. MIG-manager mode: counts (mig-parted picks the slots), and only GPUs "
             "holding nothing are changed."
         ),
+    )
+    free_memory_gib = serializers.FloatField(
+        required=False, help_text="Time-sliced and MPS pools: GPU memory no share holds, in GiB."
+    )
+    whole_gpus_free = serializers.IntegerField(
+        required=False, help_text="Time-sliced and MPS pools: GPUs with no share on them."
     )
 
 
@@ -114,6 +150,15 @@ class PoolCreateSerializer(serializers.Serializer[Any]):
         required=False, allow_blank=True, max_length=1000, default="", help_text=NODE_SELECTOR_HELP
     )
     mig_mode = mig_mode_field(required=False, default=NodePool.MigMode.DYNAMIC)
+    kind = serializers.ChoiceField(
+        choices=NodePool.Kind.choices, required=False, default=NodePool.Kind.MIG, help_text=KIND_HELP
+    )
+    sharing_interval = serializers.ChoiceField(
+        choices=NodePool.SharingInterval.choices,
+        required=False,
+        default=NodePool.SharingInterval.DEFAULT,
+        help_text=SHARING_INTERVAL_HELP,
+    )
 
 
 class PoolUpdateSerializer(serializers.Serializer[Any]):
@@ -125,6 +170,11 @@ class PoolUpdateSerializer(serializers.Serializer[Any]):
         required=False, allow_blank=True, max_length=1000, help_text=NODE_SELECTOR_HELP
     )
     mig_mode = mig_mode_field(required=False)
+    kind = serializers.ChoiceField(choices=NodePool.Kind.choices, required=False, help_text=KIND_HELP)
+    gpu_model = serializers.CharField(max_length=100, required=False, help_text="Changes with the kind, if at all.")
+    sharing_interval = serializers.ChoiceField(
+        choices=NodePool.SharingInterval.choices, required=False, help_text=SHARING_INTERVAL_HELP
+    )
 
 
 class BalanceSerializer(serializers.Serializer[Balance]):
@@ -232,7 +282,7 @@ class PlacementSerializer(serializers.ModelSerializer[SlicePlacement]):
 
     class Meta:
         model = SlicePlacement
-        fields = ["node", "gpu_index", "profile", "start", "size", "device_name"]
+        fields = ["node", "gpu_index", "profile", "start", "size", "device_name", "memory_mib"]
         read_only_fields = fields
 
 
@@ -262,6 +312,10 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     pool_name = serializers.CharField(source="pool.name", read_only=True)
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     gpu_equivalents = serializers.SerializerMethodField()
+    pool_kind = serializers.CharField(source="pool.kind", read_only=True)
+    isolation_warning = serializers.SerializerMethodField(
+        help_text="What the pool does not isolate, for requests in time-sliced and MPS pools; empty for MIG."
+    )
 
     class Meta:
         model = Allocation
@@ -277,9 +331,13 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "count",
             "lease_hours",
             "purpose",
+            "memory_mib",
+            "thread_percentage",
             "compute_slices",
             "memory_slices",
             "gpu_equivalents",
+            "pool_kind",
+            "isolation_warning",
             "status",
             "status_message",
             "auto_approved",
@@ -295,8 +353,16 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         read_only_fields = fields
 
     def get_gpu_equivalents(self, instance: Allocation) -> float:
-        model = gpu_model_for(instance.pool.gpu_model)
-        return round(gpu_equivalents(model, instance.compute_slices, instance.memory_slices), 3)
+        return row_gpu_equivalents(
+            instance.pool.gpu_model,
+            instance.compute_slices,
+            instance.memory_slices,
+            instance.memory_mib,
+            instance.count,
+        )
+
+    def get_isolation_warning(self, instance: Allocation) -> str:
+        return weaker_warning(instance.pool.kind)
 
     def to_representation(self, instance: Allocation) -> dict[str, Any]:
         return allocation_row(
@@ -307,6 +373,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
                 "tenant__name": instance.tenant.name,
                 "pool__name": instance.pool.name,
                 "pool__gpu_model": instance.pool.gpu_model,
+                "pool__kind": instance.pool.kind,
                 "requested_by__username": instance.requested_by.username,
             }
         )
@@ -320,6 +387,8 @@ ROW_FIELDS = (
     "count",
     "lease_hours",
     "purpose",
+    "memory_mib",
+    "thread_percentage",
     "compute_slices",
     "memory_slices",
     "status",
@@ -342,13 +411,23 @@ ROW_COLUMNS = (
     "tenant__name",
     "pool__name",
     "pool__gpu_model",
+    "pool__kind",
     "requested_by__username",
 )
 
 
+def row_gpu_equivalents(
+    gpu_model: str, compute_slices: int, memory_slices: int, memory_mib: int | None, count: int
+) -> float:
+    """A request's share of whole GPUs: MIG max(c/C, m/M); a share of a GPU shared whole its exact memory
+    fraction (allocations/sharing/units.py)."""
+    if memory_mib is not None and is_shared_model(gpu_model):
+        return round(memory_mib * count / shared_model(gpu_model).memory_mib, 3)
+    return round(gpu_equivalents(gpu_model_for(gpu_model), compute_slices, memory_slices), 3)
+
+
 def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
     """AllocationSerializer's output from a `.values(*ROW_COLUMNS)` dict, in the declared field order."""
-    model = gpu_model_for(v["pool__gpu_model"])
     return {
         "id": v["id"],
         "uuid": str(v["uuid"]),
@@ -361,9 +440,15 @@ def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
         "count": v["count"],
         "lease_hours": v["lease_hours"],
         "purpose": v["purpose"],
+        "memory_mib": v["memory_mib"],
+        "thread_percentage": v["thread_percentage"],
         "compute_slices": v["compute_slices"],
         "memory_slices": v["memory_slices"],
-        "gpu_equivalents": round(gpu_equivalents(model, v["compute_slices"], v["memory_slices"]), 3),
+        "gpu_equivalents": row_gpu_equivalents(
+            v["pool__gpu_model"], v["compute_slices"], v["memory_slices"], v["memory_mib"], v["count"]
+        ),
+        "pool_kind": v["pool__kind"],
+        "isolation_warning": weaker_warning(v["pool__kind"]),
         "status": v["status"],
         "status_message": v["status_message"],
         "auto_approved": v["auto_approved"],
@@ -451,7 +536,23 @@ MAX_LEASE_HOURS = 24 * 365
 class AllocationCreateSerializer(serializers.Serializer[Any]):
     tenant = serializers.IntegerField(min_value=1, required=False)
     pool = serializers.IntegerField(min_value=1)
-    profile = serializers.CharField(max_length=32)
+    profile = serializers.CharField(
+        max_length=32, required=False, default="", help_text="MIG pools: the profile of each slice."
+    )
+    memory_mib = serializers.IntegerField(
+        min_value=1,
+        max_value=1_048_576,
+        required=False,
+        default=None,
+        help_text="Time-sliced and MPS pools: the GPU memory of each share in MiB (at most the GPU's).",
+    )
+    thread_percentage = serializers.IntegerField(
+        min_value=1,
+        max_value=100,
+        required=False,
+        default=None,
+        help_text="MPS pools: each share's active-thread percentage (1-100).",
+    )
     # The schema states the ranges; the messages say what the tenant's policy allows, as the service's do.
     count = serializers.IntegerField(
         min_value=1,

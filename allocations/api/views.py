@@ -28,6 +28,7 @@ from allocations.api.filters import (
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.services import reclaim
+from allocations.share_capacity import shared_capacity
 from allocations.static_capacity import static_pool_fits
 from tenants.api.auth import acting_user
 from tenants.api.pagination import WindowCountPagination
@@ -110,6 +111,9 @@ class PoolViewSet(
     def capacity(self, request: Request, pk: str | None = None) -> Response:
         """What fits now: for each offered profile, how many more slices the pool can place."""
         pool = self.get_object()
+        if pool.is_shared:
+            figures = {**shared_capacity(pool).as_dict(), "mig_mode": pool.mig_mode, "fits_after_reconfiguration": None}
+            return Response(s.PoolCapacitySerializer(figures).data)
         static = static_pool_fits([pool]).get(pool.pk)
         figures = {
             "pool": pool.pk,
@@ -262,6 +266,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             count=v["count"],
             lease_hours=v["lease_hours"],
             purpose=v["purpose"],
+            memory_mib=v["memory_mib"],
+            thread_percentage=v["thread_percentage"],
             actor=acting_user(request),
             idempotency_key=idempotency_key(request),
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import threading
@@ -28,6 +29,8 @@ from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
+
+logger = logging.getLogger(__name__)
 
 FIELD_MANAGER = "fatia"
 DRIVER = "gpu.nvidia.com"
@@ -241,8 +244,8 @@ def _message(exc: ApiException) -> str:
 def _note_unreachable() -> None:
     try:
         cache.set(_UNREACHABLE_AT_KEY, time.time(), timeout=settings.FATIA_KUBE_RESTART_GRACE_S)
-    except Exception:  # noqa: BLE001 - the cache is a hint; the error being mapped matters more
-        pass
+    except Exception as exc:  # noqa: BLE001 - the cache is a hint; the error being mapped matters more
+        logger.debug("could not note the Kubernetes API outage in the cache: %s", exc)
 
 
 def _recently_unreachable() -> bool:

@@ -10,10 +10,10 @@ memory either).
 
 from __future__ import annotations
 
-from django.db.models import Sum
-
-from allocations.models import SHARE_PROFILE, Allocation, ClaimedDevice, Gpu, Node, NodePool, SlicePlacement
+from allocations.models import SHARE_PROFILE, Allocation, Gpu, NodePool, SlicePlacement
 from allocations.services.lifecycle import fail_locked_allocation
+from allocations.share_placement import read_shared_pool, share_request_of
+from allocations.sharing.packing import place_shares
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -22,7 +22,7 @@ Status = Allocation.Status
 def provision_shared(*, allocation: Allocation, pool: NodePool) -> Allocation:
     """APPROVED -> PROVISIONING with one placement per share, or -> FAILED (quota freed) when no node of the pool
     has room for every share now. Caller holds the allocation's and the pool's locks, in that order."""
-    placements = first_fit_shares(pool=pool, allocation=allocation)
+    placements = place_on_one_node(pool=pool, allocation=allocation)
     if placements is None:
         return fail_locked_allocation(
             allocation,
@@ -33,54 +33,25 @@ def provision_shared(*, allocation: Allocation, pool: NodePool) -> Allocation:
     return allocation
 
 
-def free_memory_by_gpu(gpus: list[Gpu]) -> dict[int, int]:
-    """Each GPU's memory (MiB) not held by a live share of the portal's nor by a claim made outside it."""
-    ids = [g.pk for g in gpus]
-    held = dict(
-        SlicePlacement.objects.filter(gpu_id__in=ids, allocation__status__in=Allocation.QUOTA_HOLDING)
-        .values("gpu_id")
-        .annotate(mib=Sum("memory_mib"))
-        .values_list("gpu_id", "mib")
-    )
-    outside = dict(
-        ClaimedDevice.objects.filter(gpu_id__in=ids, allocation_uuid__isnull=True)
-        .values("gpu_id")
-        .annotate(mib=Sum("consumed_memory_mib"))
-        .values_list("gpu_id", "mib")
-    )
-    return {g.pk: (g.memory_mib or 0) - (held.get(g.pk) or 0) - (outside.get(g.pk) or 0) for g in gpus}
-
-
-def first_fit_shares(*, pool: NodePool, allocation: Allocation) -> list[SlicePlacement] | None:
-    """STAND-IN for sharedcore's packing (allocations/sharing/packing.py, place_shares), which the merge puts
-    here: the first ready node (by name) whose GPUs (by index) take every share of `memory_mib`, first fit, a
-    GPU taking several shares while it has room. Unsaved placements, or None when no node has room. It neither
-    spreads tenants that avoid co-tenants nor keeps whole GPUs free; the packing does. Caller holds the pool lock.
-    """
-    size = allocation.memory_mib or 0
-    if size <= 0:
-        return None
-    gpus = list(
-        Gpu.objects.filter(node__pool=pool, node__state=Node.State.READY, memory_mib__isnull=False)
-        .select_related("node")
-        .order_by("node__name", "index")
-    )
-    free = free_memory_by_gpu(gpus)
-    by_node: dict[int, list[Gpu]] = {}
-    for gpu in gpus:
-        by_node.setdefault(gpu.node_id, []).append(gpu)
-    for node_gpus in by_node.values():
-        left = {g.pk: free[g.pk] for g in node_gpus}
-        chosen: list[Gpu] = []
-        for _ in range(allocation.count):
-            fitting = next((g for g in node_gpus if left[g.pk] >= size), None)
-            if fitting is None:
+def place_on_one_node(*, pool: NodePool, allocation: Allocation) -> list[SlicePlacement] | None:
+    """The portal's packing (allocations/share_placement.py: best fit by memory on GPUs already shared, whole GPUs
+    kept free, tenants that avoid co-tenants kept apart), with one rule more on Kubernetes: every share of a
+    request on ONE node, because the request's one holder pod references all its claims. The packing over the
+    whole pool first; when it spreads over nodes, the first node (by name) that takes them all. Unsaved
+    placements, or None when no node has room. Caller holds the pool lock."""
+    gpus, positions = read_shared_pool(pool)
+    request = share_request_of(allocation, pool)
+    slots = place_shares(gpus, request)
+    if slots is not None and len({positions[s.gpu_id][0] for s in slots}) > 1:
+        slots = None
+        for node in sorted({name for name, _ in positions.values()}):
+            slots = place_shares([g for g in gpus if positions[g.gpu_id][0] == node], request)
+            if slots is not None:
                 break
-            left[fitting.pk] -= size
-            chosen.append(fitting)
-        if len(chosen) == allocation.count:
-            return [SlicePlacement(allocation=allocation, gpu=g, memory_mib=size) for g in chosen]
-    return None
+    if slots is None:
+        return None
+    rows = {g.pk: g for g in Gpu.objects.filter(pk__in={s.gpu_id for s in slots}).select_related("node")}
+    return [SlicePlacement(allocation=allocation, gpu=rows[s.gpu_id], memory_mib=s.memory_mib) for s in slots]
 
 
 def start_shared_claims(allocation: Allocation, placements: list[SlicePlacement]) -> None:

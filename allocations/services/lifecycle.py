@@ -30,6 +30,7 @@ def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> 
                 size=s.size,
                 device_name=s.device_name,
                 blocked_starts=list(s.blocked_starts),
+                memory_mib=s.memory_mib,
             )
             for s in slices
         ]

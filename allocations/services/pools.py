@@ -14,6 +14,13 @@ from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import Allocation, Gpu, Node, NodePool, default_tolerations
 from allocations.services.locks import lock_pool
+from allocations.services.shared_pools import (
+    checked_kind,
+    checked_shared_model,
+    checked_sharing_interval,
+    refuse_stranding_kind_change,
+)
+from allocations.sharing.catalog import is_shared_model
 from tenants.errors import InvalidInput, NotAllowed
 from tenants.services import full_clean_or_raise, record_audit_event
 
@@ -27,6 +34,10 @@ def _require_staff(actor: User) -> None:
 
 
 def _checked_profiles(gpu_model: str, profiles: list[str] | None) -> list[str]:
+    if is_shared_model(gpu_model):
+        raise InvalidInput(
+            {"gpu_model": [f"{gpu_model} has no MIG: make the pool time-sliced or MPS (kind shared or mps)."]}
+        )
     try:
         model = gpu_model_for(gpu_model)
     except UnknownGpuModel as exc:
@@ -171,23 +182,33 @@ def create_node_pool(
     tolerations: list[dict[str, Any]] | None = None,
     node_selector: str = "",
     mig_mode: str = NodePool.MigMode.DYNAMIC,
+    kind: str = NodePool.Kind.MIG,
+    sharing_interval: str = NodePool.SharingInterval.DEFAULT,
 ) -> NodePool:
     """Register a pool of one GPU model. `profiles` defaults to every profile of the model, `tolerations` (of
     the holder pods, Kubernetes backend) to tolerating the usual GPU node taint (models.default_tolerations).
+    A time-sliced or MPS pool (`kind`) names a model of the non-MIG catalog (allocations/sharing/catalog.py) and
+    offers no profile (`profiles` empty or left out); `sharing_interval` is for time-sliced pools.
     With a `node_selector`, the discovered GPU nodes whose labels match join it at once (cluster/discovery.py:
     rematch_nodes, which locks every pool, then the nodes it moves)."""
     _require_staff(actor)
+    kind = checked_kind(kind)
+    if kind != NodePool.Kind.MIG:
+        checked_shared_model(gpu_model, kind=kind, profiles=profiles)
     pool = NodePool(
         name=name,
         slug=slug,
         gpu_model=gpu_model,
-        profiles=_checked_profiles(gpu_model, profiles),
+        kind=kind,
+        sharing_interval=checked_sharing_interval(sharing_interval, kind=kind),
+        profiles=[] if kind != NodePool.Kind.MIG else _checked_profiles(gpu_model, profiles),
         description=description,
         tolerations=checked_tolerations(default_tolerations() if tolerations is None else tolerations),
         node_selector=_checked_selector(node_selector),
         mig_mode=_checked_mig_mode(mig_mode),
     )
-    full_clean_or_raise(pool)
+    # A time-sliced or MPS pool offers no profiles: the model's blank=False on them is a MIG pool's rule.
+    full_clean_or_raise(pool, exclude=["profiles"] if pool.is_shared else None)
     pool.save()
     record_audit_event(
         actor=actor,
@@ -201,6 +222,8 @@ def create_node_pool(
             "tolerations": pool.tolerations,
             "node_selector": pool.node_selector,
             "mig_mode": pool.mig_mode,
+            "kind": pool.kind,
+            "sharing_interval": pool.sharing_interval,
         },
     )
     if pool.node_selector:
@@ -219,24 +242,45 @@ def update_node_pool(
     tolerations: list[dict[str, Any]] | None = None,
     node_selector: str | None = None,
     mig_mode: str | None = None,
+    kind: str | None = None,
+    gpu_model: str | None = None,
+    sharing_interval: str | None = None,
 ) -> NodePool:
     """Rename a pool, change which profiles it offers or what its holder pods tolerate (running slices are
     not affected: a holder pod keeps the tolerations it was made with), or its node selector (discovered nodes
     join and leave at once: cluster/discovery.py rematch_nodes; the slices running on a node that leaves keep
     running), or its MIG mode (refused with InvalidInput while the pool holds live requests, see
-    _refuse_stranding_mode_change). Locks the pool; a selector change first locks every pool in pk order."""
+    _refuse_stranding_mode_change), or its kind and GPU model (MIG, time-sliced or MPS: refused the same way while
+    requests hold quota, services/shared_pools.py). Locks the pool; a selector change first locks every pool in pk
+    order."""
     _require_staff(actor)
     if node_selector is not None:
         # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.
         for pk in NodePool.objects.order_by("pk").values_list("pk", flat=True):
             lock_pool(pool_id=pk)
     pool = NodePool.objects.select_for_update(no_key=True, of=("self",)).get(pk=pool_id)
-    fields = ("name", "profiles", "description", "tolerations", "node_selector", "mig_mode")
+    fields = (
+        "name",
+        "profiles",
+        "description",
+        "tolerations",
+        "node_selector",
+        "mig_mode",
+        "kind",
+        "gpu_model",
+        "sharing_interval",
+    )
     before = {f: getattr(pool, f) for f in fields}
     if name is not None:
         pool.name = name
-    if profiles is not None:
+    if kind is not None or gpu_model is not None:
+        _change_kind(pool, kind if kind is not None else pool.kind, gpu_model or pool.gpu_model, profiles)
+    elif profiles is not None and pool.is_shared:
+        checked_shared_model(pool.gpu_model, kind=pool.kind, profiles=profiles)
+    elif profiles is not None:
         pool.profiles = _checked_profiles(pool.gpu_model, profiles)
+    if sharing_interval is not None:
+        pool.sharing_interval = checked_sharing_interval(sharing_interval, kind=pool.kind)
     if description is not None:
         pool.description = description
     if tolerations is not None:
@@ -246,12 +290,31 @@ def update_node_pool(
     if mig_mode is not None:
         _refuse_stranding_mode_change(pool, _checked_mig_mode(mig_mode))
         pool.mig_mode = mig_mode
-    full_clean_or_raise(pool)
+    # A time-sliced or MPS pool offers no profiles: the model's blank=False on them is a MIG pool's rule.
+    full_clean_or_raise(pool, exclude=["profiles"] if pool.is_shared else None)
     pool.save(update_fields=[*fields, "updated_at"])
     record_audit_event(actor=actor, verb="update", obj=pool, before=before, after={f: getattr(pool, f) for f in fields})
     if pool.node_selector != before["node_selector"]:
         discovery.rematch_nodes()
     return pool
+
+
+def _change_kind(pool: NodePool, kind: str, gpu_model: str, profiles: list[str] | None) -> None:
+    """Turn the pool into another kind or GPU model (validated as a new pool would be); the caller holds the
+    pool's lock. Refused while the pool holds live requests: their slices or shares would be stranded."""
+    kind = checked_kind(kind)
+    if kind == pool.kind and gpu_model == pool.gpu_model:
+        if profiles is not None:
+            pool.profiles = [] if pool.is_shared else _checked_profiles(pool.gpu_model, profiles)
+        return
+    refuse_stranding_kind_change(pool, kind=kind, gpu_model=gpu_model)
+    if kind == NodePool.Kind.MIG:
+        pool.profiles = _checked_profiles(gpu_model, profiles)
+    else:
+        checked_shared_model(gpu_model, kind=kind, profiles=profiles)
+        pool.profiles = []
+    pool.kind = kind
+    pool.gpu_model = gpu_model
 
 
 @transaction.atomic

@@ -16,9 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.models import Allocation
-from allocations.placement import plan_slices
+from allocations.placement import PlannedSlice, plan_slices
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
+from allocations.share_placement import plan_shares
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -59,12 +60,17 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
-    slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
+    if pool.is_shared:
+        slices = plan_shares(pool=pool, allocation=allocation)
+        what = f"{allocation.count} x {allocation.memory_mib} MiB share"
+    else:
+        slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
+        what = f"{allocation.count} x {allocation.profile}"
     if slices is None:
         return fail_locked_allocation(
             allocation,
-            f"No room in {pool.name} for {allocation.count} x {allocation.profile} right now; "
-            "the quota was given back. Try fewer slices or a smaller profile.",
+            f"No room in {pool.name} for {what} right now; the quota was given back. Try fewer or smaller "
+            f"{'shares' if pool.is_shared else 'slices or a smaller profile'}.",
         )
     record_placements(allocation=allocation, slices=slices)
     now = timezone.now()
@@ -85,7 +91,13 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         after={
             "status": Status.ACTIVE,
             "claim": allocation.claim_name,
-            "placements": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
+            "placements": [_where(s) for s in slices],
         },
     )
     return allocation
+
+
+def _where(planned: PlannedSlice) -> str:
+    if planned.memory_mib is not None:
+        return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.memory_mib}MiB"
+    return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.start}+{planned.size}"

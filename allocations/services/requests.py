@@ -15,8 +15,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from allocations.costs import UnknownProfile, slice_cost
-from allocations.models import Allocation, NodePool, Notification
+from allocations.costs import Cost, UnknownProfile, share_request_cost, slice_cost
+from allocations.models import SHARE_PROFILE, Allocation, NodePool, Notification
 from allocations.placement import offered_profiles
 from allocations.selectors import quota_shortfall
 from allocations.services.extensions import cancel_pending_extensions
@@ -24,6 +24,8 @@ from allocations.services.locks import lock_allocation, lock_quota
 from allocations.services.notifications import notify_users, tenant_manager_ids
 from allocations.services.outbox import enqueue_task
 from allocations.services.quotas import free_quota, reserve_quota
+from allocations.services.share_requests import auto_approve_share, validate_share_request
+from allocations.sharing.units import size_label
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant, can_use_tenant
@@ -55,7 +57,11 @@ def _validate_request(
     *, tenant: Tenant, pool: NodePool, profile: str, count: int, lease_hours: int, purpose: str
 ) -> None:
     errors: dict[str, list[str]] = {}
-    if profile not in pool.profiles:
+    if pool.is_shared:
+        pass  # services/share_requests.py checks memory, thread share and the tenant's isolation policy
+    elif not profile:
+        errors["profile"] = [f"Choose a MIG profile of {pool.name}: {', '.join(pool.profiles)}."]
+    elif profile not in pool.profiles:
         offered = ", ".join(pool.profiles)
         errors["profile"] = [f"{profile!r} is not offered in {pool.name} ({pool.gpu_model}). Choose one of: {offered}."]
     elif profile not in (placeable := offered_profiles(pool)):
@@ -88,8 +94,13 @@ def request_allocation(
     purpose: str,
     actor: User,
     idempotency_key: str | None = None,
+    memory_mib: int | None = None,
+    thread_percentage: int | None = None,
 ) -> tuple[Allocation, bool]:
     """Submit a request; approve it at once when it fits the quota and the auto-approve policy.
+
+    In a time-sliced or MPS pool the request is `count` shares of `memory_mib` each (and, MPS, of
+    `thread_percentage`); `profile` is ignored there and stored as SHARE_PROFILE.
 
     Returns (allocation, created). With an Idempotency-Key already used by this user in this tenant,
     returns the first allocation (created=False) or raises IdempotencyConflict if parameters differ.
@@ -102,6 +113,8 @@ def request_allocation(
         "count": count,
         "lease_hours": lease_hours,
         "purpose": purpose,
+        "memory_mib": memory_mib,
+        "thread_percentage": thread_percentage,
     }
     if idempotency_key:
         existing = _find_by_key(tenant_id, actor, idempotency_key)
@@ -130,7 +143,11 @@ def _replay(existing: Allocation, params: dict[str, Any]) -> Allocation:
         "count": existing.count,
         "lease_hours": existing.lease_hours,
         "purpose": existing.purpose,
+        "memory_mib": existing.memory_mib,
+        "thread_percentage": existing.thread_percentage,
     }
+    if existing.profile == SHARE_PROFILE:
+        params = {**params, "profile": SHARE_PROFILE}
     if stored != params:
         raise IdempotencyConflict("This Idempotency-Key was already used with different parameters.")
     return existing
@@ -146,16 +163,20 @@ def _create_allocation(
     purpose: str,
     actor: User,
     key: str | None,
+    memory_mib: int | None,
+    thread_percentage: int | None,
 ) -> Allocation:
     if not can_use_tenant(actor, tenant_id):
         raise NotAllowed("You are not a member of this tenant.")
     tenant = Tenant.objects.get(pk=tenant_id)
     pool = NodePool.objects.get(pk=pool_id)
+    if pool.is_shared:
+        validate_share_request(tenant=tenant, pool=pool, memory_mib=memory_mib, thread_percentage=thread_percentage)
+        profile = SHARE_PROFILE
+    elif memory_mib is not None or thread_percentage is not None:
+        raise InvalidInput({"memory_mib": [f"{pool.name} is a MIG pool: choose a profile, not a memory size."]})
     _validate_request(tenant=tenant, pool=pool, profile=profile, count=count, lease_hours=lease_hours, purpose=purpose)
-    try:
-        cost = slice_cost(gpu_model=pool.gpu_model, profile=profile, count=count)
-    except UnknownProfile as exc:
-        raise InvalidInput({"profile": [str(exc)]}) from exc
+    cost = _cost(pool=pool, profile=profile, count=count, memory_mib=memory_mib, thread_percentage=thread_percentage)
     allocation = Allocation(
         tenant=tenant,
         pool=pool,
@@ -167,13 +188,16 @@ def _create_allocation(
         compute_slices=cost.compute_slices,
         memory_slices=cost.memory_slices,
         idempotency_key=key or None,
+        memory_mib=memory_mib if pool.is_shared else None,
+        thread_percentage=thread_percentage if pool.kind == NodePool.Kind.MPS else None,
     )
     quota = lock_quota(tenant_id=tenant.pk, pool_id=pool.pk)
     shortfall = quota_shortfall(quota=quota, allocation=allocation)
     within_policy = (
-        cost.compute_slices <= tenant.auto_approve_max_compute_slices
-        and lease_hours <= tenant.auto_approve_max_lease_hours
-    )
+        auto_approve_share(tenant=tenant, cost=cost)
+        if pool.is_shared
+        else cost.compute_slices <= tenant.auto_approve_max_compute_slices
+    ) and lease_hours <= tenant.auto_approve_max_lease_hours
     if shortfall is None and within_policy:
         reserve_quota(quota=quota, allocation=allocation)
         allocation.status = Status.APPROVED
@@ -201,6 +225,8 @@ def _create_allocation(
             "lease_hours": lease_hours,
             "compute_slices": cost.compute_slices,
             "memory_slices": cost.memory_slices,
+            **({"memory_mib": memory_mib} if pool.is_shared else {}),
+            **({"thread_percentage": allocation.thread_percentage} if allocation.thread_percentage else {}),
         },
     )
     if allocation.status == Status.APPROVED:
@@ -218,7 +244,7 @@ def _create_allocation(
             recipient_ids=tenant_manager_ids(tenant.pk),
             kind=Notification.Kind.REQUEST_PENDING,
             text=(
-                f"{actor.get_username()} asks for {count} × {profile} in {pool.name} for {tenant.name} "
+                f"{actor.get_username()} asks for {count} × {_size(allocation)} in {pool.name} for {tenant.name} "
                 f"({lease_hours} h): {allocation.purpose}"
             ),
             link=_link(allocation),
@@ -226,6 +252,27 @@ def _create_allocation(
         )
         _queue_notification("notify_managers_task", allocation.pk)
     return allocation
+
+
+def _cost(*, pool: NodePool, profile: str, count: int, memory_mib: int | None, thread_percentage: int | None) -> Cost:
+    if pool.is_shared:
+        return share_request_cost(
+            gpu_model=pool.gpu_model,
+            mps=pool.kind == NodePool.Kind.MPS,
+            memory_mib=int(memory_mib or 0),
+            thread_percentage=thread_percentage,
+            count=count,
+        )
+    try:
+        return slice_cost(gpu_model=pool.gpu_model, profile=profile, count=count)
+    except UnknownProfile as exc:
+        raise InvalidInput({"profile": [str(exc)]}) from exc
+
+
+def _size(allocation: Allocation) -> str:
+    return size_label(
+        profile=allocation.profile, memory_mib=allocation.memory_mib, thread_percentage=allocation.thread_percentage
+    )
 
 
 def _link(allocation: Allocation) -> str:
@@ -240,7 +287,7 @@ def _tell_requester(allocation: Allocation, actor: User, verdict: str) -> None:
         kind=Notification.Kind.REQUEST_DECIDED,
         text=(
             f"{actor.get_username()} {verdict} request #{allocation.pk} "
-            f"({allocation.count} × {allocation.profile} in {allocation.pool.name}).{reason}"
+            f"({allocation.count} × {_size(allocation)} in {allocation.pool.name}).{reason}"
         ),
         link=_link(allocation),
         actor=actor,

@@ -5,6 +5,9 @@
 // types, what the request costs (compute slices, memory slots, GPU-equivalents), what quota is left
 // after it, and whether it would be approved at once or go to a manager. It only mirrors the rules of
 // allocations.services.request_allocation for display; the server decides on submit.
+// In a time-sliced or MPS pool the request is shares of a memory size instead of MIG slices: the profile field
+// gives way to the memory (and, MPS, thread) fields, costs are told in GiB and percent of a GPU
+// (allocations/sharing/units.py), and the pool's isolation warning shows before submit.
 (function () {
   "use strict";
 
@@ -22,6 +25,10 @@
   var profileSelect = form.elements.namedItem("profile");
   var countInput = form.elements.namedItem("count");
   var leaseInput = form.elements.namedItem("lease_hours");
+  var memoryInput = form.elements.namedItem("memory_gib");
+  var threadInput = form.elements.namedItem("thread_percentage");
+  // A tenant's auto-approve bound of N compute slices allows shares up to N/7 of a GPU (services/share_requests.py).
+  var MIG_COMPUTE_SLICES_PER_GPU = 7;
 
   function byId(list, id) {
     for (var i = 0; i < list.length; i++) {
@@ -54,6 +61,38 @@
 
   function plural(n, one, many) {
     return n + " " + (n === 1 ? one : many);
+  }
+
+  function isShared(pool) {
+    return pool.kind !== "mig";
+  }
+
+  // Percent of a GPU and GiB one share costs, and its exact GPU-equivalents (allocations/sharing/units.py).
+  function shareCost(pool, memoryMib, threads) {
+    var compute = pool.kind === "mps" ? threads || 0 : Math.ceil((100 * memoryMib) / pool.gpu_memory_mib);
+    return { compute: compute, memory: Math.ceil(memoryMib / 1024), gpus: memoryMib / pool.gpu_memory_mib };
+  }
+
+  function decimalNumber(input) {
+    var raw = input.value.trim();
+    return /^\d+(\.\d+)?$/.test(raw) ? parseFloat(raw) : null;
+  }
+
+  function showSharing(pool) {
+    var shared = isShared(pool);
+    el("profile-field").hidden = shared;
+    el("share-fields").hidden = !shared;
+    el("thread-field").hidden = pool.kind !== "mps";
+    el("isolation-warning").hidden = !pool.isolation_warning;
+    el("gpu-eq-help").hidden = shared;
+    el("gpu-eq-help-shared").hidden = !shared;
+    setText("isolation-warning-text", pool.isolation_warning);
+    form.parentNode.querySelectorAll(".unit-compute").forEach(function (node) {
+      node.textContent = shared ? "% of a GPU" : "Compute slices";
+    });
+    form.parentNode.querySelectorAll(".unit-memory").forEach(function (node) {
+      node.textContent = shared ? "GiB" : "Memory slots";
+    });
   }
 
   function gpuEq(pool, compute, memory) {
@@ -103,11 +142,15 @@
     }
     var freeCompute = quota.compute_limit - quota.compute_used;
     var freeMemory = quota.memory_limit - quota.memory_used;
+    var shared = isShared(pool);
     if (compute > freeCompute) {
-      return "It needs " + compute + " compute slices; " + Math.max(freeCompute, 0) + " of " + quota.compute_limit + " are free.";
+      return "It needs " + compute + (shared ? " % of a GPU; " : " compute slices; ") + Math.max(freeCompute, 0) + " of " + quota.compute_limit + " are free.";
     }
     if (memory > freeMemory) {
-      return "It needs " + memory + " memory slots; " + Math.max(freeMemory, 0) + " of " + quota.memory_limit + " are free.";
+      return "It needs " + memory + (shared ? " GiB; " : " memory slots; ") + Math.max(freeMemory, 0) + " of " + quota.memory_limit + " are free.";
+    }
+    if (shared) {
+      return null;
     }
     var cap = quota.profile_caps[profile.name];
     if (cap !== undefined) {
@@ -139,6 +182,16 @@
     var compute = profile ? profile.compute_slices * n : 0;
     var memory = profile ? profile.memory_slices * n : 0;
     var quota = tenant.quotas[String(pool.id)] || null;
+    var shared = isShared(pool);
+    var gib = shared ? decimalNumber(memoryInput) : null;
+    var threads = shared ? wholeNumber(threadInput) : null;
+    var memoryMib = gib === null ? 0 : Math.floor(gib * 1024);
+    var share = shared ? shareCost(pool, memoryMib, threads) : null;
+    if (share) {
+      compute = share.compute * n;
+      memory = share.memory * n;
+    }
+    showSharing(pool);
 
     setText("model-name", pool.gpu_model);
     setText("model-compute", String(pool.compute_slices));
@@ -151,8 +204,11 @@
     });
     setText("cost-compute", String(compute));
     setText("cost-memory", String(memory));
-    setText("cost-gpu", fmt(gpuEq(pool, compute, memory)));
-    setText("profile-info", profile
+    setText("cost-gpu", fmt(share ? share.gpus * n : gpuEq(pool, compute, memory)));
+    setText("profile-info", shared
+      ? "Each share may use its GPU memory of a " + pool.gpu_model + " (" + (pool.gpu_memory_mib / 1024).toFixed(1) +
+        " GiB per GPU)" + (pool.kind === "mps" ? " and its share of the GPU's threads." : "; time-slicing guarantees no compute.")
+      : profile
       ? "Each " + profile.name + " slice takes " + plural(profile.compute_slices, "compute slice", "compute slices") +
         " and " + plural(profile.memory_slices, "memory slot", "memory slots") + " of a " + pool.gpu_model + "."
       : "");
@@ -179,8 +235,12 @@
       "Up to " + tenant.max_lease_hours + " hours for " + tenant.name + "; leases up to " +
       tenant.auto_approve_max_lease_hours + " hours can be approved automatically.");
 
-    if (!profile) {
-      verdict("invalid", "Choose a MIG profile.", "");
+    var bad = shared ? shareProblem(pool, memoryMib, threads) : profile ? null : "Choose a MIG profile.";
+    var overPolicy = shared
+      ? share.gpus * n > tenant.auto_approve_max_compute_slices / MIG_COMPUTE_SLICES_PER_GPU + 1e-9
+      : compute > tenant.auto_approve_max_compute_slices;
+    if (bad) {
+      verdict("invalid", "Cannot be submitted as it is.", bad);
     } else if (count === null || count < 1 || count > data.max_count) {
       verdict("invalid", "Cannot be submitted as it is.", "Ask for between 1 and " + data.max_count + " slices.");
     } else if (lease === null || lease < 1 || lease > tenant.max_lease_hours) {
@@ -191,9 +251,11 @@
       if (missing) {
         verdict("manager", "Goes to a manager: it does not fit the remaining quota.",
           missing + " A manager can approve it once quota is free or raised.");
-      } else if (compute > tenant.auto_approve_max_compute_slices) {
+      } else if (overPolicy) {
         verdict("manager", "Goes to a manager for approval.",
-          "It costs more than " + plural(tenant.auto_approve_max_compute_slices, "compute slice", "compute slices") +
+          "It costs more than " + (shared
+            ? fmt(tenant.auto_approve_max_compute_slices / MIG_COMPUTE_SLICES_PER_GPU) + " GPU-equivalents"
+            : plural(tenant.auto_approve_max_compute_slices, "compute slice", "compute slices")) +
           ", the most " + tenant.name + " approves automatically.");
       } else if (lease > tenant.auto_approve_max_lease_hours) {
         verdict("manager", "Goes to a manager for approval.",
@@ -205,11 +267,22 @@
     }
   }
 
+  // What keeps a share request from being submitted: services/share_requests.py's checks, for display.
+  function shareProblem(pool, memoryMib, threads) {
+    if (memoryMib <= 0 || memoryMib > pool.gpu_memory_mib) {
+      return "Give each share between 0.25 and " + Math.floor(pool.gpu_memory_mib / 1024) + " GiB of memory.";
+    }
+    if (pool.kind === "mps" && (threads === null || threads < 1 || threads > 100)) {
+      return "Give each MPS share's active threads, from 1 to 100 %.";
+    }
+    return null;
+  }
+
   poolSelect.addEventListener("change", function () {
     rebuildProfiles();
     update();
   });
-  [tenantInput, profileSelect, countInput, leaseInput].forEach(function (input) {
+  [tenantInput, profileSelect, countInput, leaseInput, memoryInput, threadInput].forEach(function (input) {
     input.addEventListener("input", update);
     input.addEventListener("change", update);
   });

@@ -17,6 +17,8 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
             "max_lease_hours",
             "auto_approve_max_compute_slices",
             "auto_approve_max_lease_hours",
+            "weakest_isolation",
+            "avoid_co_tenants",
             "created_at",
         ]
         read_only_fields = fields
@@ -35,6 +37,14 @@ class TenantUpdateSerializer(serializers.Serializer[Any]):
     max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, required=False)
     auto_approve_max_compute_slices = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
     auto_approve_max_lease_hours = serializers.IntegerField(min_value=1, max_value=24 * 365, required=False)
+    weakest_isolation = serializers.ChoiceField(
+        choices=Tenant.Isolation.choices,
+        required=False,
+        help_text="The weakest GPU sharing the tenant accepts: mig, mps or shared (time-sliced).",
+    )
+    avoid_co_tenants = serializers.BooleanField(
+        required=False, help_text="Never place the tenant's shares on a GPU another tenant shares."
+    )
 
 
 class IdleReclaimSerializer(serializers.Serializer[Any]):

@@ -27,6 +27,8 @@ FLEET = [
     ("H100 80GB", "h100", "NVIDIA H100 80GB HBM3", 6),
     ("H200 141GB", "h200", "NVIDIA H200", 3),
 ]
+# Issue 13: whole L4 GPUs shared by memory size (time-sliced), 2 nodes of 4.
+SHARED_FLEET = [("L4 shared", "l4-shared", "NVIDIA L4", 2, 4)]
 
 
 class Command(BaseCommand):
@@ -80,6 +82,16 @@ class Command(BaseCommand):
                     actor=admin,
                     profile_caps={},
                 )
+        for name, slug, model, nodes, gpus in SHARED_FLEET:
+            pool = services.create_node_pool(name=name, slug=slug, gpu_model=model, kind="shared", actor=admin)
+            pools[slug] = pool
+            for n in range(nodes):
+                services.register_node(pool_id=pool.pk, name=f"{slug}-node-{n:02d}", gpu_count=gpus, actor=admin)
+            for tenant in (research, inference):
+                # 4 GPUs' worth: 400 % of a GPU and 96 GiB (allocations/sharing/units.py)
+                services.set_tenant_quota(
+                    tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=400, memory_slices_limit=96, actor=admin
+                )
         self._requests(users, research, inference, pools)
         return logins
 
@@ -116,6 +128,25 @@ class Command(BaseCommand):
         self._provision(ask("charlie", inference, "h200", "3g.71gb", 1, "Long-context eval"))
         ask("alice", research, "h100", "7g.80gb", 1, "Full-GPU fine-tune of an 8B model")
         ask("alice", research, "h200", "4g.71gb", 1, "Distillation run")
+        for user, tenant, mib, count, purpose in [
+            ("alice", research, 6144, 2, "Notebook on an L4 share"),
+            ("charlie", inference, 8192, 1, "Small-model inference"),
+            ("alice", research, 4096, 1, "Batch embeddings"),
+        ]:
+            share, _ = services.request_allocation(
+                tenant_id=tenant.pk,
+                pool_id=pools["l4-shared"].pk,
+                profile="",
+                memory_mib=mib,
+                count=count,
+                lease_hours=24,
+                purpose=purpose,
+                actor=users[user],
+            )
+            if share.status == Allocation.Status.PENDING:
+                manager = "mallory" if tenant == research else "dana"
+                services.approve_allocation(allocation_id=share.pk, actor=users[manager], reason="Demo")
+            self._provision(share)
         rejected = ask("alice", research, "h100", "4g.40gb", 2, "Hyper-parameter sweep")
         services.reject_allocation(allocation_id=rejected.pk, actor=users["mallory"], reason="Use 2g slices for sweeps")
         # An active lease of 24 h that alice wants twice as long: past the 24 h that apply at once, so it

@@ -125,50 +125,65 @@ bash deploy/build-helm.sh
 RUN_DIR=$(mktemp -d /tmp/fatia-test.XXXXXX)
 chmod 755 "$RUN_DIR"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PG_PORT=$(free_port)
-REDIS_PORT=$(free_port)
+if [ "$(id -u)" -eq 0 ]; then
+  PG_RUN=(runuser -u postgres --)
+else
+  PG_RUN=()
+fi
+# Every set of servers started (one per pytest process), for the cleanup.
+SERVER_DIRS=()
 
 cleanup() {
   set +e
   [ -z "$GATES_PID" ] || kill "$GATES_PID" 2>/dev/null
   [ -z "${SCHEMA_PID:-}" ] || kill "$SCHEMA_PID" 2>/dev/null
+  [ -z "${SIDE_PID:-}" ] || kill "$SIDE_PID" 2>/dev/null
   rm -rf "$GATES_LOG" "$GATES_LOG.data"
   print_times "; $SECONDS s in all"
-  [ -f "$RUN_DIR/redis.pid" ] && kill "$(cat "$RUN_DIR/redis.pid")" 2>/dev/null
-  if [ -d "$RUN_DIR/pg" ]; then
-    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$RUN_DIR/pg" -m immediate stop >/dev/null 2>&1
-  fi
+  for dir in "${SERVER_DIRS[@]}"; do
+    [ -f "$dir/redis.pid" ] && kill "$(cat "$dir/redis.pid")" 2>/dev/null
+    [ -d "$dir/pg" ] && "${PG_RUN[@]}" "$PG_BIN/pg_ctl" -D "$dir/pg" -m immediate stop >/dev/null 2>&1
+  done
   rm -rf "$RUN_DIR"
 }
 trap cleanup EXIT
 
-log "servers" "starting PostgreSQL on 127.0.0.1:$PG_PORT and Redis on 127.0.0.1:$REDIS_PORT"
-mkdir -p "$RUN_DIR/pg"
-if [ "$(id -u)" -eq 0 ]; then
-  chown postgres "$RUN_DIR/pg"
-  PG_RUN=(runuser -u postgres --)
-else
-  PG_RUN=()
-fi
-"${PG_RUN[@]}" "$PG_BIN/initdb" -D "$RUN_DIR/pg" -U fatia -A trust -E UTF8 --no-locale >/dev/null
-# Durability is not what the tests measure; these settings make schema setup several times faster.
-"${PG_RUN[@]}" "$PG_BIN/pg_ctl" -D "$RUN_DIR/pg" -l "$RUN_DIR/pg/server.log" -w -o \
-  "-p $PG_PORT -k $RUN_DIR/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-  start >/dev/null
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-  --pidfile "$RUN_DIR/redis.pid" --dir "$RUN_DIR" --logfile "$RUN_DIR/redis.log"
-"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U fatia fatia
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+# start_servers DIR: a PostgreSQL and a Redis of their own on free loopback ports, data under DIR; their URLs in
+# DIR/env, sourced by the pytest process that uses them.
+start_servers() {
+  local dir=$1 pg_port redis_port
+  pg_port=$(free_port)
+  redis_port=$(free_port)
+  mkdir -p "$dir/pg" "$dir/data"
+  chmod 755 "$dir"
+  [ "$(id -u)" -ne 0 ] || chown postgres "$dir/pg"
+  SERVER_DIRS+=("$dir")
+  log "servers" "starting PostgreSQL on 127.0.0.1:$pg_port and Redis on 127.0.0.1:$redis_port ($dir)"
+  "${PG_RUN[@]}" "$PG_BIN/initdb" -D "$dir/pg" -U fatia -A trust -E UTF8 --no-locale >/dev/null
+  # Durability is not what the tests measure; these settings make schema setup several times faster.
+  "${PG_RUN[@]}" "$PG_BIN/pg_ctl" -D "$dir/pg" -l "$dir/pg/server.log" -w -o \
+    "-p $pg_port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    start >/dev/null
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    --pidfile "$dir/redis.pid" --dir "$dir" --logfile "$dir/redis.log"
+  "$PG_BIN/createdb" -h 127.0.0.1 -p "$pg_port" -U fatia fatia
+  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  # Throttle counters and sign-in lockouts are shared through Redis, as in production (database 1; Celery uses 0).
+  cat >"$dir/env" <<ENV
+export DATABASE_URL="postgres://fatia@127.0.0.1:$pg_port/fatia"
+export CELERY_BROKER_URL="redis://127.0.0.1:$redis_port/0"
+export CACHE_URL="redis://127.0.0.1:$redis_port/1"
+export FATIA_DATA_DIR="$dir/data"
+ENV
+}
 
-export DATABASE_URL="postgres://fatia@127.0.0.1:$PG_PORT/fatia"
-export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
+start_servers "$RUN_DIR/main"
+# shellcheck disable=SC1091
+. "$RUN_DIR/main/env"
 SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')
 export SECRET_KEY
-# Throttle counters and sign-in lockouts are shared through Redis, as in production (database 1; Celery uses 0).
-export CACHE_URL="redis://127.0.0.1:$REDIS_PORT/1"
 export DEBUG=False
 export ALLOWED_HOSTS="localhost,127.0.0.1,testserver"
-export FATIA_DATA_DIR="$RUN_DIR/data"
 export FATIA_TEST_SERVICES=1
 
 # --- gates -----------------------------------------------------------------------------------------
@@ -195,6 +210,33 @@ wait "$SCHEMA_PID" || schema_rc=$?
 SCHEMA_PID=
 cat "$RUN_DIR/spectacular.log"
 [ "$schema_rc" -eq 0 ] || { echo "manage.py spectacular --validate failed (above)" >&2; exit 1; }
+
+# The whole suite (no arguments) runs as two pytest processes side by side: the tests that use the local Kubernetes
+# control plane and the image (tests/kube, tests/deploy), which mostly wait on them, beside all the others, each with
+# a PostgreSQL and a Redis of its own (some tests restart or break them on purpose). FATIA_SPLIT=0: one process.
+SIDE_TESTS=(tests/kube tests/deploy)
+if [ "$#" -eq 0 ] && [ "${FATIA_SPLIT:-1}" != 0 ]; then
+  start_servers "$RUN_DIR/side"
+  log "pytest" "${SIDE_TESTS[*]} in a second process beside the rest; its output follows"
+  # shellcheck disable=SC1091
+  ( . "$RUN_DIR/side/env" && exec python -m pytest "${SIDE_TESTS[@]}" ) >"$RUN_DIR/side.log" 2>&1 &
+  SIDE_PID=$!
+  set +e
+  python -m pytest "${SIDE_TESTS[@]/#/--ignore=}"
+  rc=$?
+  wait "$SIDE_PID"
+  side_rc=$?
+  SIDE_PID=
+  set -e
+  log "side output" "pytest ${SIDE_TESTS[*]} (ran beside the above)"
+  cat "$RUN_DIR/side.log"
+  if [ "$rc" -eq 5 ] || [ "$side_rc" -eq 5 ]; then
+    echo "pytest collected no tests in one of the two processes: the test tree failed to load." >&2
+    exit 1
+  fi
+  [ "$rc" -ne 0 ] || rc=$side_rc
+  exit "$rc"
+fi
 
 log "pytest"
 set +e

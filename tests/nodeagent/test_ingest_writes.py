@@ -10,7 +10,9 @@ from django.db import connection
 
 from allocations.models import Node
 from allocations.nodeagent import services
+from allocations.nodeagent.bulk import update_rows
 from allocations.nodeagent.models import DeviceState
+from allocations.nodeagent.telemetry import STATE_FIELDS
 from tests.nodeagent.payloads import T0, FakeNode
 
 pytestmark = pytest.mark.django_db
@@ -19,9 +21,7 @@ AT = datetime.fromtimestamp(T0, UTC)
 
 
 def _row(state: DeviceState) -> dict[str, object]:
-    return {
-        name: getattr(state, name) for name in ["id", *[f"{n}_id" if n == "gpu" else n for n in services._STATE_FIELDS]]
-    }
+    return {name: getattr(state, name) for name in ["id", *[f"{n}_id" if n == "gpu" else n for n in STATE_FIELDS]]}
 
 
 def test_the_set_based_update_writes_every_column_as_the_model_holds_it(world):
@@ -49,7 +49,7 @@ def test_the_set_based_update_writes_every_column_as_the_model_holds_it(world):
         state.minute_util_samples = i
         state.minute_util_max = 99
         state.minute_processes_max = 4 + i
-    services._update_states(states[1:])
+    update_rows(DeviceState, STATE_FIELDS, states[1:])
 
     # then: the rows given are stored as held; the one left out is untouched
     stored = {s.id: _row(s) for s in DeviceState.objects.filter(node=node)}

@@ -1,0 +1,62 @@
+"""`manage.py drain_telemetry`: apply the telemetry the web processes queued (FATIA_INGEST_QUEUE_URL), in batches,
+for as long as it runs; `--once` drains what is queued now and exits. One process per portal (the image's `ingest`
+role); see allocations/nodeagent/drain.py for what happens on a crash."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
+
+from allocations.nodeagent import ingest_queue
+from allocations.nodeagent.drain import drain_telemetry
+
+log = logging.getLogger("allocations.nodeagent.drain")
+
+
+class Command(BaseCommand):
+    help = "Apply queued node-agent telemetry to the database in batches (accept-then-apply ingest)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="Drain what is queued now, then exit.")
+        parser.add_argument(
+            "--consumer",
+            default="drain",
+            help="This worker's name in the queue's consumer group (default drain). A restarted worker under the same "
+            "name takes its unfinished reports back at once; another name takes them after FATIA_INGEST_CLAIM_IDLE_S.",
+        )
+        parser.add_argument("--batch", type=int, default=0, help="Reports per transaction (FATIA_INGEST_BATCH).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not ingest_queue.enabled():
+            raise CommandError("There is no telemetry queue: set FATIA_INGEST_QUEUE_URL (a Redis URL).")
+        batch = options["batch"] or settings.FATIA_INGEST_BATCH
+        consumer = options["consumer"] or socket.gethostname()
+        if options["once"]:
+            total = 0
+            while (done := drain_telemetry(consumer=consumer, count=batch)).reports or done.buried:
+                total += done.reports
+            self.stdout.write(f"{total} reports applied; {ingest_queue.backlog()} left in the queue.")
+            return
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        self.stdout.write(f"Draining telemetry as {consumer!r}, {batch} reports per transaction; stop with Ctrl-C.")
+        while not stop.is_set():
+            close_old_connections()
+            try:
+                drain_telemetry(consumer=consumer, count=batch, block_ms=1000)
+            except (OperationalError, InterfaceError, redis.RedisError, OSError) as exc:
+                # Nothing was acknowledged: the same reports are read again once the database or Redis is back.
+                log.warning("drain paused: %s", exc)
+                connections.close_all()
+                time.sleep(1.0)

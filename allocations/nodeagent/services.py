@@ -191,7 +191,6 @@ def _wake_on_commit(status: AgentStatus) -> None:
         transaction.on_commit(lambda: set_agent_silent(node_id=node_id, silent=False))
 
 
-@transaction.atomic
 def record_telemetry(
     *, credential: AgentCredential, payload: dict[str, Any], now: datetime | None = None
 ) -> IngestResult:

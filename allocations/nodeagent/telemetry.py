@@ -163,6 +163,11 @@ def _apply_samples(
             gpu_ids = _gpu_rows(node, status)
         return gpu_ids.get(uuid)
 
+    def inventory_newer(state: DeviceState) -> bool:
+        # A device with no GPU row is matched again only when an inventory arrived since its last sample (the
+        # agent sends one every few minutes), not on every report: looking costs two queries and the inventory.
+        return status.inventory_at is not None and (state.pk is None or status.inventory_at >= state.sampled_at)
+
     rollups_before, events_before = len(writes.rollups), len(writes.events)
     latest: set[str] = set()
     for sample, accepted_at in samples:
@@ -178,7 +183,7 @@ def _apply_samples(
                     state = DeviceState(node=node, kind=kind, uuid=item["uuid"], sampled_at=at, minute=_minute(at))
                     states[item["uuid"]] = state
                     created.add(item["uuid"])
-                if state.gpu_id is None or state.gpu_uuid != gpu["uuid"]:
+                if state.gpu_uuid != gpu["uuid"] or (state.gpu_id is None and inventory_newer(state)):
                     state.gpu_id = gpu_id(gpu["uuid"])
                 state.gpu_uuid = gpu["uuid"]
                 state.utilisation_source = gpu["src"]

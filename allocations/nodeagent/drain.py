@@ -34,10 +34,11 @@ def _apply(queued: list[QueuedReport]) -> int:
     return sum(r.accepted for r in results if r is not None)
 
 
-def drain_telemetry(*, consumer: str, count: int, block_ms: int = 0) -> DrainResult:
-    """Apply up to ``count`` queued reports (waiting up to ``block_ms`` for one). Raises the database's
-    OperationalError/InterfaceError when it is unreachable: the reports stay queued for the next call."""
-    queued = ingest_queue.read_reports(consumer=consumer, count=count, block_ms=block_ms)
+def drain_telemetry(*, consumer: str, count: int, block_ms: int = 0, recover: bool = True) -> DrainResult:
+    """Apply up to ``count`` queued reports (waiting up to ``block_ms`` for one; with ``recover``, unfinished ones
+    first: see ingest_queue.read_reports). Raises the database's OperationalError/InterfaceError when it is
+    unreachable: the reports stay queued for the next call."""
+    queued = ingest_queue.read_reports(consumer=consumer, count=count, block_ms=block_ms, recover=recover)
     if not queued:
         return DrainResult()
     try:

@@ -83,13 +83,20 @@ def backlog() -> int:
     return int(client().xlen(STREAM))
 
 
+_groups: set[str] = set()
+
+
 def _ensure_group() -> None:
+    url = str(settings.FATIA_INGEST_QUEUE_URL)
+    if url in _groups:
+        return
     try:
         # From the stream's start ("0"): reports accepted before the first worker ever ran are applied too.
         client().xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+    _groups.add(url)
 
 
 def _decode(entry_id: bytes, fields: dict[bytes, bytes]) -> QueuedReport:
@@ -101,12 +108,27 @@ def _decode(entry_id: bytes, fields: dict[bytes, bytes]) -> QueuedReport:
     )
 
 
-def read_reports(*, consumer: str, count: int, block_ms: int) -> list[QueuedReport]:
-    """Up to ``count`` reports for ``consumer``, oldest first: its own unacknowledged ones (a crash or a failed
-    apply left them), then those a silent consumer held past FATIA_INGEST_CLAIM_IDLE_S, then new ones (waiting up
-    to ``block_ms`` for one)."""
+def read_reports(*, consumer: str, count: int, block_ms: int, recover: bool = True) -> list[QueuedReport]:
+    """See _read; the group is made once per process, and again if Redis lost it (emptied, or restarted)."""
+    try:
+        return _read(consumer=consumer, count=count, block_ms=block_ms, recover=recover)
+    except redis.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        _groups.discard(str(settings.FATIA_INGEST_QUEUE_URL))
+        return _read(consumer=consumer, count=count, block_ms=block_ms, recover=recover)
+
+
+def _read(*, consumer: str, count: int, block_ms: int, recover: bool) -> list[QueuedReport]:
+    """Up to ``count`` reports for ``consumer``, oldest first: with ``recover``, its own unacknowledged ones (a crash
+    or a failed apply left them), then those a silent consumer held past FATIA_INGEST_CLAIM_IDLE_S; then new ones
+    (waiting up to ``block_ms`` for one). The worker recovers at start, after a failure and now and then, not on
+    every read: two round trips saved per batch."""
     _ensure_group()
     r = client()
+    if not recover:
+        new: Any = r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms or None)
+        return [_decode(entry_id, fields) for entry_id, fields in (new[0][1] if new else []) if fields]
     # redis-py's stubs type these answers as any of the protocol's shapes; they are lists of (id, fields).
     own: Any = r.xreadgroup(GROUP, consumer, {STREAM: "0"}, count=count)
     entries: list[Any] = own[0][1] if own else []
@@ -115,8 +137,8 @@ def read_reports(*, consumer: str, count: int, block_ms: int) -> list[QueuedRepo
         claimed: Any = r.xautoclaim(STREAM, GROUP, consumer, min_idle_time=idle_ms, start_id="0-0", count=count)
         entries = [e for e in claimed[1] if e[1]]  # deleted entries come back empty
     if not entries:
-        new: Any = r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms or None)
-        entries = new[0][1] if new else []
+        fresh: Any = r.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms or None)
+        entries = fresh[0][1] if fresh else []
     return [_decode(entry_id, fields) for entry_id, fields in entries if fields]
 
 

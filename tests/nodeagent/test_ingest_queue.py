@@ -147,6 +147,8 @@ def test_a_worker_crash_between_accept_and_apply_loses_and_doubles_nothing(token
 def test_a_restarted_worker_takes_its_own_unfinished_reports_back_at_once(tokens):
     post(tokens["h100-node-0"], FakeNode("h100-node-0").telemetry(T0))
     assert len(ingest_queue.read_reports(consumer="drain", count=100, block_ms=0)) == 1  # then the worker died
+    # a plain read (the running worker's, between recoveries) takes only new reports
+    assert drain_telemetry(consumer="drain", count=100, recover=False).reports == 0
     assert drain_all("drain") == 1
     assert minute_samples("h100-node-0") == [1, 1, 1]
 

@@ -51,12 +51,18 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         self.stdout.write(f"Draining telemetry as {consumer!r}, {batch} reports per transaction; stop with Ctrl-C.")
+        recover_at = 0.0  # at start: this worker's own unfinished reports first, then any silent worker's
         while not stop.is_set():
             close_old_connections()
+            recover = time.monotonic() >= recover_at
             try:
-                drain_telemetry(consumer=consumer, count=batch, block_ms=1000)
+                drain_telemetry(consumer=consumer, count=batch, block_ms=1000, recover=recover)
             except (OperationalError, InterfaceError, redis.RedisError, OSError) as exc:
                 # Nothing was acknowledged: the same reports are read again once the database or Redis is back.
                 log.warning("drain paused: %s", exc)
                 connections.close_all()
+                recover_at = 0.0
                 time.sleep(1.0)
+                continue
+            if recover:
+                recover_at = time.monotonic() + settings.FATIA_INGEST_CLAIM_IDLE_S

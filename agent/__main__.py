@@ -51,6 +51,7 @@ def main() -> int:
         interval_s=config.command_poll_s,
         backoff_cap_s=config.backoff_cap_s,
     )
+    sender.on_commands = poller.wake
     stop = threading.Event()
 
     def on_signal(*_: object) -> None:

@@ -94,13 +94,16 @@ class BootstrapTransport:
             return self.http.token
 
     def post(self, path: str, body: dict[str, Any]) -> int:
+        return self.post_answer(path, body)[0]
+
+    def post_answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         used = self._credential()
-        status = self.http.post(path, body)
+        status, answer = self.http.post_answer(path, body)
         if status == 401:
             log.warning("the portal refused this node's credential (HTTP 401); bootstrapping a new one")
             self._credential(refused=used)
-            status = self.http.post(path, body)
-        return status
+            status, answer = self.http.post_answer(path, body)
+        return status, answer
 
     def get(self, path: str) -> tuple[int, Any]:
         used = self._credential()

@@ -2,8 +2,9 @@
 
 Three parts on three threads, so that neither the network nor NVML writes hold up telemetry sampling:
 
-* :class:`CommandPoller` (its own thread) asks the portal for this node's commands every ``interval_s`` and hands
-  the new ones to the sampler; it never touches NVML. One it already ran (the outbox knows it) is re-reported from
+* :class:`CommandPoller` (its own thread) asks the portal for this node's commands when a telemetry answer says
+  some wait (:meth:`CommandPoller.wake`), and every ``interval_s`` (a slow fallback), and hands the new ones to the
+  sampler; it never touches NVML. One it already ran (the outbox knows it) is re-reported from
   the kept result instead: a command runs once even when its result got lost on the way.
 * :meth:`agent.runner.Agent.run_commands` (the sampler's thread, the only owner of the NVML session) runs them
   with :func:`execute`, in the portal's order; after a failure the rest of that batch is skipped (the portal
@@ -92,7 +93,7 @@ class CommandPoller:
         node: str,
         outbox: Outbox,
         hand_over: Callable[[list[Command]], None],
-        interval_s: float = 5.0,
+        interval_s: float = 60.0,
         backoff_cap_s: float = 60.0,
     ) -> None:
         self.transport = transport
@@ -103,11 +104,18 @@ class CommandPoller:
         self.backoff_cap_s = backoff_cap_s
         self.failures = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.polls = 0
+
+    def wake(self) -> None:
+        """Poll now (the portal said commands wait), instead of at the end of the interval."""
+        self._wake.set()
 
     def poll_once(self) -> str:
         """One request: "handed" (new commands went to the sampler), "idle" or "failed"."""
         path = f"{COMMANDS_PATH}?{urllib.parse.urlencode({'node': self.node})}"
+        self.polls += 1
         try:
             status, body = self.transport.get(path)
         except TransportError as exc:
@@ -141,7 +149,11 @@ class CommandPoller:
                 outcome = "failed"
             self.failures = self.failures + 1 if outcome == "failed" else 0
             delay = min(self.backoff_cap_s, self.interval_s * 2 ** max(0, self.failures - 1))
-            self._stop.wait(delay)
+            if self.failures:
+                self._stop.wait(delay)  # a wake does not cut a back-off short: the portal is not answering
+            else:
+                self._wake.wait(delay)
+            self._wake.clear()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="fatia-agent-commands", daemon=True)
@@ -149,5 +161,6 @@ class CommandPoller:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)

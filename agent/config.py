@@ -13,7 +13,7 @@
 | ``FATIA_AGENT_BACKOFF_CAP_S`` | 60 | longest wait between two attempts to reach the portal |
 | ``FATIA_AGENT_SEND_INTERVAL_S`` | 0 | 0 sends each sample at once; e.g. 30 batches six samples per request |
 | ``FATIA_AGENT_FAKE_NVML`` | (empty) | a scenario file: use :mod:`agent.fake_nvml` instead of the GPU driver |
-| ``FATIA_AGENT_COMMAND_POLL_S`` | 5 | seconds between two requests for MIG commands (static-MIG agent mode) |
+| ``FATIA_AGENT_COMMAND_POLL_S`` | 60 | seconds between two polls for MIG commands unless a telemetry answer asks |
 | ``FATIA_AGENT_OUTBOX`` | (empty) | a file keeping unsent command results across restarts; empty: memory only |
 """
 
@@ -42,7 +42,7 @@ class Config:
     fake_nvml: str
     send_interval_s: float = 0.0
     bootstrap_token_file: str = ""  # set (and `token` empty): the credential comes from agent.bootstrap
-    command_poll_s: float = 5.0
+    command_poll_s: float = 60.0
     outbox: str = ""
 
 
@@ -100,6 +100,6 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         send_interval_s=_positive(env, "FATIA_AGENT_SEND_INTERVAL_S", 0.0)
         if env.get("FATIA_AGENT_SEND_INTERVAL_S", "").strip() not in ("", "0")
         else 0.0,
-        command_poll_s=_positive(env, "FATIA_AGENT_COMMAND_POLL_S", 5.0),
+        command_poll_s=_positive(env, "FATIA_AGENT_COMMAND_POLL_S", 60.0),
         outbox=env.get("FATIA_AGENT_OUTBOX", "").strip(),
     )

@@ -45,6 +45,8 @@ class TransportError(Exception):
 class Transport(Protocol):
     def post(self, path: str, body: dict[str, Any]) -> int: ...
 
+    def post_answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]: ...
+
     def get(self, path: str) -> tuple[int, Any]: ...
 
 
@@ -59,15 +61,15 @@ class HttpTransport:
         self.timeout_s = timeout_s
 
     def post(self, path: str, body: dict[str, Any]) -> int:
-        return self._request("POST", path, json.dumps(body, separators=(",", ":")).encode())[0]
+        return self.post_answer(path, body)[0]
+
+    def post_answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """The status and the JSON answer (None when it is not JSON)."""
+        return _json(*self._request("POST", path, json.dumps(body, separators=(",", ":")).encode()))
 
     def get(self, path: str) -> tuple[int, Any]:
         """The status and the JSON body (None when it is not JSON)."""
-        status, raw = self._request("GET", path, None)
-        try:
-            return status, json.loads(raw) if raw else None
-        except ValueError:
-            return status, None
+        return _json(*self._request("GET", path, None))
 
     def _request(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -83,6 +85,13 @@ class HttpTransport:
             return int(exc.code), bytes(exc.read())
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise TransportError(str(exc) or type(exc).__name__) from exc
+
+
+def _json(status: int, raw: bytes) -> tuple[int, Any]:
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
 
 
 def _jitter(delay: float) -> float:
@@ -107,8 +116,12 @@ class Sender:
         wait: Callable[[float], object] | None = None,
         jitter: Callable[[float], float] = _jitter,
         outbox: Outbox | None = None,
+        on_commands: Callable[[], object] | None = None,
     ) -> None:
         self.transport = transport
+        # Called when a telemetry answer says MIG commands wait for this node (the poller's wake): idle nodes need
+        # not poll for commands, the answer they get anyway tells them when to.
+        self.on_commands = on_commands
         self.outbox = outbox or Outbox()
         self.node = node
         self.boot = boot
@@ -188,7 +201,7 @@ class Sender:
             return "sent"
         if not batch:
             return "idle"
-        status = self._post(TELEMETRY_PATH, telemetry_payload(self.node, self.boot, dropped, batch))
+        status = self._post(TELEMETRY_PATH, telemetry_payload(self.node, self.boot, dropped, batch), self._answered)
         if status is None or not (200 <= status < 300 or status in (400, 413)):
             return "failed"
         last = batch[-1]["seq"]
@@ -212,9 +225,19 @@ class Sender:
         self.outbox.ack(command_id)
         return "sent"
 
-    def _post(self, path: str, body: dict[str, Any]) -> int | None:
+    def _answered(self, status: int, answer: Any) -> None:
+        # 200 (applied) and 202 (queued) both carry "commands"; older portals do not (the slow poll covers them).
+        waiting = answer.get("commands") if isinstance(answer, dict) else None
+        if 200 <= status < 300 and isinstance(waiting, int) and waiting > 0 and self.on_commands is not None:
+            self.on_commands()
+
+    def _post(self, path: str, body: dict[str, Any], answered: Callable[[int, Any], None] | None = None) -> int | None:
         try:
-            status = self.transport.post(path, body)
+            if answered is None:
+                status = self.transport.post(path, body)
+            else:
+                status, answer = self.transport.post_answer(path, body)
+                answered(status, answer)
         except TransportError as exc:
             log.warning("portal unreachable: %s", exc)
             return None

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import api as apibench  # noqa: E402
+from bench import ingest_side  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -261,7 +262,7 @@ def _prime(args: tuple[int, list[tuple[float, str, str]], str]) -> None:
             response = conn.getresponse()
             response.read()
             conn.close()
-            if response.status != 200:
+            if response.status not in (200, 202):
                 raise SystemExit(f"{path} for {name}: HTTP {response.status}")
 
 
@@ -280,10 +281,16 @@ def _inventory() -> str:
 
     scenario = Path(tempfile.mkdtemp(prefix="fatia-agent-bench-")) / "node.json"
     scenario.write_text(json.dumps(full_node()))
-    return json.dumps(inventory_payload("@NODE@", Nvml(load_library(str(scenario))).inventory()))
+    # Compact, as the agent sends it, and so that the per-node UUID rewrite ('"uuid":"') matches the telemetry's:
+    # otherwise no reported device matches a GPU and every report pays for looking them up.
+    payload = inventory_payload("@NODE@", Nvml(load_library(str(scenario))).inventory())
+    return json.dumps(payload, separators=(",", ":"))
 
 
-def start_portal(nodes: int) -> tuple[Any, list[tuple[str, str]]]:
+QUEUE: dict[str, Any] = {}  # queued mode: Redis URL and pid, the drain worker's pid
+
+
+def start_portal(nodes: int, queued: bool = False) -> tuple[Any, list[tuple[str, str]]]:
     database = (
         apibench.fresh_database_on(os.environ["DATABASE_URL"])
         if os.environ.get("DATABASE_URL")
@@ -298,6 +305,9 @@ def start_portal(nodes: int) -> tuple[Any, list[tuple[str, str]]]:
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "FATIA_DATA_DIR": tempfile.mkdtemp(prefix="fatia-agent-bench-data-"),
     }
+    if queued:
+        QUEUE["url"], QUEUE["redis_pid"] = ingest_side.start_redis()
+        env["FATIA_INGEST_QUEUE_URL"] = QUEUE["url"]
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
@@ -310,7 +320,19 @@ def start_portal(nodes: int) -> tuple[Any, list[tuple[str, str]]]:
 
     connections.close_all()
     server = apibench.start_server("gunicorn", 3, env, Path(tempfile.mkdtemp()) / "gunicorn.log")
+    if queued:
+        QUEUE["drain_pid"] = ingest_side.start_drain(env, Path(tempfile.mkdtemp()) / "drain.log")
     return server, credentials
+
+
+def _wait_drained(what: str) -> None:
+    """Queued mode: until the drain worker has applied everything accepted (device rows exist, say)."""
+    if not QUEUE:
+        return
+    started = time.perf_counter()
+    while ingest_side.backlog(QUEUE["url"]):
+        time.sleep(0.5)
+    apibench.log(f"{what}: queue drained {time.perf_counter() - started:.1f} s later")
 
 
 def bench_ingest(
@@ -340,6 +362,7 @@ def bench_ingest(
         apibench.log(
             f"{samples} sample(s) per request: every node's first report in {time.perf_counter() - started:.1f} s"
         )
+        _wait_drained("first reports")
     results: list[tuple[list[float], int]] = []
     meter = apibench.CpuMeter(server.pid)
     rounds = 2 + int((period + seconds) // period)
@@ -358,11 +381,18 @@ def bench_ingest(
         if phase == "measured":
             time.sleep(1.0)  # the meter starts with the load
             meter.start()
+            extra0 = _queue_cpu()
+            backlog0 = ingest_side.backlog(QUEUE["url"]) if QUEUE else 0
+            window0 = time.monotonic()
         results = [queue.get() for _ in procs]
         for p in procs:
             p.join()  # the load processes' CPU counts once they are reaped
         if phase == "measured":
-            cpu = meter.stop(sum(len(r[0]) for r in results))
+            done = sum(len(r[0]) for r in results)
+            cpu = meter.stop(done)
+            extra = {k: (v - extra0[k]) / max(done, 1) for k, v in _queue_cpu().items()}
+            backlog1 = ingest_side.backlog(QUEUE["url"]) if QUEUE else 0
+            window = time.monotonic() - window0
         apibench.log(f"{samples} sample(s) per request, {phase}: {sum(len(r[0]) for r in results)} requests")
     latencies = sorted(x for r in results for x in r[0])
     errors = sum(r[1] for r in results)
@@ -388,16 +418,28 @@ def bench_ingest(
         "cpu_web_ms": cpu["server"],
         "cpu_db_ms": cpu["postgres"],
         "cpu_load_ms": cpu["wrk"],
+        "cpu_drain_ms": extra.get("drain", 0.0),
+        "cpu_redis_ms": extra.get("redis", 0.0),
+        "backlog_growth": backlog1 - backlog0,
+        # reports the drain worker applied per second over the window (accepted minus what the queue grew by)
+        "applied_rate": (done - (backlog1 - backlog0)) / window if window else float("nan"),
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "next_round": measured + rounds + 1,
     }
 
 
+def _queue_cpu() -> dict[str, float]:
+    if not QUEUE:
+        return {}
+    return {"drain": ingest_side.cpu_ms(QUEUE["drain_pid"]), "redis": ingest_side.cpu_ms(QUEUE["redis_pid"])}
+
+
 def summarise(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the repeats, with each figure's range; the server's capacity from its CPU per request."""
     out = dict(repeats[0])
-    for key in ("rate", "p50_ms", "p99_ms", "max_ms", "cpu_web_ms", "cpu_db_ms", "cpu_load_ms"):
+    keys = ("rate", "p50_ms", "p99_ms", "max_ms", "cpu_web_ms", "cpu_db_ms", "cpu_load_ms", "cpu_drain_ms")
+    for key in (*keys, "cpu_redis_ms", "applied_rate"):
         values = sorted(r[key] for r in repeats)
         out[key] = statistics.median(values)
         out[f"{key}_range"] = (values[0], values[-1])
@@ -405,7 +447,8 @@ def summarise(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     out["requests"] = sum(r["requests"] for r in repeats)
     out["loads"] = [round(r["load_before"], 1) for r in repeats]
     out["repeats"] = len(repeats)
-    server_ms = out["cpu_web_ms"] + out["cpu_db_ms"]
+    server_ms = out["cpu_web_ms"] + out["cpu_db_ms"] + out["cpu_drain_ms"] + out["cpu_redis_ms"]
+    out["server_ms"] = server_ms
     out["capacity_2_cores"] = 2000 / server_ms if server_ms else float("nan")
     out["cores_for_target"] = out["target_rate"] * server_ms / 1000
     return out
@@ -424,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
         "30 s (FATIA_AGENT_SEND_INTERVAL_S=30)",
     )
     parser.add_argument("--load-processes", type=int, default=4)
+    parser.add_argument(
+        "--mode",
+        choices=("queued", "inline"),
+        default="queued",
+        help="queued: accept into Redis (202) and a drain worker applies batches (FATIA_INGEST_QUEUE_URL); inline: "
+        "each report applied in its request (200)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="measured windows per variant: median and range")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -435,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             f"agent: {agent['cpu_percent']:.2f} % of one core over {agent['seconds']} s, RSS {agent['rss_mb']:.1f} MB "
             f"(peak {agent['peak_mb']:.1f} MB), {agent['requests']} requests of {agent['bytes_per_request']:.0f} B"
         )
-        server, credentials = start_portal(args.nodes)
+        server, credentials = start_portal(args.nodes, queued=args.mode == "queued")
         for n in variants:
             repeats, first_round = [], 1
             for _ in range(args.repeat):
@@ -448,8 +498,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"ingest: {i['nodes']} nodes, {n} sample(s) every {i['period']:g} s -> {i['rate']:.1f} req/s "
                     f"(wanted {i['target_rate']:.1f}); p50 {i['p50_ms']:.1f} ms, p99 {i['p99_ms']:.1f} ms, "
                     f"max {i['max_ms']:.1f} ms; {i['errors']} errors; CPU per request: web {i['cpu_web_ms']:.1f} ms, "
-                    f"PostgreSQL {i['cpu_db_ms']:.1f} ms, load {i['cpu_load_ms']:.1f} ms; load average "
-                    f"{i['load_before']:.1f} -> {i['load_after']:.1f}"
+                    f"PostgreSQL {i['cpu_db_ms']:.1f} ms, drain {i['cpu_drain_ms']:.1f} ms, Redis "
+                    f"{i['cpu_redis_ms']:.2f} ms, load {i['cpu_load_ms']:.1f} ms; applied {i['applied_rate']:.1f}/s "
+                    f"(queue grew by {i['backlog_growth']}); load average {i['load_before']:.1f} -> "
+                    f"{i['load_after']:.1f}"
                 )
             runs.append(summarise(repeats))
     finally:
@@ -471,20 +523,23 @@ def main(argv: list[str] | None = None) -> int:
             return f"{i[key]:.1f}{unit} ({low:.1f}-{high:.1f})"
 
         for i in runs:
-            label = f"ingest, {i['nodes']} nodes sampling every {every}, {i['samples']} sample(s) per request"
+            label = (
+                f"ingest ({args.mode}), {i['nodes']} nodes sampling every {every}, {i['samples']} sample(s) per request"
+            )
             rows += [
                 (f"{label}: achieved rate", f"{spread(i, 'rate')} req/s of {i['target_rate']:.1f}", "sustained"),
+                (f"{label}: applied by the drain worker", f"{spread(i, 'applied_rate')} reports/s", "= accepted"),
                 (f"{label}: latency p50", spread(i, "p50_ms", " ms"), ""),
                 (f"{label}: latency p99", spread(i, "p99_ms", " ms"), "< 100 ms"),
                 (f"{label}: errors", f"{i['errors']} of {i['requests']}", "0"),
                 (
-                    f"{label}: CPU per request, web / PostgreSQL / load generator",
-                    f"{spread(i, 'cpu_web_ms', ' ms')} / {spread(i, 'cpu_db_ms', ' ms')} / "
-                    f"{spread(i, 'cpu_load_ms', ' ms')}",
+                    f"{label}: CPU per request, web / drain worker / PostgreSQL / Redis / load generator",
+                    f"{spread(i, 'cpu_web_ms', ' ms')} / {spread(i, 'cpu_drain_ms', ' ms')} / "
+                    f"{spread(i, 'cpu_db_ms', ' ms')} / {i['cpu_redis_ms']:.2f} ms / {spread(i, 'cpu_load_ms', ' ms')}",
                     "",
                 ),
                 (
-                    f"{label}: server capacity (web + PostgreSQL CPU only)",
+                    f"{label}: server capacity (web + drain + PostgreSQL + Redis CPU)",
                     f"{i['capacity_2_cores']:.0f} req/s on 2 cores; {i['cores_for_target']:.1f} cores for "
                     f"{i['target_rate']:.0f} req/s",
                     "",
@@ -502,8 +557,12 @@ def main(argv: list[str] | None = None) -> int:
 Ingest figures are medians of {args.repeat} measured windows of {args.ingest_seconds:g} s (range in brackets),
 after every node's first report (which creates its device rows) and a warm-up round. The 1-minute load average
 before each window (other work on this shared machine included): {loads}. Capacity is 2 cores' worth of CPU
-divided by the web workers' and PostgreSQL's CPU per request, measured from /proc over the window: what the
-server side needs, whatever else shares the machine.
+divided by the server side's CPU per request (web workers, the drain worker, PostgreSQL and Redis), measured from
+/proc over the window: what the server side needs, whatever else shares the machine. Mode `{args.mode}`: queued is
+accept-then-apply (the web process checks a report, appends it to a Redis stream and answers 202; `manage.py
+drain_telemetry` applies batches of queued reports, several nodes in one transaction); inline applies each report
+in its request (200). Latency is the request's, so in queued mode it does not include the apply; "applied" says
+whether the drain worker kept up.
 
 The agent ran on the fake NVML (Python, so dearer than libnvidia-ml; it also loads the portal's MIG catalog, which
 the real agent does not). Ingest: `{server_command}`, a private PostgreSQL (fsync off), {args.load_processes} load

@@ -20,6 +20,7 @@ roles (ARGS go to the process):
   beat       the Celery beat scheduler; run exactly one
   migrate    apply the database migrations (manage.py migrate --noinput)
   discover   Kubernetes fleet discovery (manage.py discover_fleet)
+  ingest     apply queued node-agent telemetry (manage.py drain_telemetry; with FATIA_INGEST_QUEUE_URL); run one
   agent      the node agent (python -m agent)
   manage     any manage.py command, e.g. `fatia manage check --deploy`
 USAGE
@@ -55,6 +56,9 @@ case "$role" in
     ;;
   discover)
     exec python3 manage.py discover_fleet "$@"
+    ;;
+  ingest)
+    exec python3 manage.py drain_telemetry "$@"
     ;;
   agent)
     exec python3 -m agent "$@"

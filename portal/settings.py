@@ -587,3 +587,19 @@ MIDDLEWARE = [*MIDDLEWARE, "portal.unavailable.DatabaseUnavailableMiddleware"]
 # --- sharedcore (issue 13: sharing GPUs without MIG) ---------------------------------------------------------------
 # Two choice sets share the field name `kind` in the API schema (a pool's kind, a node event's kind): name the pool's.
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]["PoolKindEnum"] = "allocations.models.NodePool.Kind"  # type: ignore[index]
+
+# --- Telemetry ingest, queued (session 6, package `ingest`; allocations/nodeagent/ingest_queue.py, drain.py) ---------
+# A Redis URL (e.g. redis://redis:6379/2) turns on accept-then-apply: a telemetry report is checked, appended to a
+# Redis stream and answered 202, and `manage.py drain_telemetry` (the image's `ingest` role, one process) applies
+# queued reports in batches. Empty: each report is applied in its request (200), as the demo does.
+FATIA_INGEST_QUEUE_URL = env_secret("FATIA_INGEST_QUEUE_URL") or ""
+# Reports accepted and not yet applied past which telemetry is refused with 503 + Retry-After (the agents keep
+# their samples and retry). 5,000 is 25 s of 1,000 nodes reporting every 5 s: well under FATIA_AGENT_SILENT_AFTER_S,
+# so a node is never marked silent for reports still in the queue.
+FATIA_INGEST_BACKLOG_MAX = env_int("FATIA_INGEST_BACKLOG_MAX", 5000)
+FATIA_INGEST_RETRY_AFTER_S = env_int("FATIA_INGEST_RETRY_AFTER_S", 5)
+# Reports the drain worker applies in one transaction at most.
+FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
+# A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
+# same one restarted under another name); the apply skips samples already applied.
+FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)

@@ -64,21 +64,43 @@ class AgentPrincipal:
         return self.username
 
 
+class AgentAuthError(Exception):
+    """A node agent's credential is missing, malformed, unknown or revoked (401)."""
+
+    def __init__(self, message: str, code: str = "authentication_failed") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def check_agent_header(value: str) -> AgentCredential:
+    """The credential of an ``Authorization`` header's value, or AgentAuthError. Shared by the DRF endpoints and
+    the plain telemetry view (``api/telemetry.py``)."""
+    header = value.split()
+    if not header or header[0] != "Bearer":
+        raise AgentAuthError("Authentication credentials were not provided.", code="not_authenticated")
+    pieces = header[1].split("_", 2) if len(header) == 2 else []
+    if len(pieces) != 3 or pieces[0] != TOKEN_PREFIX:
+        raise AgentAuthError("Authorization must be 'Bearer fagent_<prefix>_<secret>'.")
+    credential = _lookup(header[1], pieces[1])
+    if credential is None:
+        raise AgentAuthError("Invalid node agent credential.")
+    if credential.revoked_at is not None:
+        raise AgentAuthError("This node agent credential has been revoked.")
+    return credential
+
+
 class AgentCredentialAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request: Request) -> tuple[AgentPrincipal, AgentCredential] | None:
-        header = authentication.get_authorization_header(request).decode("latin-1").split()
-        if not header or header[0] != self.keyword:
+        value = authentication.get_authorization_header(request).decode("latin-1")
+        if not value.split() or value.split()[0] != self.keyword:
             return None
-        pieces = header[1].split("_", 2) if len(header) == 2 else []
-        if len(pieces) != 3 or pieces[0] != TOKEN_PREFIX:
-            raise exceptions.AuthenticationFailed("Authorization must be 'Bearer fagent_<prefix>_<secret>'.")
-        credential = _lookup(header[1], pieces[1])
-        if credential is None:
-            raise exceptions.AuthenticationFailed("Invalid node agent credential.")
-        if credential.revoked_at is not None:
-            raise exceptions.AuthenticationFailed("This node agent credential has been revoked.")
+        try:
+            credential = check_agent_header(value)
+        except AgentAuthError as exc:
+            raise exceptions.AuthenticationFailed(exc.message) from None
         return AgentPrincipal(credential.node.name), credential
 
     def authenticate_header(self, request: Request) -> str:

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from allocations.mig.reconfig import Operation
 from allocations.models import MigReconfiguration, Node
+from allocations.nodeagent import ingest_queue
 from allocations.nodeagent.models import AgentCommand, AgentCredential
 from allocations.nodeagent.services import WrongNode
 from allocations.services.outbox import enqueue_task
@@ -114,6 +115,8 @@ def queue_agent_commands(
         obj=node,
         after={"batch_key": batch_key, "gpu_index": gpu_index, "operations": [list(s) for s in _steps(operations)]},
     )
+    # The node's next telemetry answer tells its agent to list them now (with the queue; otherwise it counts them).
+    transaction.on_commit(partial(ingest_queue.note_commands_waiting, node.pk))
     return commands
 
 
@@ -166,6 +169,7 @@ def claim_agent_commands(*, credential: AgentCredential, node_name: str) -> list
     node = credential.node
     if node.name != node_name:
         raise WrongNode(f"This credential reports for node {node.name}, not {node_name}.", field="node")
+    ingest_queue.clear_commands_waiting(node.pk)
     commands = list(
         AgentCommand.objects.select_for_update(no_key=True, of=("self",))
         .filter(node=node, status__in=_OPEN)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from allocations.nodeagent.models import AgentStatus, DeviceState
+from allocations.nodeagent.models import AgentCommand, AgentStatus, DeviceState
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +80,9 @@ def reported_instances(node_ids: Iterable[int]) -> dict[tuple[int, int], list[tu
         for gpu in (inventory or {}).get("gpus", []):
             out[(node_id, int(gpu["index"]))] = [(str(i["profile"]), int(i["start"])) for i in gpu.get("instances", [])]
     return out
+
+
+def commands_waiting(*, node_id: int) -> int:
+    """How many MIG commands wait to be handed to the node's agent (the telemetry answer's ``commands`` when the
+    report is applied in its request; with the queue, a flag in Redis says the same without a query)."""
+    return AgentCommand.objects.filter(node_id=node_id, status=AgentCommand.Status.PENDING).count()

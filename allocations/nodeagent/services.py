@@ -1,26 +1,27 @@
 """Every state change of the node-agent area: credentials, ingest, freshness, rollups and retention.
 
 Lock order (the fleet's, ``allocations/services/locks.py``): a node's pool, then the node, then its AgentStatus row.
-Ingest locks only the AgentStatus row, so one node's batches apply one at a time and never wait on placement.
+Ingest locks only AgentStatus rows (several in node order when the drain worker applies a batch,
+``telemetry.py``), so one node's reports apply one at a time and never wait on placement.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, FloatField, Max, Q, Sum
 from django.db.models.functions import Cast, TruncHour
 from django.utils import timezone
 
-from allocations.models import Gpu, Node
-from allocations.nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, DeviceState, HealthEvent
+from allocations.models import Node
+from allocations.nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, HealthEvent
+from allocations.nodeagent.telemetry import IngestResult, Report, apply_reports
 from allocations.services.locks import lock_pool
 from tenants.errors import InvalidTransition, NotAllowed
 from tenants.services import record_audit_event
@@ -190,248 +191,16 @@ def _wake_on_commit(status: AgentStatus) -> None:
         transaction.on_commit(lambda: set_agent_silent(node_id=node_id, silent=False))
 
 
-@dataclass
-class IngestResult:
-    accepted: int = 0
-    duplicates: int = 0
-    rollups: int = 0
-    events: int = 0
-    devices: int = 0
-    removed: list[str] = field(default_factory=list)
-
-
-def _minute(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
-
-
-def _flush(state: DeviceState, rollups: list[DeviceRollup]) -> None:
-    if not state.minute_samples:
-        return
-    rollups.append(
-        DeviceRollup(
-            node_id=state.node_id,
-            uuid=state.uuid,
-            kind=state.kind,
-            resolution=DeviceRollup.Resolution.MINUTE,
-            bucket=state.minute,
-            samples=state.minute_samples,
-            memory_mean_mib=state.minute_memory_sum / state.minute_samples,
-            memory_max_mib=state.minute_memory_max,
-            utilisation_mean=(state.minute_util_sum / state.minute_util_samples if state.minute_util_samples else None),
-            utilisation_max=state.minute_util_max if state.minute_util_samples else None,
-            processes_max=state.minute_processes_max,
-        )
-    )
-    state.minute_samples = state.minute_memory_sum = state.minute_memory_max = 0
-    state.minute_util_sum = state.minute_util_max = 0.0
-    state.minute_util_samples = state.minute_processes_max = 0
-
-
-def _observe(
-    state: DeviceState,
-    at: datetime,
-    memory: int | None,
-    util: float | None,
-    processes: int,
-    rollups: list[DeviceRollup],
-) -> None:
-    minute = _minute(at)
-    if state.minute_samples and minute > state.minute:
-        _flush(state, rollups)
-    if minute >= state.minute or not state.minute_samples:
-        state.minute = minute
-        state.minute_samples += 1
-        state.minute_memory_sum += memory or 0
-        state.minute_memory_max = max(state.minute_memory_max, memory or 0)
-        state.minute_processes_max = max(state.minute_processes_max, processes)
-        if util is not None:
-            state.minute_util_sum += util
-            state.minute_util_samples += 1
-            state.minute_util_max = max(state.minute_util_max, util)
-    state.memory_used_mib = memory
-    state.utilisation = util
-    state.processes = processes
-    state.sampled_at = at
-
-
-_STATE_FIELDS = [
-    "gpu",
-    "profile",
-    "start",
-    "memory_used_mib",
-    "memory_total_mib",
-    "processes",
-    "utilisation",
-    "utilisation_source",
-    "ecc_uncorrected",
-    "sampled_at",
-    "minute",
-    "minute_samples",
-    "minute_memory_sum",
-    "minute_memory_max",
-    "minute_util_sum",
-    "minute_util_samples",
-    "minute_util_max",
-    "minute_processes_max",
-]
-
-
-def _update_states(states: list[DeviceState]) -> None:
-    """Write back device rows in one statement: the hot path of ingest (64 rows per node and sample).
-
-    On PostgreSQL: one UPDATE ... FROM unnest(one array per column), bound on the server in binary and prepared
-    once per connection; its text is the same for any number of rows. Measured per 64-row update (client CPU /
-    server CPU): Django's bulk_update about 25 ms of Python; UPDATE ... FROM (VALUES ...) with a placeholder per
-    value 8.1 / 4.9 ms (psycopg re-parsed the long statement each time and quoted each value in Python); this
-    2.0 / 2.0 ms, and 2.0 / 1.2 ms with the table's fillfactor at 50 (HOT updates, migration 0002). Elsewhere (the
-    demo's SQLite) one UPDATE per row. Values go in as the model holds them: the rows were read from the database
-    and filled from validated figures."""
-    if not states:
-        return
-    concrete = {f.name: f for f in DeviceState._meta.concrete_fields}
-    columns = [concrete[name] for name in _STATE_FIELDS]
-    quote = connection.ops.quote_name
-    table = quote(DeviceState._meta.db_table)
-    if connection.vendor == "postgresql":
-        # One type per array: a float column's whole numbers go as floats (binary arrays are not mixed).
-        arrays = [
-            [None if v is None else float(v) for v in (getattr(s, c.attname) for s in states)]
-            if isinstance(c, FloatField)
-            else [getattr(s, c.attname) for s in states]
-            for c in columns
-        ]
-        arrays.append([state.pk for state in states])
-        casts = ", ".join(f"%b::{c.db_type(connection)}[]" for c in columns)
-        names = ", ".join(quote(c.column) for c in columns)
-        assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
-        connection.ensure_connection()
-        # Django's cursors bind on the client and quote every array element in Python; this one statement binds
-        # on the server (%b: binary arrays) on the same connection and transaction.
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS t SET {assignments} FROM unnest({casts}, %b::bigint[]) AS v({names}, id) "  # noqa: S608
-                "WHERE t.id = v.id",
-                arrays,
-                prepare=True,
-            )
-        return
-    assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
-    rows = [[getattr(state, c.attname) for c in columns] + [state.pk] for state in states]
-    with connection.cursor() as cursor:
-        cursor.executemany(f"UPDATE {table} SET {assignments} WHERE id = %s", rows)  # noqa: S608
-
-
-@transaction.atomic
 def record_telemetry(
     *, credential: AgentCredential, payload: dict[str, Any], now: datetime | None = None
 ) -> IngestResult:
-    """Apply a batch of telemetry samples (validated by the API's serializer) to the latest state and the minute
-    history. Raises WrongNode (403).
-
-    Idempotent: samples at or below the node's last sequence number for the same agent boot are skipped, so a
-    batch the agent resends after a lost answer changes nothing. Locks the node's AgentStatus row. A device missing
-    from the newest sample is gone (its instance was destroyed): its state row goes, its last minute is kept."""
-    now = now or timezone.now()
+    """Apply a batch of telemetry samples (validated by the API's validator) at once, as the web process does when
+    no queue is configured (``telemetry.apply_reports``: idempotent by boot id and sequence, one transaction).
+    Raises WrongNode (403)."""
     node = _check_node(credential, payload["node"])
-    status = _lock_status(node)
-    result = IngestResult()
-    if status.boot != payload["boot"]:
-        status.boot, status.last_seq = payload["boot"], 0
-    samples = sorted(payload["samples"], key=lambda s: s["seq"])
-    fresh = [s for s in samples if s["seq"] > status.last_seq]
-    result.duplicates = len(samples) - len(fresh)
-    if fresh:
-        _apply_samples(node, status, fresh, now, result)
-        status.last_seq = fresh[-1]["seq"]
-    status.last_seen_at = now
-    status.dropped = payload["dropped"]
-    status.save(update_fields=["boot", "last_seq", "last_seen_at", "dropped"])
-    _wake_on_commit(status)
+    result = apply_reports([Report(node_id=node.pk, payload=payload, accepted_at=now or timezone.now())])[0]
+    assert result is not None  # noqa: S101 -- the credential's node exists: its row was just read
     return result
-
-
-def _gpu_rows(node: Node, status: AgentStatus) -> dict[str, int]:
-    """The portal's GPU id for each reported GPU UUID: by UUID when discovery recorded it, else by minor number
-    from the agent's inventory (the simulated fleet has no UUIDs)."""
-    rows = list(Gpu.objects.filter(node=node).values_list("pk", "uuid", "index"))
-    by_uuid = {uuid: pk for pk, uuid, _ in rows if uuid}
-    by_index = {index: pk for pk, _, index in rows}
-    out = dict(by_uuid)
-    for gpu in (status.inventory or {}).get("gpus", []):
-        if gpu["uuid"] not in out and gpu["minor"] in by_index:
-            out[gpu["uuid"]] = by_index[gpu["minor"]]
-    return out
-
-
-def _apply_samples(
-    node: Node, status: AgentStatus, samples: list[dict[str, Any]], now: datetime, result: IngestResult
-) -> None:
-    states = {s.uuid: s for s in DeviceState.objects.filter(node=node)}
-    created: dict[str, DeviceState] = {}
-    gpu_ids: dict[str, int] | None = None
-
-    def gpu_id(uuid: str) -> int | None:
-        # Looked up only for a device without its GPU row (new, moved, or its GPU unknown so far), not per report.
-        nonlocal gpu_ids
-        if gpu_ids is None:
-            gpu_ids = _gpu_rows(node, status)
-        return gpu_ids.get(uuid)
-
-    rollups: list[DeviceRollup] = []
-    events: list[HealthEvent] = []
-    latest: set[str] = set()
-    for sample in samples:
-        # The agent's clock says when; one ahead of ours is pulled back so history never lies about the future.
-        at = min(datetime.fromtimestamp(sample["ts"], UTC), now)
-        latest = set()
-        for gpu in sample["gpus"]:
-            rows = [(gpu, DeviceState.Kind.GPU)] + [(m, DeviceState.Kind.MIG) for m in gpu["mig"]]
-            for item, kind in rows:
-                latest.add(item["uuid"])
-                state = states.get(item["uuid"])
-                if state is None:
-                    state = DeviceState(node=node, kind=kind, uuid=item["uuid"], sampled_at=at, minute=_minute(at))
-                    states[item["uuid"]] = created[item["uuid"]] = state
-                if state.gpu_id is None or state.gpu_uuid != gpu["uuid"]:
-                    state.gpu_id = gpu_id(gpu["uuid"])
-                state.gpu_uuid = gpu["uuid"]
-                state.utilisation_source = gpu["src"]
-                if kind == DeviceState.Kind.MIG:
-                    state.profile, state.start, state.memory_total_mib = item["profile"], item["start"], item["total"]
-                    processes = item["procs"]
-                else:
-                    state.ecc_uncorrected = item["ecc"][1]
-                    processes = sum(m["procs"] for m in gpu["mig"])
-                _observe(state, at, item["mem"], item["util"], processes, rollups)
-        for e in sample["events"]:
-            events.append(
-                HealthEvent(
-                    node=node,
-                    gpu_uuid=e["gpu"],
-                    kind=e["kind"],
-                    code=e["code"],
-                    gpu_instance=e["gi"],
-                    compute_instance=e["ci"],
-                    at=at,
-                )
-            )
-    gone = [s for uuid, s in states.items() if uuid not in latest]
-    for state in gone:
-        _flush(state, rollups)
-    existing = [s for uuid, s in states.items() if uuid in latest and uuid not in created]
-    if gone:
-        DeviceState.objects.filter(pk__in=[s.pk for s in gone if s.pk is not None]).delete()
-    DeviceState.objects.bulk_create([s for s in created.values() if s.uuid in latest])
-    if existing:
-        _update_states(existing)
-    # A minute already written (the agent restarted within it) keeps its first figures.
-    DeviceRollup.objects.bulk_create(rollups, ignore_conflicts=True)
-    HealthEvent.objects.bulk_create(events)
-    result.accepted = len(samples)
-    result.rollups = len(rollups)
-    result.events = len(events)
-    result.devices = len(latest)
-    result.removed = sorted(s.uuid for s in gone)
 
 
 # --- history ----------------------------------------------------------------------------------------------------

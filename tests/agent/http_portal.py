@@ -23,6 +23,7 @@ class RecordingPortal:
         self.url = f"http://127.0.0.1:{port}"
         self.requests: list[tuple[str, dict[str, Any], str]] = []
         self.status = 201
+        self.answer = b"{}"  # the body of every POST's answer
         self.on_request: Callable[[str, dict[str, Any]], None] | None = None
         self.hold: threading.Event | None = None  # set: requests wait until it is set
         self.garble = 0  # this many next requests get a malformed HTTP answer (the connection breaks mid-answer)
@@ -45,9 +46,9 @@ class RecordingPortal:
                 portal.requests.append((self.path, body, self.headers.get("Authorization", "")))
                 self.send_response(portal.status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(portal.answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(portal.answer)
                 if portal.on_request is not None:
                     portal.on_request(self.path, body)
 

@@ -240,3 +240,37 @@ def test_python_m_agent_without_django_applies_a_batch_and_keeps_its_outbox_file
     assert process.returncode == 0, stderr
     kept = json.loads(outbox.read_text())
     assert (kept["pending"], [k[0] for k in kept["known"]]) == ([], [c.pk for c in state.commands])
+
+
+def test_commands_queued_while_the_agent_runs_reach_it_through_the_telemetry_answer(proxy, node0, token, tmp_path):
+    # given: an agent whose own poll comes only every ten minutes, already running (its start-up poll found nothing)
+    scenario = write(
+        tmp_path, {"gpus": [{"product": H100, "instances": [{"profile": "1g.10gb", "start": s} for s in (0, 1, 4)]}]}
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "FATIA_AGENT_PORTAL_URL": proxy.url,
+        "FATIA_AGENT_TOKEN": token,
+        "FATIA_AGENT_NODE": NODE,
+        "FATIA_AGENT_FAKE_NVML": str(scenario),
+        "FATIA_AGENT_INTERVAL_S": "1",
+        "FATIA_AGENT_COMMAND_POLL_S": "600",
+    }
+    process = subprocess.Popen(  # noqa: S603 -- our own interpreter and module
+        [sys.executable, "-m", "agent"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120  # guards against hanging, not timings
+        while time.monotonic() < deadline and not AgentStatus.objects.filter(node=node0, last_seq__gt=0).exists():
+            time.sleep(0.2)
+
+        # when: the portal queues a batch; only a telemetry answer can tell the agent
+        _queue(node0)
+        while time.monotonic() < deadline and batch_state(batch_key="reconfiguration:1").status != "done":
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+
+    # then
+    assert [c.status for c in batch_state(batch_key="reconfiguration:1").commands] == ["done"] * 4, stderr

@@ -49,7 +49,7 @@ def test_an_agent_reports_its_inventory_and_telemetry(token, node0):
 
     # then
     assert (inventory.status_code, inventory.json()) == (200, {"accepted": 1, "duplicates": 0})
-    assert (telemetry.status_code, telemetry.json()) == (200, {"accepted": 2, "duplicates": 0})
+    assert (telemetry.status_code, telemetry.json()) == (200, {"accepted": 2, "duplicates": 0, "commands": 0})
     status = AgentStatus.objects.get(node=node0)
     assert (status.agent_version, status.driver_version, status.last_seq) == ("0.1.0", "580.95.05", 2)
     assert [g["product"] for g in status.inventory["gpus"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]

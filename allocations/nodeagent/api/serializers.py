@@ -127,6 +127,15 @@ class IngestOut(serializers.Serializer[Any]):
     duplicates = serializers.IntegerField()
 
 
+class TelemetryOut(IngestOut):
+    commands = serializers.IntegerField(help_text="MIG commands waiting for this node: non-zero, list them now.")
+
+
+class TelemetryQueuedOut(serializers.Serializer[Any]):
+    queued = serializers.IntegerField(help_text="Samples queued; applied within seconds, each once.")
+    commands = serializers.IntegerField(help_text="1 when MIG commands wait for this node: list them now.")
+
+
 class AgentCredentialOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     node = serializers.CharField(source="node.name")

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
@@ -20,12 +20,12 @@ from allocations.models import Node
 from allocations.nodeagent import bootstrap, commands, services
 from allocations.nodeagent.api import serializers as s
 from allocations.nodeagent.api.fastcheck import compile_serializer
+from allocations.nodeagent.api.telemetry import telemetry
 from allocations.nodeagent.authentication import AgentCredentialAuthentication
 from allocations.nodeagent.models import AgentCredential
 from tenants.api.schema import ErrorSerializer
 
 _validate_inventory = compile_serializer(s.InventoryIn)
-_validate_telemetry = compile_serializer(s.TelemetryIn)
 
 
 class IsAgent(permissions.BasePermission):
@@ -61,13 +61,18 @@ class InventoryView(_AgentView):
 
 
 class TelemetryView(_AgentView):
-    """A node's agent reports a batch of telemetry samples (resending one is harmless)."""
+    """A node's agent reports a batch of telemetry samples (resending one is harmless). Answered 202 when the
+    portal queues reports (then 503 with Retry-After while it is behind), 200 when it applies them at once;
+    ``commands`` non-zero means MIG commands wait for this node. Served by the plain view in ``telemetry.py``
+    (the hot path); this class carries its schema and answers the same."""
 
-    @extend_schema(request=s.TelemetryIn, responses={200: s.IngestOut}, operation_id="agent_telemetry")
-    def post(self, request: Request) -> Response:
-        data = self._validated(request, _validate_telemetry)
-        result = services.record_telemetry(credential=self._credential(request), payload=data)
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_200_OK)
+    @extend_schema(
+        request=s.TelemetryIn,
+        responses={200: s.TelemetryOut, 202: s.TelemetryQueuedOut, 503: ErrorSerializer},
+        operation_id="agent_telemetry",
+    )
+    def post(self, request: Request) -> HttpResponse:
+        return telemetry(request._request)
 
 
 class BootstrapView(APIView):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction

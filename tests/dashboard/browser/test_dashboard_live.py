@@ -155,10 +155,11 @@ def test_root_reads_the_showback_and_downloads_it(world: World, signed_in, scree
     expect(root.get_by_role("heading", name="Usage (showback)")).to_be_visible()
     expect(root.locator("#showback-table tbody tr")).to_have_count(2)
     rows = root.locator("#showback-table tbody tr")
+    # GPU-hours held, used, used share, and the issue 13 column: tenants over their time-sliced GPU share now
     expect(rows.nth(0)).to_have_attribute("data-tenant", "Team A")
-    expect(rows.nth(0).locator("td")).to_have_text(["8.57", "30.00", "no data", "no data"])
+    expect(rows.nth(0).locator("td")).to_have_text(["8.57", "30.00", "no data", "no data", "0"])
     expect(rows.nth(1)).to_have_attribute("data-tenant", "Team B")
-    expect(rows.nth(1).locator("td")).to_have_text(["7.14", "50.00", "no data", "no data"])
+    expect(rows.nth(1).locator("td")).to_have_text(["7.14", "50.00", "no data", "no data", "0"])
     with root.expect_download() as download:
         root.get_by_role("link", name="Download CSV").click()
     assert download.value.suggested_filename == "fatia-showback-14d.csv"

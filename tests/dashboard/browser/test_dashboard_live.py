@@ -155,7 +155,7 @@ def test_root_reads_the_showback_and_downloads_it(world: World, signed_in, scree
     expect(root.get_by_role("heading", name="Usage (showback)")).to_be_visible()
     expect(root.locator("#showback-table tbody tr")).to_have_count(2)
     rows = root.locator("#showback-table tbody tr")
-    # GPU-hours held, used, used share, and the issue 13 column: tenants over their time-sliced GPU share now
+    # GPU-equivalent-hours, slice-hours held and used, used share, GPUs over their time-sliced share now (issue 13)
     expect(rows.nth(0)).to_have_attribute("data-tenant", "Team A")
     expect(rows.nth(0).locator("td")).to_have_text(["8.57", "30.00", "no data", "no data", "0"])
     expect(rows.nth(1)).to_have_attribute("data-tenant", "Team B")

@@ -22,6 +22,8 @@ changed, and Fatia's own are left in place too (another node may still name one)
 from __future__ import annotations
 
 import logging
+import random
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -40,8 +42,11 @@ CONFIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
 # When Fatia last pointed the node at a config: the start of the bounded wait.
 REQUESTED_AT = "fatia.io/mig-config-requested-at"
-# Concurrent writers each lose at most a few rounds; past this many the ConfigMap is being rewritten non-stop.
-WRITE_ATTEMPTS = 8
+# Concurrent writers each lose a few rounds (every node's reconfiguration and an admin may write at once); with a
+# jittered back-off between rounds, past this many the ConfigMap is being rewritten non-stop.
+WRITE_ATTEMPTS = 16
+WRITE_BACKOFF_S = 0.05
+WRITE_BACKOFF_MAX_S = 1.0
 
 ApplyState = Literal["pending", "success", "failed"]
 
@@ -117,7 +122,7 @@ def _node_model(node_name: str) -> GpuModel:
 def _write_entry(name: str, entries: list[dict[str, object]]) -> None:
     namespace = settings.FATIA_MIG_MANAGER_NAMESPACE
     configmap = settings.FATIA_MIG_MANAGER_CONFIGMAP
-    for _ in range(WRITE_ATTEMPTS):
+    for attempt in range(WRITE_ATTEMPTS):
         found = kube.read_config_map_key(namespace, configmap, CONFIG_KEY)
         try:
             text = merged_config(found.value if found else None, name, [dict(e) for e in entries])
@@ -129,6 +134,8 @@ def _write_entry(name: str, entries: list[dict[str, object]]) -> None:
         if kube.write_config_map_key(namespace, configmap, CONFIG_KEY, text, resource_version=version):
             logger.info("mig-parted config %s written to %s/%s", name, namespace, configmap)
             return
+        # Lost the race: wait a random, growing while, so that writers that collided do not collide again in step.
+        time.sleep(random.uniform(0, min(WRITE_BACKOFF_S * 2**attempt, WRITE_BACKOFF_MAX_S)))  # noqa: S311
     raise kube.KubeUnavailable(
         f"ConfigMap {namespace}/{configmap} changed under each of {WRITE_ATTEMPTS} writes; try again later"
     )

@@ -31,11 +31,12 @@ def live_reconfiguration(node: Node) -> MigReconfiguration:
 
 
 def woken(callbacks: list[Any]) -> list[int]:
-    """The reconfiguration ids whose advance task the callbacks queue."""
+    """The reconfiguration ids whose advance task the callbacks queue (sent through the outbox after commit)."""
     return [
         cb.args[0]
         for cb in callbacks
-        if isinstance(cb, partial) and cb.func == tasks.advance_reconfiguration_task.delay
+        if isinstance(cb, partial)
+        and getattr(getattr(cb.func, "__self__", None), "name", None) == tasks.advance_reconfiguration_task.name
     ]
 
 

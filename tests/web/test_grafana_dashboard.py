@@ -45,7 +45,7 @@ def test_the_dashboard_queries_only_metrics_the_portal_exports_and_covers_them_a
     settings.FATIA_METRICS_TOKEN = TOKEN
     text = Client().get("/metrics", HTTP_HOST=POD_IP, **AUTH).content.decode()
     names, families = exported_names(text)
-    assert len(families) == 21
+    assert len(families) == 22
     # when
     dashboard = json.loads(DASHBOARD.read_text())
     # then: the data source is chosen on import

@@ -3,7 +3,6 @@ NVIDIA's consumable-shares format, found by fleet discovery through the pool's n
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass
 from functools import partial
@@ -17,6 +16,7 @@ from allocations.cluster.fake_fleet import FakeNode, ensure_device_classes
 from allocations.cluster.fake_shared import SHAREABLE_GPUS, publish_shared_node
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import SHARE_PROFILE, Allocation, NodePool
+from tenants.models import Tenant
 from tests.conftest import World
 from tests.kube.conftest import ControlPlane, ready, wait_for
 
@@ -54,17 +54,18 @@ def make_shared_world(
     ensure_device_classes(admin)  # the driver's chart installs gpu.nvidia.com, which the shares' claims ask for
     run = uuid.uuid4().hex[:8]
     node = publish_shared_node(admin, L4, f"l4-{run}", gpu_count, labels={RUN_LABEL: run})
-    # Written directly: the pool form and API for shared pools are sharedcore's (the same row either way).
-    pool = NodePool.objects.create(
+    pool = services.create_node_pool(
         name=f"L4 {kind} {run}",
         slug=f"l4-{kind}-{run}",
         gpu_model=L4,
+        actor=world.root,
         kind=kind,
-        sharing_interval=interval,
-        profiles=[],
         node_selector=f"{RUN_LABEL}={run}",
+        **({"sharing_interval": interval} if kind == NodePool.Kind.SHARED else {}),
     )
     FleetDiscovery(resync_s=3600).sync_once()
+    # Every request waits for a manager, so the tests approve (and race) when they choose.
+    Tenant.objects.filter(pk__in=[world.tenant_a.pk, world.tenant_b.pk]).update(auto_approve_max_compute_slices=0)
     for tenant in (world.tenant_a, world.tenant_b):
         services.set_tenant_quota(
             tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=1000, memory_slices_limit=100, actor=world.root
@@ -80,23 +81,20 @@ def make_shared_world(
 def share_request(
     sw: SharedWorld, *, memory_mib: int, count: int = 1, tenant_b: bool = False, thread_percentage: int | None = None
 ) -> Allocation:
-    """A PENDING request for `count` shares of `memory_mib`, priced in the shared pools' quota units (GiB of
-    memory, percent of a GPU). STAND-IN for sharedcore's request service, which validates and prices such
-    requests; written directly so that these tests exercise approval, provisioning and the cluster."""
-    compute = thread_percentage or math.ceil(100 * memory_mib / L4_MIB)
-    return Allocation.objects.create(
-        tenant=sw.world.tenant_b if tenant_b else sw.world.tenant_a,
-        pool=sw.pool,
-        requested_by=sw.world.charlie if tenant_b else sw.world.alice,
+    """A PENDING request for `count` shares of `memory_mib`, made by the request service as a member would."""
+    allocation, _ = services.request_allocation(
+        tenant_id=(sw.world.tenant_b if tenant_b else sw.world.tenant_a).pk,
+        pool_id=sw.pool.pk,
         profile=SHARE_PROFILE,
         count=count,
         lease_hours=2,
         purpose="shared on kube",
-        compute_slices=count * compute,
-        memory_slices=count * math.ceil(memory_mib / 1024),
+        actor=sw.world.charlie if tenant_b else sw.world.alice,
         memory_mib=memory_mib,
         thread_percentage=thread_percentage,
     )
+    assert allocation.status == Allocation.Status.PENDING
+    return allocation
 
 
 def approve(sw: SharedWorld, allocation: Allocation) -> Allocation:

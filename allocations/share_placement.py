@@ -15,7 +15,7 @@ from allocations.models import Gpu as GpuRow
 from allocations.models import Node as NodeRow
 from allocations.placement import PlannedSlice
 from allocations.sharing.catalog import shared_model
-from allocations.sharing.packing import GpuShares, ShareRequest, place_shares
+from allocations.sharing.packing import GpuShares, ShareRequest, ShareSlot, place_shares
 
 
 def shared_device_name(gpu_index: int) -> str:
@@ -92,8 +92,11 @@ def plan_shares(*, pool: NodePool, allocation: Allocation) -> list[PlannedSlice]
     """The GPU of each of the allocation's shares, or None when they do not all fit now."""
     gpus, positions = read_shared_pool(pool)
     slots = place_shares(gpus, share_request_of(allocation, pool))
-    if slots is None:
-        return None
+    return None if slots is None else planned_shares(slots, positions)
+
+
+def planned_shares(slots: list[ShareSlot], positions: dict[int, tuple[str, int]]) -> list[PlannedSlice]:
+    """The packing's slots as planned slices: a GPU (by node name and index) and the memory, no slot."""
     return [
         PlannedSlice(
             gpu_id=slot.gpu_id,

@@ -37,6 +37,13 @@ def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> 
     )
 
 
+def planned_where(planned: PlannedSlice) -> str:
+    """Where a planned slice goes, for the audit: node/gpu-<index>:<start>+<size>, or :<MiB>MiB for a share."""
+    if planned.memory_mib is not None:
+        return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.memory_mib}MiB"
+    return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.start}+{planned.size}"
+
+
 def start_claiming(*, allocation: Allocation, slices: list[PlannedSlice], audit: dict[str, object]) -> None:
     """APPROVED -> PROVISIONING on the Kubernetes backend: the planned slices saved, the first claim named, and the
     step audited with the plan (plus what the caller adds in `audit`). The caller holds the allocation's and the
@@ -56,7 +63,7 @@ def start_claiming(*, allocation: Allocation, slices: list[PlannedSlice], audit:
             "status": Status.PROVISIONING,
             "claim": allocation.claim_name,
             **({"claims": allocation.claim_names} if len(allocation.claim_names) > 1 else {}),
-            "plan": [f"{s.node_name}/gpu-{s.gpu_index}:{s.start}+{s.size}" for s in slices],
+            "plan": [planned_where(s) for s in slices],
             **audit,
         },
     )

@@ -16,8 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.models import Allocation
-from allocations.placement import PlannedSlice, plan_slices
-from allocations.services.lifecycle import fail_locked_allocation, finish_release, record_placements
+from allocations.placement import plan_slices
+from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.share_placement import plan_shares
 from tenants.services import record_audit_event
@@ -91,13 +91,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         after={
             "status": Status.ACTIVE,
             "claim": allocation.claim_name,
-            "placements": [_where(s) for s in slices],
+            "placements": [planned_where(s) for s in slices],
         },
     )
     return allocation
-
-
-def _where(planned: PlannedSlice) -> str:
-    if planned.memory_mib is not None:
-        return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.memory_mib}MiB"
-    return f"{planned.node_name}/gpu-{planned.gpu_index}:{planned.start}+{planned.size}"

@@ -325,6 +325,9 @@ class Allocation(models.Model):
         REJECTED = "rejected", "Rejected"
         EXPIRED = "expired", "Expired"
         FAILED = "failed", "Failed"
+        # Approved, but the pool has no layout that fits it yet (issue 15): waits in the pool's queue and is
+        # admitted when a release, expiry, compaction or new node makes room.
+        QUEUED = "queued", "Queued"
 
     QUOTA_HOLDING = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
     TERMINAL = (Status.RELEASED, Status.WITHDRAWN, Status.REJECTED, Status.EXPIRED, Status.FAILED)
@@ -367,6 +370,11 @@ class Allocation(models.Model):
     idle_release_at = models.DateTimeField(null=True, blank=True)
     # "Keep it": not flagged idle again before this.
     idle_snoozed_until = models.DateTimeField(null=True, blank=True)
+    # The owner accepts that a compaction move restarts their pods (issue 14); defaults to the tenant's policy.
+    movable = models.BooleanField(default=False, db_default=False)
+    # Queueing (issue 15): order inside a tenant (higher first, set by its managers) and when it started waiting.
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    queued_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

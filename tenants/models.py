@@ -102,6 +102,12 @@ class Tenant(models.Model):
         db_default=False,
         help_text="On shared (time-sliced or MPS) GPUs, never place this tenant's shares next to another tenant's.",
     )
+    # Compaction (issue 14): new requests of this tenant are movable unless the requester says otherwise.
+    movable_by_default = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="New requests accept being moved to another slot to make room (their pods restart).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,8 +7,10 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.schedules import crontab
-from celery.signals import task_prerun
+from celery.signals import celeryd_init, task_prerun
 from django.conf import settings
+
+from portal import broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -33,6 +35,22 @@ def _close_old_database_connections(task: Task[Any, Any] | None = None, **_: Any
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@celeryd_init.connect
+def _visibility_timeout_of_the_queues_consumed(conf: Any = None, options: Any = None, **_: Any) -> None:
+    """A worker started with `-Q` for queues named in FATIA_BROKER_VISIBILITY_TIMEOUTS takes their timeout, and keys
+    of their own for the messages it has not acknowledged (portal/broker.py says why both)."""
+    if conf is None or not settings.FATIA_BROKER_VISIBILITY_TIMEOUTS:
+        return
+    queues = (options or {}).get("queues") or [conf.task_default_queue]
+    if isinstance(queues, str):
+        queues = queues.split(",")
+    # Updated in place: the app reads its settings with the CELERY_ namespace, and an attribute set on `conf` under
+    # the plain name would be shadowed by CELERY_BROKER_TRANSPORT_OPTIONS.
+    current = conf.broker_transport_options
+    default = int(current.get("visibility_timeout", 3600))
+    current.update(broker.worker_transport_options(queues, settings.FATIA_BROKER_VISIBILITY_TIMEOUTS, default))
 
 
 app.conf.beat_schedule = {

@@ -603,3 +603,20 @@ FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
 # A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
 # same one restarted under another name); the apply skips samples already applied.
 FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)
+
+# --- Broker queues (session 7, package `outbox`; portal/broker.py, docs/operations.md "The broker") ----------------
+# `quorum` (RabbitMQ only, CELERY_BROKER_URL=amqp://...): Celery's queues are declared as quorum queues, replicated
+# and durable, with publisher confirms and native delayed delivery for countdowns. `classic`: Celery's defaults.
+from portal import broker  # noqa: E402 (kept in this block)
+
+FATIA_BROKER_QUEUE_TYPE = os.environ.get("FATIA_BROKER_QUEUE_TYPE", "classic")
+_queue_type = broker.queue_type_settings(FATIA_BROKER_QUEUE_TYPE, CELERY_BROKER_URL)
+if _queue_type:
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = _queue_type["task_default_queue_type"]
+    CELERY_TASK_DEFAULT_EXCHANGE_TYPE = _queue_type["task_default_exchange_type"]
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**CELERY_BROKER_TRANSPORT_OPTIONS, **_queue_type["broker_transport_options"]}
+# Redis: a visibility timeout per queue, `queue=seconds,...`, overriding FATIA_BROKER_VISIBILITY_TIMEOUT_S for the
+# workers that consume those queues (`celery worker -Q ...`); each such group restores only its own messages.
+FATIA_BROKER_VISIBILITY_TIMEOUTS = broker.parse_visibility_timeouts(
+    os.environ.get("FATIA_BROKER_VISIBILITY_TIMEOUTS", "")
+)

@@ -106,12 +106,13 @@ def process_env(broker_url: str, **extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def celery_process(
-    kind: str, broker_url: str, workdir: Path, *, children: int = 0, **extra: str
+    kind: str, broker_url: str, workdir: Path, *, children: int = 0, queues: str = "", **extra: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`celery worker` (one solo process, or a parent with `children` pool processes) or `celery beat` on
-    `broker_url`, in a process group of its own (a test may kill it whole), stopped at the end."""
+    """`celery worker` (one solo process, or a parent with `children` pool processes; `queues`: -Q) or `celery beat`
+    on `broker_url`, in a process group of its own (a test may kill it whole), stopped at the end."""
     pool = ["--pool=prefork", f"--concurrency={children}"] if children else ["--pool=solo"]
-    args = ["worker", *pool] if kind == "worker" else ["beat", "-s", str(workdir / "beat-schedule")]
+    consume = ["-Q", queues] if queues else []
+    args = ["worker", *pool, *consume] if kind == "worker" else ["beat", "-s", str(workdir / "beat-schedule")]
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "portal", *args, "--loglevel=WARNING"],
         env=process_env(broker_url, **extra),

@@ -63,11 +63,11 @@ def restart_postgres() -> None:
 
 
 @contextlib.contextmanager
-def web_server(broker_url: str) -> Iterator[str]:
+def web_server(broker_url: str, **extra: str) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", "2"],
-        env=process_env(broker_url, FATIA_THROTTLE_ENABLED="False"),
+        env=process_env(broker_url, FATIA_THROTTLE_ENABLED="False", **extra),
         cwd=Path(__file__).resolve().parents[2],
     )
     base = f"http://127.0.0.1:{port}"

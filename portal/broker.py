@@ -1,0 +1,76 @@
+"""How the broker's queues are declared and redelivered: quorum queues on RabbitMQ, the visibility timeout per queue
+on Redis (issue 16; docs/operations.md, "The broker"). Plain functions of the settings' raw values, so settings.py
+and the worker's start-up (portal/celery.py) share them; no Django here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+QUEUE_TYPES = ("classic", "quorum")
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+
+
+def queue_type_settings(queue_type: str, broker_url: str) -> dict[str, Any]:
+    """The Celery settings (without the CELERY_ prefix) for FATIA_BROKER_QUEUE_TYPE.
+
+    `quorum`: Celery declares its queues with `x-queue-type: quorum` (replicated over the RabbitMQ cluster, durable,
+    messages confirmed by a majority before the publish returns). Quorum queues refuse a global prefetch (QoS), so
+    Celery's worker turns it off (worker_detect_quorum_queues, on by default) and cannot hold back a countdown task
+    by raising it; countdowns (our retries' back-off, the claim poll) go through Celery's native delayed delivery
+    instead, which needs the queues' exchange to be a topic exchange. Publisher confirms make a send that the
+    broker did not take fail, so the outbox row stays due (services/outbox.py) instead of being counted as sent.
+    """
+    if queue_type not in QUEUE_TYPES:
+        allowed = " or ".join(QUEUE_TYPES)
+        raise ImproperlyConfigured(f"FATIA_BROKER_QUEUE_TYPE must be {allowed}, not {queue_type!r}")
+    if queue_type == "classic":
+        return {}
+    if not broker_url.startswith(AMQP_SCHEMES):
+        raise ImproperlyConfigured(
+            "FATIA_BROKER_QUEUE_TYPE=quorum needs a RabbitMQ broker (CELERY_BROKER_URL=amqp://...); "
+            "Redis has no quorum queues."
+        )
+    return {
+        "task_default_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "broker_transport_options": {"confirm_publish": True},
+    }
+
+
+def parse_visibility_timeouts(raw: str) -> dict[str, int]:
+    """FATIA_BROKER_VISIBILITY_TIMEOUTS, `queue=seconds,queue=seconds` (spaces allowed), as a mapping."""
+    timeouts: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        queue, sep, seconds = item.partition("=")
+        if not sep or not queue.strip() or not seconds.strip().isdigit() or int(seconds) <= 0:
+            raise ImproperlyConfigured(
+                f"FATIA_BROKER_VISIBILITY_TIMEOUTS must look like 'celery=300,kube=900' (queue=seconds), not {raw!r}"
+            )
+        timeouts[queue.strip()] = int(seconds)
+    return timeouts
+
+
+def worker_transport_options(
+    queues: Iterable[str], timeouts: Mapping[str, int], default_timeout: int
+) -> dict[str, Any]:
+    """The Redis transport options of a worker that consumes `queues`.
+
+    The Redis transport keeps every message a worker took and has not acknowledged in one sorted set, and any
+    worker on the same Redis puts back the entries older than *its own* visibility timeout, whatever their queue.
+    Separate keys per group of queues give each group its own timeout: a worker of that group records and restores
+    only its group's messages. Queues without an entry share the default keys and FATIA_BROKER_VISIBILITY_TIMEOUT_S.
+    """
+    names = sorted(set(queues))
+    if not any(name in timeouts for name in names):
+        return {"visibility_timeout": default_timeout}
+    group = "+".join(names)
+    return {
+        "visibility_timeout": max(timeouts.get(name, default_timeout) for name in names),
+        "unacked_key": f"unacked:{group}",
+        "unacked_index_key": f"unacked_index:{group}",
+        "unacked_mutex_key": f"unacked_mutex:{group}",
+    }

@@ -121,6 +121,12 @@ bash deploy/build-control-plane.sh
 log "helm"
 bash deploy/build-helm.sh
 
+# --- RabbitMQ, for the broker tests (tests/allocations/test_rabbitmq_broker.py) ------------------------------------
+# Debian's rabbitmq-server and Erlang unpacked into $CACHE/rabbitmq the first time (about 35 MB of packages, under a
+# minute), about a second afterwards; the tests start the broker themselves. Package lists first on a fresh machine.
+log "rabbitmq"
+bash deploy/install-rabbitmq.sh || { as_root apt-get update -qq && bash deploy/install-rabbitmq.sh; }
+
 # --- services --------------------------------------------------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/fatia-test.XXXXXX)
 chmod 755 "$RUN_DIR"

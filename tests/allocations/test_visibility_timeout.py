@@ -1,0 +1,92 @@
+"""A visibility timeout per queue on Redis (issue 16: "a worker killed ... waits the visibility timeout; make it
+configurable per queue"). A real worker consuming queue `urgent` (FATIA_BROKER_VISIBILITY_TIMEOUTS=urgent=3, while
+the default stays an hour) is killed with SIGKILL holding a provisioning task; a new worker of that queue gets the
+task back after the queue's own 3 s, with neither the outbox nor beat to help. Real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.utils import timezone
+
+from allocations import services, tasks
+from allocations.models import Allocation, OutboxMessage
+from tests.allocations.faults import FAST, PrivateRedis, assert_books_balance, celery_app_on, celery_process
+from tests.allocations.test_worker_killed import database, lock_waiters
+from tests.conftest import World, wait_for_status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+Status = Allocation.Status
+# An hour by default, 3 s for `urgent`: only the queue's own timeout can bring the task back within the test.
+TIMEOUTS = {"FATIA_BROKER_VISIBILITY_TIMEOUT_S": "3600", "FATIA_BROKER_VISIBILITY_TIMEOUTS": "urgent=3"}
+# The queue's 3 s, then the Redis transport's restore pass (every 10 s), then the task.
+CONVERGE_S = 60.0
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
+    for name, value in FAST.items():
+        setattr(settings, name, int(value))
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        with celery_app_on(server.url):
+            yield server
+    finally:
+        server.kill()
+
+
+def test_a_killed_workers_task_comes_back_after_its_queues_own_visibility_timeout(
+    world: World, redis_server: PrivateRedis, tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    keys = redis.Redis.from_url(redis_server.url)
+    holder = database()
+    watcher = database()
+    watcher.autocommit = True
+    try:
+        # given: an approved request whose provisioning the outbox will not send (row done, no beat), and the pool's
+        # row locked, so that its task blocks inside its transaction
+        with django_capture_on_commit_callbacks(execute=False):
+            allocation, _ = services.request_allocation(
+                tenant_id=world.tenant_a.pk,
+                pool_id=world.pool.pk,
+                profile="1g.10gb",
+                count=1,
+                lease_hours=2,
+                purpose="visibility",
+                actor=world.alice,
+            )
+        OutboxMessage.objects.update(done_at=timezone.now())
+        with holder.cursor() as cur:
+            cur.execute("SELECT id FROM allocations_nodepool WHERE id = %s FOR UPDATE", [world.pool.pk])
+        with celery_process("worker", redis_server.url, tmp_path, queues="urgent", **TIMEOUTS) as worker:
+            # when: its provisioning is sent to queue `urgent` and the worker takes it
+            tasks.provision_allocation_task.apply_async((allocation.pk,), queue="urgent")
+            deadline = time.monotonic() + 60
+            while lock_waiters(watcher) < 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert lock_waiters(watcher) == 1
+            # then: the message it holds unacknowledged is kept under the queue's own keys, not the shared ones
+            assert (keys.zcard("unacked_index:urgent"), keys.zcard("unacked_index")) == (1, 0)
+            # when: the worker dies mid-task
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+        holder.rollback()
+        assert Allocation.objects.get(pk=allocation.pk).status == Status.APPROVED
+        # when: a new worker of the queue starts
+        with celery_process("worker", redis_server.url, tmp_path, queues="urgent", **TIMEOUTS):
+            # then: the task is back after the queue's timeout (the default one is an hour), and runs once
+            active = wait_for_status(allocation.pk, Status.ACTIVE, timeout=CONVERGE_S)
+            assert active.status == Status.ACTIVE
+        assert keys.zcard("unacked_index:urgent") == 0
+        assert_books_balance([world.tenant_a.pk])
+    finally:
+        holder.close()
+        watcher.close()

@@ -1,0 +1,81 @@
+"""The broker settings of issue 16 (portal/broker.py): quorum queues only on RabbitMQ, visibility timeouts per queue;
+bad values stop the process at start with a message naming the setting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from portal.broker import worker_transport_options
+
+CELERY_CONF = (
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); "
+    "from portal.celery import app; c = app.conf; "
+    "print(c.task_default_queue_type, c.task_default_exchange_type, sorted(c.broker_transport_options.items()))"
+)
+
+
+def start(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_BROKER_URL", "FATIA_BROKER_"))}
+    return subprocess.run(
+        [sys.executable, "-c", CELERY_CONF], env={**clean, **env}, capture_output=True, text=True, check=False
+    )
+
+
+def test_quorum_queues_on_rabbitmq_declare_quorum_queues_on_a_topic_exchange_with_publisher_confirms():
+    result = start(CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//", FATIA_BROKER_QUEUE_TYPE="quorum")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == ("quorum topic [('confirm_publish', True), ('visibility_timeout', 300)]"), (
+        result.stdout
+    )
+
+
+def test_by_default_celerys_own_queues_are_left_as_they_are():
+    result = start(CELERY_BROKER_URL="redis://127.0.0.1:6379/0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "classic direct [('visibility_timeout', 300)]", result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/0", "FATIA_BROKER_QUEUE_TYPE": "quorum"},
+            "FATIA_BROKER_QUEUE_TYPE=quorum needs a RabbitMQ broker (CELERY_BROKER_URL=amqp://...)",
+        ),
+        (
+            {"CELERY_BROKER_URL": "amqp://127.0.0.1//", "FATIA_BROKER_QUEUE_TYPE": "stream"},
+            "FATIA_BROKER_QUEUE_TYPE must be classic or quorum, not 'stream'",
+        ),
+        (
+            {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/0", "FATIA_BROKER_VISIBILITY_TIMEOUTS": "urgent=soon"},
+            "FATIA_BROKER_VISIBILITY_TIMEOUTS must look like 'celery=300,kube=900' (queue=seconds), not 'urgent=soon'",
+        ),
+        (
+            {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/0", "FATIA_BROKER_VISIBILITY_TIMEOUTS": "urgent=0"},
+            "FATIA_BROKER_VISIBILITY_TIMEOUTS must look like",
+        ),
+    ],
+)
+def test_a_bad_broker_setting_stops_the_start_with_a_message_naming_it(env: dict[str, str], message: str):
+    result = start(**env)
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+def test_a_worker_of_queues_with_their_own_timeout_gets_the_longest_and_keys_of_its_own():
+    timeouts = {"urgent": 30, "kube": 600}
+    # the worker of one listed queue, of two, and of a queue not listed (the shared keys and the default)
+    assert worker_transport_options(["urgent"], timeouts, 300) == {
+        "visibility_timeout": 30,
+        "unacked_key": "unacked:urgent",
+        "unacked_index_key": "unacked_index:urgent",
+        "unacked_mutex_key": "unacked_mutex:urgent",
+    }
+    assert worker_transport_options(["urgent", "kube", "urgent"], timeouts, 300)["visibility_timeout"] == 600
+    assert worker_transport_options(["urgent", "kube"], timeouts, 300)["unacked_key"] == "unacked:kube+urgent"
+    assert worker_transport_options(["urgent", "celery"], timeouts, 300)["visibility_timeout"] == 300
+    assert worker_transport_options(["celery"], timeouts, 300) == {"visibility_timeout": 300}

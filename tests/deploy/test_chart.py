@@ -86,6 +86,8 @@ def test_helm_lint_passes_strictly(helm: Path, values: str) -> None:
         ),
         ("webReplicas=3", "additional properties 'webReplicas' not allowed"),
         ("route.enabled=true", "at '/ingress/enabled': value must be false"),
+        ("broker.queueType=stream", "at '/broker/queueType': value must be one of 'classic', 'quorum'"),
+        ("broker.visibilityTimeouts=urgent", "at '/broker/visibilityTimeouts': 'urgent' does not match pattern"),
     ],
 )
 def test_the_values_schema_refuses_bad_values_and_names_the_field(helm: Path, setting: str, message: str) -> None:

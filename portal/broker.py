@@ -1,6 +1,6 @@
 """How the broker's queues are declared and redelivered: quorum queues on RabbitMQ, the visibility timeout per queue
 on Redis (issue 16; docs/operations.md, "The broker"). Plain functions of the settings' raw values, so settings.py
-and the worker's start-up (portal/celery.py) share them; no Django here.
+and the worker's start-up (portal/celery.py) share them; they read no settings themselves.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ from tests.kube.test_provisioning import objects_of, request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
-OUTAGE_S = 30
+# The API server stays away at least this long: beat's sweeps meanwhile find the work due and the cluster gone.
+OUTAGE_S = 15
 # After the API server is back: a task's own retry (every 10 s at most), or the outbox's resend (its delay doubles
 # while the cluster is away, 64 s at most with FAST), then the claim's allocation by the scheduler.
 CONVERGE_S = 240.0

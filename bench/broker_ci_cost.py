@@ -2,7 +2,7 @@
 cache, cold and warm, starting and stopping the broker, and (with --junit) the time of each broker test.
 
     python bench/broker_ci_cost.py                         # install cold into a temporary cache, then warm; start/stop
-    python bench/broker_ci_cost.py --junit run.xml         # and each test's time from a pytest --junitxml file
+    python bench/broker_ci_cost.py --junit a.xml b.xml     # and each test's time from pytest --junitxml files
     python bench/broker_ci_cost.py --no-write              # print only
 
 Writes the "broker-ci-cost" section of docs/benchmarks.md unless --no-write. The machine is often shared: the
@@ -64,7 +64,7 @@ def junit_times(path: Path) -> list[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--junit", type=Path, help="a pytest --junitxml file of a run of the broker tests")
+    parser.add_argument("--junit", type=Path, nargs="+", help="pytest --junitxml files of runs of the broker tests")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -89,7 +89,7 @@ def main() -> None:
     ]
     if args.junit:
         lines += ["", "| test | seconds |", "| --- | ---: |"]
-        cases = junit_times(args.junit)
+        cases = [case for path in args.junit for case in junit_times(path)]
         lines += [f"| `{name}` | {seconds:.1f} |" for name, seconds in cases]
         lines.append(f"| **all of them** | **{sum(s for _, s in cases):.1f}** |")
     body = "\n".join(

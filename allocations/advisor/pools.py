@@ -15,6 +15,7 @@ from allocations.placement import pool_capacity
 from allocations.share_placement import read_shared_pool
 from allocations.sharing.packing import shares_that_fit
 from allocations.sharing.units import unit_names
+from allocations.static_capacity import static_pool_fits
 from tenants.errors import InvalidInput
 
 CONTEXT_MAX = 1_048_576
@@ -86,7 +87,7 @@ def parse_workload(raw: dict[str, Any]) -> Workload:
         errors["mode"] = [f"Choose one of {', '.join(MODES)}."]
     elif mode == "full" and precision in PRECISIONS and precision not in FULL_PRECISIONS:
         errors["precision"] = ["Full fine-tuning trains in fp32 or bf16; for a quantized base use lora."]
-    context = _number(raw, "context", 4096, int, 1, CONTEXT_MAX, errors)
+    context = _number(raw, "context_length", 4096, int, 1, CONTEXT_MAX, errors)
     sequences = _number(raw, "sequences", 1, int, 1, SEQUENCES_MAX, errors)
     if errors:
         raise InvalidInput(errors)
@@ -111,5 +112,8 @@ def _pool_advice(estimate: Estimate, pool: NodePool) -> PoolAdvice:
             fits_now = shares_that_fit(gpus, memory_mib=fit.share_mib, thread_percentage=100 if mps else None)
         return PoolAdvice(pool, fit, fits_now)
     fit = fit_profile(estimate.total, model, list(pool.profiles))
-    fits_now = pool_capacity(pool).get(fit.profile, 0) if fit.profile else 0
-    return PoolAdvice(pool, fit, fits_now)
+    if not fit.profile:
+        return PoolAdvice(pool, fit, 0)
+    static = static_pool_fits([pool]).get(pool.pk)
+    free = pool_capacity(pool) if static is None else static.free
+    return PoolAdvice(pool, fit, free.get(fit.profile, 0))

@@ -117,3 +117,24 @@ def _pool_advice(estimate: Estimate, pool: NodePool) -> PoolAdvice:
     static = static_pool_fits([pool]).get(pool.pk)
     free = pool_capacity(pool) if static is None else static.free
     return PoolAdvice(pool, fit, free.get(fit.profile, 0))
+
+
+def advice_payload(raw: dict[str, Any]) -> dict[str, Any]:
+    """The advice as the API answers it (the request page's panel shows the same). Raises InvalidInput."""
+    workload = parse_workload(raw)
+    pools = list(NodePool.objects.order_by("name"))
+    if raw.get("pool") not in (None, ""):
+        try:
+            pools = [p for p in pools if p.pk == int(raw["pool"])]
+        except (TypeError, ValueError):
+            raise InvalidInput({"pool": ["Give a pool id."]}) from None
+        if not pools:
+            raise InvalidInput({"pool": ["No such pool."]})
+    estimate, advice = advise(workload, pools)
+    return {
+        "model": workload.architecture.name,
+        "known_model": workload.architecture.known,
+        "estimate_gib": estimate.as_gib(),
+        "notes": list(estimate.notes),
+        "pools": [a.as_dict() for a in advice],
+    }

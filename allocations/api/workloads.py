@@ -17,7 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocations.advisor.pools import advise, parse_workload
+from allocations.advisor.pools import advice_payload
 from allocations.models import Allocation, NodePool
 from allocations.workloads.attach import AttachError, attach_claims
 from allocations.workloads.documents import DocumentError, dump_documents, load_documents
@@ -147,27 +147,6 @@ class AdviceSerializer(serializers.Serializer[Any]):
     estimate_gib = serializers.DictField()
     notes = serializers.ListField(child=serializers.CharField())
     pools = PoolAdviceSerializer(many=True)
-
-
-def advice_payload(raw: dict[str, Any]) -> dict[str, Any]:
-    """The advice as the API answers it (the request page's panel shows the same). Raises InvalidInput."""
-    workload = parse_workload(raw)
-    pools = list(NodePool.objects.order_by("name"))
-    if raw.get("pool") not in (None, ""):
-        try:
-            pools = [p for p in pools if p.pk == int(raw["pool"])]
-        except (TypeError, ValueError):
-            raise InvalidInput({"pool": ["Give a pool id."]}) from None
-        if not pools:
-            raise InvalidInput({"pool": ["No such pool."]})
-    estimate, advice = advise(workload, pools)
-    return {
-        "model": workload.architecture.name,
-        "known_model": workload.architecture.known,
-        "estimate_gib": estimate.as_gib(),
-        "notes": list(estimate.notes),
-        "pools": [a.as_dict() for a in advice],
-    }
 
 
 class AdviceViewSet(viewsets.GenericViewSet[NodePool]):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -23,6 +23,7 @@ from allocations.workloads.attach import AttachError, attach_claims
 from allocations.workloads.documents import DocumentError, dump_documents, load_documents
 from allocations.workloads.from_allocation import claim_target
 from allocations.workloads.manifests import KINDS, WorkloadInputError, build_manifests, parse_options
+from tenants.api.schema import ErrorSerializer
 from tenants.errors import InvalidInput
 
 
@@ -73,10 +74,18 @@ class WorkloadViewSet(viewsets.GenericViewSet[Allocation]):
     def get_queryset(self) -> Any:
         return Allocation.objects.for_user(self.request.user).select_related("tenant", "pool")
 
-    @extend_schema(parameters=[ManifestQuerySerializer], responses={200: ManifestsSerializer})
+    @extend_schema(
+        parameters=[ManifestQuerySerializer],
+        responses={
+            200: ManifestsSerializer,
+            409: OpenApiResponse(ErrorSerializer, description="The request is not active: it has no claim to use."),
+        },
+    )
     @action(detail=True, methods=["get"])
     def manifests(self, request: Request, pk: str | None = None) -> Response:
         allocation = self.get_object()
+        # The query's shape first, so malformed input is a 400 whatever the request's state.
+        ManifestQuerySerializer(data=request.query_params).is_valid(raise_exception=True)
         target = claim_target(allocation)
         try:
             options = parse_options(dict(request.query_params.items()), target)

@@ -25,6 +25,8 @@ def load_documents(text: str) -> list[dict[str, Any]]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise DocumentError(f"Not valid YAML{where}: {problem}.") from None
+    except RecursionError:
+        raise DocumentError("The YAML is nested too deeply.") from None
     if not documents:
         raise DocumentError("The manifest has no Kubernetes object in it.")
     if len(documents) > MAX_DOCUMENTS:

@@ -133,3 +133,8 @@ def test_comments_go_but_key_order_stays():
     )
     (result,), _ = attach_claims(load_documents(text), TARGET)
     assert list(result) == ["kind", "apiVersion", "metadata", "spec"]
+
+
+def test_yaml_nested_past_the_parsers_depth_is_bad_yaml_not_a_crash():
+    with pytest.raises(DocumentError, match="nested too deeply"):
+        load_documents("kind: " + "[" * 100_000)

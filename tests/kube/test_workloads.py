@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from allocations.models import Allocation
+from allocations.models import Allocation, NodePool
 from allocations.workloads.attach import POD_SPEC_PATHS, attach_claims
 from allocations.workloads.documents import dump_documents
 from allocations.workloads.from_allocation import claim_target
 from allocations.workloads.manifests import KINDS, build_manifests, parse_options
+from tests.conftest import World
 from tests.kube.conftest import ControlPlane, KubeWorld, wait_for
+from tests.kube.shared_world import approve, make_shared_world, share_request
 from tests.kube.test_provisioning import claim_json, provision_and_wait, request
 
 RESTRICTED_CONTAINER = {
@@ -150,3 +152,36 @@ def test_a_pod_from_the_template_is_scheduled_onto_the_claims_node_with_the_clai
         return uids if created.metadata.uid in uids else None
 
     assert created.metadata.uid in wait_for("the claim to be reserved for the pod", reserved)
+
+
+def test_a_shared_requests_workloads_take_one_share_each_and_pass_dry_run(
+    world: World, control_plane: ControlPlane, admin: client.ApiClient, settings: Any, tmp_path: Path
+) -> None:
+    # given: an active request for two 6000 MiB shares of an L4 (one claim per share)
+    sw = make_shared_world(world, control_plane, admin, settings, kind=NodePool.Kind.SHARED, gpu_count=1)
+    active = provision_and_wait(approve(sw, share_request(sw, memory_mib=6000, count=2)).pk)
+    target = claim_target(active)
+    # when
+    objects = build_manifests(target, parse_options({"kind": "vllm"}, target))
+    # then: a Service and a Deployment per share, each on its own claim, told its part of the GPU
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert [d["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimName"] for d in deployments] == (
+        active.kube_claim_names
+    )
+    assert "--gpu-memory-utilization" in deployments[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    warnings = dry_run(control_plane, objects, tmp_path)
+    assert "PodSecurity" not in warnings, warnings
+    # and: a Pod for share 1 is bound to the node with that share's claim reserved for it
+    (pod,) = build_manifests(target, parse_options({"kind": "pod", "name": "share", "share": 1}, target))
+    created = client.CoreV1Api(admin).create_namespaced_pod(target.namespace, body=pod)
+    core = client.CoreV1Api(admin)
+    bound = wait_for(
+        "the pod to be scheduled", lambda: core.read_namespaced_pod("share-1", target.namespace).spec.node_name
+    )
+    assert bound == sw.node.name
+
+    def reserved() -> bool:
+        users = claim_json(admin, target.namespace, active.kube_claim_names[1])["status"].get("reservedFor") or []
+        return created.metadata.uid in [u["uid"] for u in users]
+
+    wait_for("share 1's claim to be reserved for the pod", reserved)

@@ -94,3 +94,33 @@ def test_the_advisor_shows_bad_input_by_field(world: World):
     assert (
         'id="advisor-errors"' in page and "<strong>params_b</strong>" in page and "<strong>precision</strong>" in page
     )
+
+
+def test_a_shared_request_page_offers_its_shares_and_one_workload_each(world: World):
+    # given: two 4 GiB shares of an L4
+    l4 = services.create_node_pool(name="L4", slug="l4", gpu_model="NVIDIA L4", kind="shared", actor=world.root)
+    services.register_node(pool_id=l4.pk, name="l4-node-0", gpu_count=2, actor=world.root)
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=l4.pk, compute_slices_limit=200, memory_slices_limit=64, actor=world.root
+    )
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=l4.pk,
+        profile="",
+        memory_mib=4096,
+        count=2,
+        lease_hours=3,
+        purpose="serving",
+        actor=world.alice,
+    )
+    if allocation.status == Allocation.Status.PENDING:
+        services.approve_allocation(allocation_id=allocation.pk, actor=world.root)
+    allocation = services.provision_allocation(allocation_id=allocation.pk)
+    client = client_for(world.alice)
+    # when
+    every = client.get(f"/requests/{allocation.pk}/", {"kind": "job"}).content.decode()
+    second = client.get(f"/requests/{allocation.pk}/", {"kind": "job", "share": "1"}).content.decode()
+    # then
+    assert 'id="manifest-share"' in every and '<option value="1" selected>' in second
+    assert "name: gpu-job-0" in every and "name: gpu-job-1" in every
+    assert "name: gpu-job-0" not in second and f"resourceClaimName: {allocation.claim_names[1]}" in second

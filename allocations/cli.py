@@ -885,6 +885,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("id", type=_positive_int)
     sub.add_argument("--reason", required=True, help="why; the requester sees it")
 
+    # Workloads and the advisor (issue 17), in their own module.
+    from allocations import cli_workloads
+
+    cli_workloads.add_commands(command)
+
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, dashboard, views
+from allocations import cluster_page, dashboard, views, workload_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -39,4 +39,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
     path("manage/cluster-check/", cluster_page.cluster_check, name="manage-cluster-check"),
+    # --- advisor (issue 17) ---
+    path(
+        "requests/<int:allocation_id>/manifests.yaml",
+        workload_views.request_manifests_download,
+        name="request-manifests-download",
+    ),
 ]

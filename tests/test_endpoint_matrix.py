@@ -231,6 +231,10 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/agent/bootstrap/", "none", (404, 404, 404, 404)),
     ("get", "/api/v1/agent/commands/", "none", (403, 403, 403, 401)),
     ("post", "/api/v1/agent/commands/{agent_command}/result/", "none", (403, 403, 403, 401)),
+    # Workloads and the advisor (issue 17): they compute and change nothing; attach is a POST for its body.
+    ("get", "/api/v1/allocations/{active}/manifests/", "none", (400, 400, 404, 401)),
+    ("post", "/api/v1/allocations/{active}/attach/", "none", (400, 400, 404, 401)),
+    ("get", "/api/v1/advice/", "none", (400, 400, 400, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import views
+from allocations.api import views, workloads
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="pool")
@@ -11,5 +11,8 @@ router.register("quota-changes", views.QuotaChangeViewSet, basename="quota-chang
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("lease-extensions", views.LeaseExtensionViewSet, basename="lease-extension")
 router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
+# --- advisor (issue 17): manifests and attach for a request's claims; the right-sizing advisor ---
+router.register("allocations", workloads.WorkloadViewSet, basename="allocation-workload")
+router.register("advice", workloads.AdviceViewSet, basename="advice")
 
 urlpatterns = router.urls

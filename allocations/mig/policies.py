@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Protocol
 
+from .hami import HamiContiguity
 from .layout import Geometry, LayoutKey, Option
 from .scheduler import driver_order
 
@@ -240,7 +241,7 @@ class FragmentationAwareFirstSlot(FragmentationAware):
 
 
 POLICIES: dict[str, Policy] = {
-    p.name: p for p in (FirstFit(), BestFit(), FragmentationAware(), FragmentationAwareFirstSlot())
+    p.name: p for p in (FirstFit(), BestFit(), FragmentationAware(), FragmentationAwareFirstSlot(), HamiContiguity())
 }
 
 

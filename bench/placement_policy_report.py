@@ -3,8 +3,9 @@ and "online with departures", written to the ``placement-policy`` section of doc
 
 Hold-out discipline: the rank of ``ours`` and its constants (persistence 0.9, opening cost 1.6 / GPUs)
 were chosen on H100 fleets of 8 and 64 GPUs, Dirichlet concentrations 0.5 and 2, seeds 0-39 (8 GPUs) and
-0-19 (64 GPUs). Everything reported here is on other draws: concentrations 0.3, 1 and 3, seeds from 1000,
-plus H200 and 512 GPUs, which were never used to tune.
+0-19 (64 GPUs); the best-fit pull (0.1 per free compute slice) on departures at 16 and 32 GPUs,
+concentrations 0.5 and 2, seeds 0-2. Everything reported here is on other draws: concentrations 0.3, 1
+and 3, seeds from 1000, plus H200 and 512 GPUs, which were never used to tune.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ ONLINE = ("first-fit", "best-fit", "hami", "ours-before", "ours")
 TUNING = (
     "Tuning set (never reported): H100, 8 and 64 GPUs, Dirichlet concentrations 0.5 and 2, seeds 0-39 (8 GPUs) "
     "and 0-19 (64 GPUs). Reported below: concentrations 0.3, 1 and 3, seeds from 1000, H100 and H200 "
-    "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs."
+    "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs. Departures: tuned on H100, "
+    "16 and 32 GPUs, concentrations 0.5 and 2, seeds 0-2; reported on concentrations 0.3, 1 and 3, seeds from 1000."
 )
 
 

@@ -3,7 +3,7 @@
 
 Usage::
 
-    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH] [--static | --shared]
+    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH] [--static | --shared | --policy]
 
 Without ``--trace-dir`` only the synthetic mixes run. With it, the Alibaba GPU-sharing trace (the
 ``openb_pod_list_*.csv`` files of cluster-trace-gpu-v2023) is replayed, mapped to MIG. The trace is
@@ -50,7 +50,7 @@ from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import fragmentation  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
-POLICIES = ("first-fit", "best-fit", "ours")
+POLICIES = ("first-fit", "best-fit", "hami", "ours")
 # "ours-first-slot": ours choosing the GPU only, the slot left to first fit (what a claim pinned to a GPU gets
 # from kube-scheduler, docs/kubernetes.md).
 FILL_POLICIES = (*POLICIES, "ours-first-slot", "ours-warm")
@@ -478,12 +478,12 @@ def check_targets(rows: list[FillRow]) -> tuple[list[str], float]:
     closed = []
     for mix in dict.fromkeys(r.mix for r in rows):
         ours = by[(mix, "ours")]
-        others = max(by[(mix, p)].served for p in ("first-fit", "best-fit"))
+        others = max(by[(mix, p)].served for p in ("first-fit", "best-fit", "hami"))
         ok = ours.served >= others * 0.995
         if not math.isnan(ours.gap_closed):
             closed.append(ours.gap_closed)
         lines.append(
-            f"- {mix}: ours {ours.served:.1f} vs best of first-fit/best-fit {others:.1f} compute slices "
+            f"- {mix}: ours {ours.served:.1f} vs best of first-fit/best-fit/hami {others:.1f} compute slices "
             f"({'met' if ok else 'NOT met'}: at least as many, within 0.5 %); FF→optimum gap closed "
             f"{pct(ours.gap_closed)}"
         )
@@ -511,11 +511,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write a separate file instead of docs/benchmarks.md")
     ap.add_argument("--static", action="store_true", help="only static MIG against DynamicMIG (issue 12)")
     ap.add_argument("--shared", action="store_true", help="only pools of whole GPUs shared without MIG (issue 13)")
+    ap.add_argument("--policy", action="store_true", help="only the random-mix family and departures (issue 14)")
     args = ap.parse_args(argv)
     if args.shared:
         from bench.shared_report import main as shared_main  # the shared-pool section has its own module and section
 
         return shared_main(args, argv)
+    if args.policy:
+        from bench.placement_policy_report import main as policy_main  # its own module and section
+
+        return policy_main(args, argv)
     if args.static:
         from bench.static_report import main as static_main  # the static section has its own module and section
 
@@ -552,7 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (CITATION if trace_pods else ""),
         "",
         "Policies: `first-fit` (device order, lowest slot: the scheduler and DynamicMIG today), `best-fit` "
-        "(least free capacity left, tightest hole), `ours` (least stranded compute for the learnt demand mix; "
+        "(least free capacity left, tightest hole), `hami` (HAMi's 2026 MIG scoring: binpack, then the placement "
+        "that keeps the largest contiguous run of free memory slots; Project-HAMi/HAMi PR #2855), `ours` (least "
+        "stranded compute for the learnt demand mix; "
         "see docs/placement.md; its demand learner starts from the default prior), `ours-warm` (same, but the "
         "learner first saw another sample of the same workload, as a pool's history). The optimum is the exact "
         "offline optimum of the same requests (configuration integer program solved by branch and bound, "

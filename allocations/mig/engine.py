@@ -91,6 +91,11 @@ class PlacementEngine:
         self._rank_version = -1
         for node in fleet.nodes:
             self._add_node(node)
+        # A policy whose rank depends on the fleet's size (``ours``: the cost of opening a GPU) is sized
+        # once here; the portal builds one engine per pool, so that is the pool's size.
+        sized_for = getattr(self.policy, "sized_for", None)
+        if sized_for is not None:
+            self.policy = sized_for(len(self._slots))
 
     # ----- building and updating the index -------------------------------------------------------
 

@@ -603,3 +603,9 @@ FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
 # A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
 # same one restarted under another name); the apply skips samples already applied.
 FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)
+
+# --- Compaction (session 7, package `compact`; issue 14: allocations/services/compaction.py, docs/compaction.md) ---
+# How often the beat looks for fragmented pools, and the most moves one of its (or an admin's) plans makes: each
+# move restarts a movable request's pods.
+FATIA_COMPACTION_INTERVAL_S = env_int("FATIA_COMPACTION_INTERVAL_S", 600)
+FATIA_COMPACTION_MAX_MOVES = env_int("FATIA_COMPACTION_MAX_MOVES", 4)

@@ -28,6 +28,7 @@ LABELS = {
     "memory_slices_limit": "memory slots limit",
     "auto_approve_max_compute_slices": "auto-approve up to (compute slices)",
     "auto_approve_max_lease_hours": "auto-approve up to (hours)",
+    "movable_by_default": "new requests movable",
     "max_lease_hours": "longest lease (hours)",
     "profile_caps": "per-profile caps",
     "expires_at": "expires",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import views
+from allocations.api import compaction, views
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="pool")
@@ -11,5 +11,7 @@ router.register("quota-changes", views.QuotaChangeViewSet, basename="quota-chang
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("lease-extensions", views.LeaseExtensionViewSet, basename="lease-extension")
 router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
+# Compaction (issue 14): platform admins only.
+router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
 
 urlpatterns = router.urls

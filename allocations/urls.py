@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, dashboard, views
+from allocations import cluster_page, compaction_page, dashboard, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -39,4 +39,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
     path("manage/cluster-check/", cluster_page.cluster_check, name="manage-cluster-check"),
+    # Compaction (issue 14): preview and apply.
+    path("manage/pools/<int:pool_id>/compaction/", compaction_page.pool_compaction, name="manage-pool-compaction"),
 ]

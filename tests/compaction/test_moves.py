@@ -16,6 +16,7 @@ from allocations.services import outbox
 from allocations.services.compaction import compact_pools, preview_compaction, start_compaction
 from allocations.services.moves import advance_move_plan
 from allocations.tasks import advance_move_plan_task, notify_move_task
+from tenants.audit_text import describe_event
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent
 from tests.compaction.world import Small, small_pool, where
@@ -234,3 +235,12 @@ def test_compaction_is_refused_on_the_kubernetes_backend(small: Small, world: Wo
     assert "Kubernetes" in preview_compaction(pool=small.pool).refusal
     with pytest.raises(InvalidInput, match="Kubernetes"):
         start_compaction(pool_id=small.pool.pk, actor=world.root)
+
+
+def test_the_timeline_says_what_compaction_did(small: Small, world: World) -> None:
+    lone = fragmented(small)
+    plan = run_plan(start_compaction(pool_id=small.pool.pk, actor=world.root))
+    moved = AuditEvent.objects.get(object_id=str(lone.pk), verb="move")
+    assert describe_event(moved).startswith("A slice moved from small-node-0/gpu-0:0 to small-node-0/gpu-1:")
+    started = AuditEvent.objects.get(object_type="moveplan", object_id=str(plan.pk), verb="compaction_started")
+    assert describe_event(started) == "Compaction of small started (admin): 1 move(s), whole GPUs free 1 -> 2"

@@ -822,9 +822,11 @@ class SliceMove(models.Model):
     position = models.PositiveSmallIntegerField()
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="moves")
     profile = models.CharField(max_length=32)
-    from_gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+")
+    # CASCADE, not PROTECT: fleet discovery deletes a GPU that left once no slice sits on it, and a finished move
+    # must not stop that (the audit log keeps where slices went).
+    from_gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
     from_start = models.PositiveSmallIntegerField()
-    to_gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+")
+    to_gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
     to_start = models.PositiveSmallIntegerField()
     step = models.CharField(max_length=16, choices=Step.choices, default=Step.PENDING)
     updated_at = models.DateTimeField(auto_now=True)

@@ -121,7 +121,7 @@ class Migration(migrations.Migration):
                 (
                     "from_gpu",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="allocations.gpu"
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="allocations.gpu"
                     ),
                 ),
                 (
@@ -133,7 +133,7 @@ class Migration(migrations.Migration):
                 (
                     "to_gpu",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="allocations.gpu"
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="allocations.gpu"
                     ),
                 ),
             ],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.test import Client
+
 from allocations.models import Allocation, MovePlan
 from tests.compaction.world import small_pool
 from tests.conftest import World
@@ -85,3 +87,26 @@ def test_a_movable_that_is_not_a_boolean_is_a_400(world: World) -> None:
     )
     assert response.status_code == 400
     assert "movable_by_default" in response.json()["errors"]
+
+
+def test_the_request_form_offers_the_choice_and_the_tenant_page_the_policy(world: World) -> None:
+    root = Client()
+    root.force_login(world.root)
+    page = root.get(f"/manage/tenants/{world.tenant_a.pk}/").content.decode()
+    assert "New requests are movable" in page
+    alice = Client()
+    alice.force_login(world.alice)
+    form = alice.get("/requests/new/").content.decode()
+    assert "May Fatia move these slices to make room?" in form
+    body = {
+        "tenant": world.tenant_a.pk,
+        "pool": world.pool.pk,
+        "profile": "1g.10gb",
+        "count": 1,
+        "lease_hours": 1,
+        "purpose": "p",
+    }
+    alice.post("/requests/new/", {**body, "movable": "yes"})
+    alice.post("/requests/new/", {**body, "movable": "no"})
+    alice.post("/requests/new/", body)
+    assert list(Allocation.objects.order_by("pk").values_list("movable", flat=True)) == [True, False, False]

@@ -547,6 +547,8 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
         body["memory_mib"] = args.memory_mib
     if args.threads is not None:
         body["thread_percentage"] = args.threads
+    if args.movable is not None:
+        body["movable"] = args.movable
     if args.tenant is not None:
         body["tenant"] = args.tenant
     key = args.idempotency_key or str(uuid.uuid4())
@@ -856,6 +858,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--profile", help="MIG pools: the MIG profile, e.g. 1g.10gb")
     sub.add_argument("--memory-mib", type=int, help="time-sliced and MPS pools: GPU memory per share in MiB")
     sub.add_argument("--threads", type=int, help="MPS pools: active-thread percentage per share (1-100)")
+    sub.add_argument(
+        "--movable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compaction may move the slices, restarting their pods (default: the tenant's policy)",
+    )
     sub.add_argument("--count", required=True, type=int, help="number of slices or shares")
     sub.add_argument("--lease-hours", required=True, type=int, help="lease length in hours")
     sub.add_argument("--purpose", required=True, help="what the slices are for")

@@ -136,6 +136,15 @@ class NewRequestForm(forms.Form):
     )
     count = forms.IntegerField(min_value=1, initial=1, label="Number of slices")
     lease_hours = forms.IntegerField(min_value=1, initial=8, label="Lease (hours)")
+    # Compaction (issue 14): may Fatia move these slices to make room (their pods restart)? Blank: the tenant's policy.
+    movable = forms.TypedChoiceField(
+        required=False,
+        choices=[("", "As my team decides"), ("yes", "Yes, my pods may restart"), ("no", "No, never move them")],
+        coerce=lambda v: v == "yes",
+        empty_value=None,
+        label="May Fatia move these slices to make room?",
+        help_text="A move restarts the pods using the slices; movable requests help the pool fit everyone.",
+    )
     purpose = forms.CharField(
         max_length=500,
         widget=forms.Textarea(attrs={"rows": 3}),

@@ -644,6 +644,8 @@ class Notification(models.Model):
         LEASE_EXPIRING = "lease_expiring", "A lease ends soon"
         IDLE_RECLAIM = "idle_reclaim", "Idle slices will be released"
         QUOTA_CHANGE_DECIDED = "quota_change_decided", "A quota change was decided"
+        # Compaction (issue 14): a movable request's slice is about to move, or has moved.
+        ALLOCATION_MOVE = "allocation_move", "A slice moves to make room"
 
     recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=32, choices=Kind.choices)
@@ -755,3 +757,85 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}{tuple(self.args)}"
+
+
+class MovePlan(models.Model):
+    """A compaction of one pool (issue 14; allocations/services/compaction.py): movable slices moved one after
+    the other so that whole GPUs, or room for one refused request, come free.
+
+    APPLYING until every move is DONE or SKIPPED (-> DONE), or a move can no longer be made (-> FAILED). `summary`
+    keeps what the planner promised (whole GPUs and fits before and after) for the pages and the audit.
+    """
+
+    class Status(models.TextChoices):
+        APPLYING = "applying", "Applying"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    class Trigger(models.TextChoices):
+        BEAT = "beat", "Periodic compaction"
+        ADMIN = "admin", "Platform admin"
+        RESCUE = "rescue", "Room for a refused request"
+
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="move_plans")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.APPLYING)
+    # Rescue: the request the plan makes room for; provisioned again once the plan ends.
+    for_allocation = models.ForeignKey(
+        Allocation, on_delete=models.CASCADE, null=True, blank=True, related_name="rescue_plans"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    summary = models.JSONField(default=dict, blank=True)
+    status_message = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One plan at a time per pool: two plans would each check their destinations against a layout the
+            # other is changing.
+            models.UniqueConstraint(
+                fields=["pool"], condition=Q(status="applying"), name="moveplan_one_applying_per_pool"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Move plan #{self.pk} in {self.pool_id} ({self.status})"
+
+
+class SliceMove(models.Model):
+    """One slice of a movable request moved from one slot to another, step by step, each step its own
+    transaction: PENDING -> NOTIFIED (owner told) -> PLACED (new claim or placement at the destination) -> DONE
+    (old one deleted, owner told); SKIPPED when the request ended or stopped being movable first."""
+
+    class Step(models.TextChoices):
+        PENDING = "pending", "Pending"
+        NOTIFIED = "notified", "Owner told"
+        PLACED = "placed", "Placed at the destination"
+        DONE = "done", "Done"
+        SKIPPED = "skipped", "Skipped"
+
+    plan = models.ForeignKey(MovePlan, on_delete=models.CASCADE, related_name="moves")
+    position = models.PositiveSmallIntegerField()
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="moves")
+    profile = models.CharField(max_length=32)
+    # CASCADE, not PROTECT: fleet discovery deletes a GPU that left once no slice sits on it, and a finished move
+    # must not stop that (the audit log keeps where slices went).
+    from_gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
+    from_start = models.PositiveSmallIntegerField()
+    to_gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
+    to_start = models.PositiveSmallIntegerField()
+    step = models.CharField(max_length=16, choices=Step.choices, default=Step.PENDING)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["plan_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "position"], name="slicemove_unique_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile} of #{self.allocation_id}: {self.from_gpu_id}:{self.from_start} -> {self.to_gpu_id}"

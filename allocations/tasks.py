@@ -19,14 +19,14 @@ from celery.signals import task_prerun, task_success
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from allocations import notifications
+from allocations import move_mail, notifications
 from allocations.cluster import check_runs, reconcile, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import leases, outbox, preshaping, provisioning, reclaim, requeue
+from allocations.services import compaction, leases, moves, outbox, preshaping, provisioning, reclaim, requeue
 from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
@@ -176,6 +176,22 @@ def check_cluster_task() -> None:
         check_runs.run_cluster_check()
     except SoftTimeLimitExceeded:
         check_runs.record_unfinished_check()
+
+
+# Compaction (issue 14; services/compaction.py, services/moves.py): one step per run, the next queued by the step.
+@shared_task(acks_late=True, **DB_RETRY)
+def advance_move_plan_task(plan_id: int) -> None:
+    moves.advance_move_plan(plan_id=plan_id)
+
+
+@shared_task(acks_late=True, **DB_RETRY)
+def notify_move_task(move_id: int, phase: str) -> None:
+    move_mail.notify_owner_of_move(move_id=move_id, phase=phase)
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def compact_pools_task() -> None:
+    compaction.compact_pools()
 
 
 # The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change

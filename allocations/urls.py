@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, dashboard, views, workload_views
+from allocations import cluster_page, compaction_page, dashboard, views, workload_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -45,4 +45,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
         workload_views.request_manifests_download,
         name="request-manifests-download",
     ),
+    # Compaction (issue 14): preview and apply.
+    path("manage/pools/<int:pool_id>/compaction/", compaction_page.pool_compaction, name="manage-pool-compaction"),
 ]

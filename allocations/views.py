@@ -120,6 +120,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 purpose=data["purpose"],
                 memory_mib=form.memory_mib(),
                 thread_percentage=data.get("thread_percentage"),
+                movable=data.get("movable"),
                 actor=user,
                 idempotency_key=key[:128],
             )

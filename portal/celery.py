@@ -92,6 +92,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.preshape_static_pools_task",
         "schedule": crontab(minute="*/5"),
     },
+    # Compaction (issue 14): fragmented pools get a plan that moves movable slices to free whole GPUs.
+    "compact-pools": {
+        "task": "allocations.tasks.compact_pools_task",
+        "schedule": float(settings.FATIA_COMPACTION_INTERVAL_S),
+    },
     # Node agents (allocations/nodeagent/): freshness, hourly history from minutes, retention.
     "mark-silent-agents": {
         "task": "allocations.nodeagent.tasks.mark_silent_agents_task",

@@ -620,3 +620,9 @@ if _queue_type:
 FATIA_BROKER_VISIBILITY_TIMEOUTS = broker.parse_visibility_timeouts(
     os.environ.get("FATIA_BROKER_VISIBILITY_TIMEOUTS", "")
 )
+
+# --- Compaction (session 7, package `compact`; issue 14: allocations/services/compaction.py, docs/compaction.md) ---
+# How often the beat looks for fragmented pools, and the most moves one of its (or an admin's) plans makes: each
+# move restarts a movable request's pods.
+FATIA_COMPACTION_INTERVAL_S = env_int("FATIA_COMPACTION_INTERVAL_S", 600)
+FATIA_COMPACTION_MAX_MOVES = env_int("FATIA_COMPACTION_MAX_MOVES", 4)

@@ -28,6 +28,7 @@ LABELS = {
     "memory_slices_limit": "memory slots limit",
     "auto_approve_max_compute_slices": "auto-approve up to (compute slices)",
     "auto_approve_max_lease_hours": "auto-approve up to (hours)",
+    "movable_by_default": "new requests movable",
     "max_lease_hours": "longest lease (hours)",
     "profile_caps": "per-profile caps",
     "expires_at": "expires",
@@ -183,6 +184,18 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
             f"{actor} kept the idle slices; not flagged idle again before {human_when(after.get('snoozed_until'))}"
         ),
         "reclaim_idle": lambda: f"Released for being idle since {human_when(after.get('idle_since'))}",
+        # Compaction (allocations/services/compaction.py, moves.py)
+        "move_announced": lambda: (
+            f"The owner was told that a slice moves from {after.get('from', '?')} to {after.get('to', '?')} "
+            f"(compaction #{after.get('plan', '?')})"
+        ),
+        "move_placed": lambda: f"The moving slice is placed at {after.get('at', '?')}",
+        "move": lambda: f"A slice moved from {before.get('at', '?')} to {after.get('at', '?')}; the owner was told",
+        "move_skipped": lambda: f"Not moved: the request is {after.get('status', '?')} or no longer movable",
+        "rescue": lambda: (
+            f"No room as the free slots lie; compaction #{after.get('plan', '?')} moves {after.get('moves', '?')} "
+            "slice(s) of movable requests to make room"
+        ),
     }
     sentence = sentences.get(verb)
     return sentence() if sentence else None
@@ -268,6 +281,15 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("migreconfiguration", "reconfiguration_finished"): lambda: (
             f"MIG layout change {human_value(after.get('status'))}"
             + (f": {after['error']}" if after.get("error") else "")
+        ),
+        # Compaction (allocations/services/compaction.py).
+        ("moveplan", "compaction_started"): lambda: (
+            f"Compaction of {after.get('pool', '?')} started ({after.get('trigger', '?')}): "
+            f"{len(after.get('moves') or [])} move(s), whole GPUs free {after.get('whole_gpus_before', '?')} -> "
+            f"{after.get('whole_gpus_after', '?')}"
+        ),
+        ("moveplan", "compaction_finished"): lambda: (
+            f"Compaction {human_value(after.get('status'))}: {after.get('message', '')}"
         ),
         # Node agents (allocations/nodeagent/).
         ("node", "agent_silent"): lambda: "The node's agent went silent; no new slice is placed there until it reports",

@@ -62,6 +62,11 @@ class TenantPolicyForm(forms.Form):
         label="Never share a GPU with another tenant",
         help_text="On time-sliced and MPS pools, this tenant's shares only go on GPUs no other tenant uses.",
     )
+    movable_by_default = forms.BooleanField(
+        required=False,
+        label="New requests are movable",
+        help_text="Compaction may move their slices to make room (their pods restart), unless the requester says no.",
+    )
 
     def clean_weakest_isolation(self) -> str | None:
         # Left out (a form from before the field existed): keep the tenant's policy as it is.
@@ -78,6 +83,7 @@ class TenantPolicyForm(forms.Form):
                 "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
                 "weakest_isolation": tenant.weakest_isolation,
                 "avoid_co_tenants": tenant.avoid_co_tenants,
+                "movable_by_default": tenant.movable_by_default,
             },
         )
 

@@ -84,6 +84,7 @@ def _tenant_fields(tenant: Tenant) -> dict[str, Any]:
         "auto_approve_max_lease_hours": tenant.auto_approve_max_lease_hours,
         "weakest_isolation": tenant.weakest_isolation,
         "avoid_co_tenants": tenant.avoid_co_tenants,
+        "movable_by_default": tenant.movable_by_default,
     }
 
 
@@ -123,9 +124,11 @@ def update_tenant_policy(
     auto_approve_max_lease_hours: int | None = None,
     weakest_isolation: str | None = None,
     avoid_co_tenants: bool | None = None,
+    movable_by_default: bool | None = None,
 ) -> Tenant:
     """Change a tenant's name or lease / auto-approve policy, or its GPU sharing policy: the weakest pool kind
-    its members may request in and whether its shares avoid other tenants' GPUs (platform admins only)."""
+    its members may request in and whether its shares avoid other tenants' GPUs, or whether its new requests are
+    movable by compaction unless the requester says otherwise (platform admins only)."""
     _require_staff(actor)
     tenant = Tenant.objects.select_for_update(no_key=True, of=("self",)).get(pk=tenant_id)
     before = _tenant_fields(tenant)
@@ -136,6 +139,7 @@ def update_tenant_policy(
         "auto_approve_max_lease_hours": auto_approve_max_lease_hours,
         "weakest_isolation": weakest_isolation,
         "avoid_co_tenants": avoid_co_tenants,
+        "movable_by_default": movable_by_default,
     }
     changed = [field for field, value in changes.items() if value is not None]
     for field in changed:

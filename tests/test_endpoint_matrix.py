@@ -157,6 +157,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "mapping": {"group": "gpu-team-a-managers", "tenant": a, "role": "manager"},
         "credential": {"node": "h100-node-1"},
         "idle": {"enabled": True, "idle_after_minutes": 60, "idle_grace_minutes": 30},
+        "move-plan": {"pool": pool},
         "none": {},
     }[name]
 
@@ -206,6 +207,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/allocations/{active}/keep/", "none", (409, 409, 404, 401)),
     # Past the auto-approve lease: a member's extension waits (202), a manager's applies (200).
     ("post", "/api/v1/allocations/{active}/extend/", "extend-long", (202, 200, 404, 401)),
+    # Compaction (issue 14): platform admins only (tests/compaction/test_api.py covers them as root).
+    ("get", "/api/v1/move-plans/", "none", (403, 403, 403, 401)),
+    ("post", "/api/v1/move-plans/", "move-plan", (403, 403, 403, 401)),
+    ("get", "/api/v1/move-plans/{pool}/", "none", (403, 403, 403, 401)),
+    ("get", "/api/v1/move-plans/preview/", "none", (403, 403, 403, 401)),
     ("get", "/api/v1/lease-extensions/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/lease-extensions/{extension}/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/lease-extensions/{extension}/approve/", "reason", (403, 200, 404, 401)),

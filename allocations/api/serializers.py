@@ -333,6 +333,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "purpose",
             "memory_mib",
             "thread_percentage",
+            "movable",
             "compute_slices",
             "memory_slices",
             "gpu_equivalents",
@@ -389,6 +390,7 @@ ROW_FIELDS = (
     "purpose",
     "memory_mib",
     "thread_percentage",
+    "movable",
     "compute_slices",
     "memory_slices",
     "status",
@@ -442,6 +444,7 @@ def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
         "purpose": v["purpose"],
         "memory_mib": v["memory_mib"],
         "thread_percentage": v["thread_percentage"],
+        "movable": v["movable"],
         "compute_slices": v["compute_slices"],
         "memory_slices": v["memory_slices"],
         "gpu_equivalents": row_gpu_equivalents(
@@ -552,6 +555,12 @@ class AllocationCreateSerializer(serializers.Serializer[Any]):
         required=False,
         default=None,
         help_text="MPS pools: each share's active-thread percentage (1-100).",
+    )
+    movable = serializers.BooleanField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Compaction may move the slices (their pods restart); unset: the tenant's policy.",
     )
     # The schema states the ranges; the messages say what the tenant's policy allows, as the service's do.
     count = serializers.IntegerField(

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import views, workloads
+from allocations.api import compaction, views, workloads
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="pool")
@@ -14,5 +14,7 @@ router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
 # --- advisor (issue 17): manifests and attach for a request's claims; the right-sizing advisor ---
 router.register("allocations", workloads.WorkloadViewSet, basename="allocation-workload")
 router.register("advice", workloads.AdviceViewSet, basename="advice")
+# Compaction (issue 14): platform admins only.
+router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
 
 urlpatterns = router.urls

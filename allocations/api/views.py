@@ -268,6 +268,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             purpose=v["purpose"],
             memory_mib=v["memory_mib"],
             thread_percentage=v["thread_percentage"],
+            movable=v["movable"],
             actor=acting_user(request),
             idempotency_key=idempotency_key(request),
         )

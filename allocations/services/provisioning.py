@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
+from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.share_placement import plan_shares
@@ -66,6 +67,8 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     else:
         slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
         what = f"{allocation.count} x {allocation.profile}"
+    if slices is None and not pool.is_shared and rescue_with_moves(allocation):
+        return allocation  # compaction moves other slices first; the plan's end provisions this one again
     if slices is None:
         return fail_locked_allocation(
             allocation,

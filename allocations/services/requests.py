@@ -96,11 +96,13 @@ def request_allocation(
     idempotency_key: str | None = None,
     memory_mib: int | None = None,
     thread_percentage: int | None = None,
+    movable: bool | None = None,
 ) -> tuple[Allocation, bool]:
     """Submit a request; approve it at once when it fits the quota and the auto-approve policy.
 
     In a time-sliced or MPS pool the request is `count` shares of `memory_mib` each (and, MPS, of
-    `thread_percentage`); `profile` is ignored there and stored as SHARE_PROFILE.
+    `thread_percentage`); `profile` is ignored there and stored as SHARE_PROFILE. `movable` (compaction may move
+    its slices, restarting its pods) defaults to the tenant's `movable_by_default`.
 
     Returns (allocation, created). With an Idempotency-Key already used by this user in this tenant,
     returns the first allocation (created=False) or raises IdempotencyConflict if parameters differ.
@@ -122,7 +124,9 @@ def request_allocation(
             return _replay(existing, params), False
     try:
         with transaction.atomic():
-            allocation = _create_allocation(tenant_id=tenant_id, actor=actor, key=idempotency_key, **params)
+            allocation = _create_allocation(
+                tenant_id=tenant_id, actor=actor, key=idempotency_key, movable=movable, **params
+            )
     except IntegrityError:
         # A concurrent request with the same key committed first; its row is visible now.
         existing = _find_by_key(tenant_id, actor, idempotency_key) if idempotency_key else None
@@ -165,6 +169,7 @@ def _create_allocation(
     key: str | None,
     memory_mib: int | None,
     thread_percentage: int | None,
+    movable: bool | None,
 ) -> Allocation:
     if not can_use_tenant(actor, tenant_id):
         raise NotAllowed("You are not a member of this tenant.")
@@ -190,6 +195,7 @@ def _create_allocation(
         idempotency_key=key or None,
         memory_mib=memory_mib if pool.is_shared else None,
         thread_percentage=thread_percentage if pool.kind == NodePool.Kind.MPS else None,
+        movable=tenant.movable_by_default if movable is None else movable,
     )
     quota = lock_quota(tenant_id=tenant.pk, pool_id=pool.pk)
     shortfall = quota_shortfall(quota=quota, allocation=allocation)
@@ -227,6 +233,7 @@ def _create_allocation(
             "memory_slices": cost.memory_slices,
             **({"memory_mib": memory_mib} if pool.is_shared else {}),
             **({"thread_percentage": allocation.thread_percentage} if allocation.thread_percentage else {}),
+            **({"movable": True} if allocation.movable else {}),
         },
     )
     if allocation.status == Status.APPROVED:

@@ -19,6 +19,7 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
             "auto_approve_max_lease_hours",
             "weakest_isolation",
             "avoid_co_tenants",
+            "movable_by_default",
             "created_at",
         ]
         read_only_fields = fields
@@ -44,6 +45,9 @@ class TenantUpdateSerializer(serializers.Serializer[Any]):
     )
     avoid_co_tenants = serializers.BooleanField(
         required=False, help_text="Never place the tenant's shares on a GPU another tenant shares."
+    )
+    movable_by_default = serializers.BooleanField(
+        required=False, help_text="New requests may be moved by compaction (their pods restart) unless they say no."
     )
 
 

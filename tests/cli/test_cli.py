@@ -25,7 +25,7 @@ from django.conf import settings
 from allocations import cli, services
 from allocations.cli import main
 from allocations.models import Allocation, LeaseExtension
-from tenants.models import ApiToken, AuditEvent
+from tenants.models import ApiToken, AuditEvent, Tenant
 from tenants.services import create_api_token
 from tests.conftest import World
 
@@ -771,3 +771,12 @@ def test_the_cli_needs_nothing_but_the_standard_library(tmp_path: Path):
     # then
     assert probe.returncode == 0
     assert probe.stdout.splitlines()[-1] == "[]"
+
+
+def test_movable_follows_the_tenants_policy_unless_the_cli_says(world: World, tokens: Tokens, fatia):
+    # Compaction (issue 14): --movable / --no-movable, else the tenant's movable_by_default.
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(movable_by_default=True)
+    assert fatia(tokens.alice, *request_args()).code == 0
+    assert fatia(tokens.alice, *request_args(), "--no-movable").code == 0
+    assert fatia(tokens.alice, *request_args(), "--movable").code == 0
+    assert list(Allocation.objects.order_by("pk").values_list("movable", flat=True)) == [True, False, True]

@@ -1,0 +1,269 @@
+"""Compaction that runs (issue 14): move plans made from a pool's real layout, started by the beat, by a platform
+admin, or to rescue one request refused for fragmentation alone.
+
+What may move: ACTIVE slices whose owner said a move may restart their pods (`Allocation.movable`, defaulting to the
+tenant's `movable_by_default`), and slices idle reclaim has flagged (`idle_since`): nobody is using them. Nothing else
+ever moves. The planner is allocations/mig/defrag.py; this module turns its plan into MovePlan and SliceMove rows,
+and services/moves.py applies them one step at a time.
+
+Where compaction runs: MIG pools with DynamicMIG on the simulated backend. On Kubernetes a move is a new claim pinned
+to the destination device, then the old claim and holder deleted; that backend is not wired yet, so there every
+entry point here refuses (InvalidInput) or does nothing (the beat, the rescue). Static-MIG pools would need a layout
+change of the node first (services/reconfiguration.py): not compacted.
+
+Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
+under it, so a pool has one plan APPLYING at a time (a constraint says so too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from allocations.mig.defrag import DefragPlan, plan_defrag
+from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
+from allocations.models import Allocation, MovePlan, NodePool, SliceMove
+from allocations.placement import PoolLayout, read_pool, recent_demand
+from allocations.services.locks import lock_pool
+from allocations.services.outbox import enqueue_task
+from tenants.errors import InvalidInput
+from tenants.services import record_audit_event
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+ADVANCE_TASK = "allocations.tasks.advance_move_plan_task"
+# A request refused for fragmentation gets a plan of at most this many moves (issue 14): more restarts other
+# people's pods for one request.
+RESCUE_MAX_MOVES = 2
+
+
+def compaction_refusal(pool: NodePool) -> str:
+    """Why this pool is not compacted, or "" when it is (see the module docstring)."""
+    if pool.kind != NodePool.Kind.MIG:
+        return f"{pool.name} shares whole GPUs: there are no MIG slots to compact."
+    if pool.mig_mode != NodePool.MigMode.DYNAMIC:
+        return f"{pool.name} uses static MIG: moving a slice there needs a layout change of the GPU first."
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        return "Compaction is not wired to the Kubernetes backend yet."
+    return ""
+
+
+def movable_allocation_ids(pool: NodePool) -> set[int]:
+    """ACTIVE requests of the pool that may move: movable by their owner, or idle."""
+    return set(
+        Allocation.objects.filter(pool=pool, status=Allocation.Status.ACTIVE)
+        .filter(Q(movable=True) | Q(idle_since__isnull=False))
+        .values_list("pk", flat=True)
+    )
+
+
+def movable_fleet(pool: NodePool) -> tuple[PoolLayout, Fleet]:
+    """The pool's layout, and its fleet with the movable requests' instances marked idle (the planner's word for
+    "may move"); devices held outside the portal and every other request stay put."""
+    layout = read_pool(pool)
+    ids = {str(pk) for pk in movable_allocation_ids(pool)}
+    nodes = [
+        Node(
+            n.name,
+            [Gpu(g.node, g.index, g.model, [replace(i, idle=i.owner in ids) for i in g.instances]) for g in n.gpus],
+            n.pool,
+        )
+        for n in layout.fleet.nodes
+    ]
+    return layout, Fleet(nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedMove:
+    allocation_id: int
+    tenant: str
+    profile: str
+    source: str  # node/gpu-<index>:<start>
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What a compaction of the pool would do now; `refusal` is set when it would not run at all."""
+
+    moves: list[PlannedMove]
+    whole_gpus_before: int
+    whole_gpus_after: int
+    gain: dict[str, int]  # per profile: how many more fit after the plan
+    refusal: str = ""
+
+    @property
+    def gpus_freed(self) -> int:
+        return self.whole_gpus_after - self.whole_gpus_before
+
+
+def _where(node: str, gpu_index: int, start: int) -> str:
+    return f"{node}/gpu-{gpu_index}:{start}"
+
+
+def _preview(plan: DefragPlan) -> Preview:
+    owners = {
+        a.pk: a.tenant.name
+        for a in Allocation.objects.filter(pk__in=[int(m.owner) for m in plan.moves]).select_related("tenant")
+    }
+    return Preview(
+        moves=[
+            PlannedMove(
+                allocation_id=int(m.owner),
+                tenant=owners.get(int(m.owner), ""),
+                profile=m.profile,
+                source=_where(m.from_node, m.from_gpu, m.from_start),
+                destination=_where(m.to_node, m.to_gpu, m.to_start),
+            )
+            for m in plan.moves
+        ],
+        whole_gpus_before=plan.whole_gpus_before,
+        whole_gpus_after=plan.whole_gpus_after,
+        gain={p: n for p, n in plan.gain.items() if n},
+    )
+
+
+def _whole_gpu_plan(pool: NodePool) -> tuple[PoolLayout, DefragPlan]:
+    layout, fleet = movable_fleet(pool)
+    plan = plan_defrag(fleet, max_moves=settings.FATIA_COMPACTION_MAX_MOVES, demand=recent_demand(pool))
+    if plan is None:  # without a request the planner always answers, possibly with an empty plan
+        raise RuntimeError("plan_defrag answered None without a request")
+    return layout, plan
+
+
+def preview_compaction(*, pool: NodePool) -> Preview:
+    """The plan a compaction would start now (nothing is written): which request moves from which slot to which,
+    and the whole GPUs and room it frees."""
+    refusal = compaction_refusal(pool)
+    if refusal:
+        return Preview([], 0, 0, {}, refusal)
+    if MovePlan.objects.filter(pool=pool, status=MovePlan.Status.APPLYING).exists():
+        return Preview([], 0, 0, {}, f"A compaction of {pool.name} is being applied; wait until it ends.")
+    return _preview(_whole_gpu_plan(pool)[1])
+
+
+def _create_plan(
+    *,
+    pool: NodePool,
+    layout: PoolLayout,
+    plan: DefragPlan,
+    trigger: str,
+    actor: User | None,
+    for_allocation: Allocation | None = None,
+) -> MovePlan:
+    """Write the plan and its moves, audit it and queue its first step; the caller holds the pool's lock."""
+    preview = _preview(plan)
+    summary: dict[str, Any] = {
+        "whole_gpus_before": preview.whole_gpus_before,
+        "whole_gpus_after": preview.whole_gpus_after,
+        "gain": preview.gain,
+        "moves": [[m.allocation_id, m.profile, m.source, m.destination] for m in preview.moves],
+    }
+    move_plan = MovePlan.objects.create(
+        pool=pool, trigger=trigger, for_allocation=for_allocation, created_by=actor, summary=summary
+    )
+    SliceMove.objects.bulk_create(
+        [
+            SliceMove(
+                plan=move_plan,
+                position=n,
+                allocation_id=int(m.owner),
+                profile=m.profile,
+                from_gpu_id=layout.by_position[(m.from_node, m.from_gpu)],
+                from_start=m.from_start,
+                to_gpu_id=layout.by_position[(m.to_node, m.to_gpu)],
+                to_start=m.to_start,
+            )
+            for n, m in enumerate(plan.moves)
+        ]
+    )
+    record_audit_event(
+        actor=actor,
+        verb="compaction_started",
+        obj=move_plan,
+        after={"pool": pool.slug, "trigger": trigger, **summary},
+    )
+    enqueue_task(ADVANCE_TASK, move_plan.pk)
+    return move_plan
+
+
+def _applying(pool: NodePool) -> bool:
+    return MovePlan.objects.filter(pool=pool, status=MovePlan.Status.APPLYING).exists()
+
+
+@transaction.atomic
+def start_compaction(*, pool_id: int, actor: User | None, trigger: str = MovePlan.Trigger.ADMIN) -> MovePlan:
+    """Plan a compaction that frees whole GPUs (at most FATIA_COMPACTION_MAX_MOVES moves, movable requests only)
+    and start applying it after commit (advance_move_plan_task).
+
+    Locks the pool. InvalidInput when the pool is not compacted (compaction_refusal), a plan is being applied
+    there already, or no plan frees a whole GPU."""
+    pool = lock_pool(pool_id=pool_id)
+    refusal = compaction_refusal(pool)
+    if refusal:
+        raise InvalidInput({"pool": [refusal]})
+    if _applying(pool):
+        raise InvalidInput({"pool": [f"A compaction of {pool.name} is being applied; wait until it ends."]})
+    layout, plan = _whole_gpu_plan(pool)
+    if not plan.moves or plan.gpus_freed <= 0:
+        raise InvalidInput({"pool": [f"Moving the movable slices of {pool.name} frees no whole GPU right now."]})
+    return _create_plan(pool=pool, layout=layout, plan=plan, trigger=trigger, actor=actor)
+
+
+def compact_pools() -> list[MovePlan]:
+    """The beat's pass: in every pool that compaction runs in and that is fragmented (moving movable slices
+    frees a whole GPU), start one plan. Pools with a plan applying are left to it. Returns the plans started."""
+    started = []
+    for pool in NodePool.objects.filter(kind=NodePool.Kind.MIG, mig_mode=NodePool.MigMode.DYNAMIC).order_by("pk"):
+        if compaction_refusal(pool) or _applying(pool):
+            continue
+        try:
+            started.append(start_compaction(pool_id=pool.pk, actor=None, trigger=MovePlan.Trigger.BEAT))
+        except InvalidInput:
+            continue  # not fragmented (or a plan started meanwhile): nothing to do this time
+    return started
+
+
+def rescue_with_moves(allocation: Allocation) -> bool:
+    """A request refused for fragmentation alone: start a plan of at most RESCUE_MAX_MOVES moves that makes room
+    for it. True when a plan is applying for it (the request waits, APPROVED, and is provisioned again when the plan
+    ends); False when there is none (no such plan, a multi-slice request, another plan applying in the pool, or
+    this request had its rescue already: one per request, so a plan overtaken by others does not loop).
+
+    The caller holds the request's lock, then its pool's (provisioning does)."""
+    earlier = MovePlan.objects.filter(for_allocation=allocation).order_by("-pk").first()
+    if earlier is not None:
+        return earlier.status == MovePlan.Status.APPLYING
+    pool = allocation.pool
+    if allocation.count != 1 or compaction_refusal(pool) or _applying(pool):
+        return False
+    layout, fleet = movable_fleet(pool)
+    plan = plan_defrag(
+        fleet,
+        request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
+        max_moves=RESCUE_MAX_MOVES,
+        demand=recent_demand(pool),
+    )
+    if plan is None or not plan.moves:
+        return False
+    move_plan = _create_plan(
+        pool=pool, layout=layout, plan=plan, trigger=MovePlan.Trigger.RESCUE, actor=None, for_allocation=allocation
+    )
+    allocation.status_message = (
+        f"The pool's free slots are scattered: {len(plan.moves)} movable slice(s) of other requests move to make "
+        "room, then this request is provisioned."
+    )
+    allocation.save(update_fields=["status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="rescue",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"plan": move_plan.pk, "moves": len(plan.moves)},
+    )
+    return True

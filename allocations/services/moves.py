@@ -1,0 +1,221 @@
+"""Applying a move plan (allocations/services/compaction.py makes them), one step per transaction.
+
+Each call of advance_move_plan takes the plan's first unfinished move one step further and queues the next call in
+the same transaction (the outbox), so a worker killed between steps leaves a committed step and a due message: the
+outbox's sweep sends it again and the plan resumes where it stopped. A step re-run finds its move past that step and
+does nothing: no second placement, audit event or notification.
+
+Steps of one move (SliceMove.Step):
+  PENDING  -> NOTIFIED  the owner is told before (in-app now, e-mail after commit)
+  NOTIFIED -> PLACED    the slice is placed at the destination slot (simulated backend: a placement row); the old
+                        one still holds its slot, so both GPUs stay valid
+  PLACED   -> DONE      the old placement is deleted; the owner is told it moved
+A move whose request ended or stopped being movable before it was placed is SKIPPED. A destination taken meanwhile
+ends the plan FAILED (the moves done so far stay: each left every layout valid). When the plan ends, a rescued
+request is provisioned again.
+
+Locks: the move's request, then the pool, then the plan (allocation, then pool, as everywhere). Quota never changes:
+a moved slice is the same slice.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocations.mig.layout import geometry
+from allocations.models import Allocation, MovePlan, Notification, SliceMove, SlicePlacement
+from allocations.placement import dra_device_name, read_pool
+from allocations.services.compaction import ADVANCE_TASK
+from allocations.services.locks import lock_allocation, lock_pool
+from allocations.services.notifications import notify_users
+from allocations.services.outbox import enqueue_task
+from tenants.services import record_audit_event
+
+Step = SliceMove.Step
+NOTIFY_TASK = "allocations.tasks.notify_move_task"
+PROVISION_TASK = "allocations.tasks.provision_allocation_task"
+
+
+def _lock_plan(plan_id: int) -> MovePlan:
+    return MovePlan.objects.select_for_update(no_key=True, of=("self",)).select_related("pool").get(pk=plan_id)
+
+
+def _lock_move(move_id: int) -> SliceMove:
+    return (
+        SliceMove.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("from_gpu__node", "to_gpu__node")
+        .get(pk=move_id)
+    )
+
+
+def may_move(allocation: Allocation) -> bool:
+    return allocation.status == Allocation.Status.ACTIVE and (allocation.movable or allocation.idle_since is not None)
+
+
+@transaction.atomic
+def advance_move_plan(*, plan_id: int) -> MovePlan:
+    """Take plan `plan_id` one step further (see the module docstring) and queue the next step. Idempotent."""
+    plan = MovePlan.objects.get(pk=plan_id)
+    if plan.status != MovePlan.Status.APPLYING:
+        return plan
+    move = plan.moves.exclude(step__in=(Step.DONE, Step.SKIPPED)).order_by("position").first()
+    allocation = lock_allocation(allocation_id=move.allocation_id) if move is not None else None
+    lock_pool(pool_id=plan.pool_id)
+    plan = _lock_plan(plan_id)
+    if plan.status != MovePlan.Status.APPLYING:
+        return plan
+    if move is None or allocation is None:
+        return _finish(plan, MovePlan.Status.DONE, "Every move is done.")
+    move = _lock_move(move.pk)
+    if move.step in (Step.DONE, Step.SKIPPED):
+        return plan  # another run took this step; it queued the next one
+    if move.step == Step.PENDING:
+        _announce(move, allocation)
+    elif move.step == Step.NOTIFIED:
+        if not _place(plan, move, allocation):
+            return plan
+    else:
+        _complete(move, allocation)
+    enqueue_task(ADVANCE_TASK, plan.pk)
+    return plan
+
+
+def _skip(move: SliceMove, allocation: Allocation) -> None:
+    move.step = Step.SKIPPED
+    move.save(update_fields=["step", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="move_skipped",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"plan": move.plan_id, "move": move.position, "status": allocation.status, "movable": allocation.movable},
+    )
+
+
+def _where(gpu_node: str, gpu_index: int, start: int) -> str:
+    return f"{gpu_node}/gpu-{gpu_index}:{start}"
+
+
+def _source(move: SliceMove) -> str:
+    return _where(move.from_gpu.node.name, move.from_gpu.index, move.from_start)
+
+
+def _destination(move: SliceMove) -> str:
+    return _where(move.to_gpu.node.name, move.to_gpu.index, move.to_start)
+
+
+def _tell_owner(move: SliceMove, allocation: Allocation, text: str, phase: str) -> None:
+    notify_users(
+        recipient_ids=[allocation.requested_by_id],
+        kind=Notification.Kind.ALLOCATION_MOVE,
+        text=text,
+        link=f"/requests/{allocation.pk}/",
+        actor=None,
+    )
+    enqueue_task(NOTIFY_TASK, move.pk, phase)
+
+
+def _announce(move: SliceMove, allocation: Allocation) -> None:
+    if not may_move(allocation):
+        _skip(move, allocation)
+        return
+    _tell_owner(
+        move,
+        allocation,
+        f"Request #{allocation.pk}: one {move.profile} slice moves from {_source(move)} to {_destination(move)} to "
+        "make room in the pool; pods using it restart.",
+        "before",
+    )
+    move.step = Step.NOTIFIED
+    move.save(update_fields=["step", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="move_announced",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"plan": move.plan_id, "from": _source(move), "to": _destination(move)},
+    )
+
+
+def _place(plan: MovePlan, move: SliceMove, allocation: Allocation) -> bool:
+    """Place the slice at the destination; False (plan FAILED) when the destination is no longer free."""
+    if not may_move(allocation):
+        _skip(move, allocation)
+        return True
+    source = SlicePlacement.objects.filter(allocation=allocation, gpu=move.from_gpu, start=move.from_start).first()
+    if source is None:
+        _skip(move, allocation)
+        return True
+    layout = read_pool(plan.pool)
+    position = (move.to_gpu.node.name, move.to_gpu.index)
+    model = layout.models.get(position)
+    if model is None:
+        _finish(plan, MovePlan.Status.FAILED, f"{_destination(move)} is no longer a ready GPU of the pool.")
+        return False
+    held = [(i.profile, i.start) for i in layout.fleet.gpu(*position).instances]
+    problems = geometry(model).violations([*held, (move.profile, move.to_start)])
+    if problems:
+        _finish(plan, MovePlan.Status.FAILED, f"{_destination(move)} is taken now: {'; '.join(problems)}.")
+        return False
+    spec = model.profile(move.profile)
+    SlicePlacement.objects.create(
+        allocation=allocation,
+        gpu=move.to_gpu,
+        profile=move.profile,
+        start=move.to_start,
+        size=spec.memory_slices,
+        device_name=dra_device_name(
+            gpu_index=move.to_gpu.index, profile=move.profile, profile_id=spec.profile_id, start=move.to_start
+        ),
+    )
+    move.step = Step.PLACED
+    move.save(update_fields=["step", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="move_placed",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"plan": move.plan_id, "at": _destination(move)},
+    )
+    return True
+
+
+def _complete(move: SliceMove, allocation: Allocation) -> None:
+    SlicePlacement.objects.filter(allocation=allocation, gpu=move.from_gpu, start=move.from_start).delete()
+    move.step = Step.DONE
+    move.save(update_fields=["step", "updated_at"])
+    if allocation.status == Allocation.Status.ACTIVE:
+        _tell_owner(
+            move,
+            allocation,
+            f"Request #{allocation.pk}: its {move.profile} slice now runs at {_destination(move)}; start your pods "
+            "again if they did not restart by themselves.",
+            "after",
+        )
+    record_audit_event(
+        actor=None,
+        verb="move",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"at": _source(move)},
+        after={"plan": move.plan_id, "at": _destination(move)},
+    )
+
+
+def _finish(plan: MovePlan, status: str, message: str) -> MovePlan:
+    plan.status = status
+    plan.status_message = message[:500]
+    plan.finished_at = timezone.now()
+    plan.save(update_fields=["status", "status_message", "finished_at"])
+    record_audit_event(
+        actor=None,
+        verb="compaction_finished",
+        obj=plan,
+        before={"status": MovePlan.Status.APPLYING},
+        after={"status": status, "message": plan.status_message},
+    )
+    if plan.for_allocation_id is not None:
+        # The rescued request tries again: it fits now, or it fails (after the merge: waits) as it would have.
+        enqueue_task(PROVISION_TASK, plan.for_allocation_id)
+    return plan

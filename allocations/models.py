@@ -755,3 +755,8 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}{tuple(self.args)}"
+
+
+# Bookings live in their own module (issue 15); imported here so Django registers the model with this app.
+from allocations.booking_model import Booking as Booking  # noqa: E402
+from allocations.booking_model import BookingQuerySet as BookingQuerySet  # noqa: E402

@@ -603,3 +603,10 @@ FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
 # A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
 # same one restarted under another name); the apply skips samples already applied.
 FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)
+
+# --- Bookings (session 7, package `booking`; allocations/services/bookings.py, docs/bookings.md) ---------------------
+# How far ahead a booking may start.
+FATIA_BOOKING_HORIZON_DAYS = env_int("FATIA_BOOKING_HORIZON_DAYS", 90)
+# At a booking's start, while leases past their end still hold slots (the expiry beat frees them within a minute), the
+# booking waits this long for its room before it fails.
+FATIA_BOOKING_START_GRACE_S = env_int("FATIA_BOOKING_START_GRACE_S", 300)

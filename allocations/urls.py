@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, dashboard, views
+from allocations import booking_views, cluster_page, dashboard, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -39,4 +39,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
     path("manage/cluster-check/", cluster_page.cluster_check, name="manage-cluster-check"),
+    # Bookings (issue 15).
+    path("bookings/", booking_views.booking_list, name="bookings"),
+    path("bookings/new/", booking_views.booking_new, name="booking-new"),
+    path("bookings/<int:booking_id>/approve/", booking_views.booking_approve, name="booking-approve"),
+    path("bookings/<int:booking_id>/reject/", booking_views.booking_reject, name="booking-reject"),
+    path("bookings/<int:booking_id>/cancel/", booking_views.booking_cancel, name="booking-cancel"),
+    path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
 ]

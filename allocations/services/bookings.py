@@ -38,7 +38,7 @@ Status = Booking.Status
 
 
 def _link(booking: Booking) -> str:
-    return reverse("booking-list") + f"#booking-{booking.pk}"
+    return reverse("bookings") + f"#booking-{booking.pk}"
 
 
 def _what(booking: Booking) -> str:

@@ -9,7 +9,7 @@ record (placements saved, release finished, failure) are in services/lifecycle.p
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
-from allocations.services.booking_window import room_left_for_bookings
+from allocations.services.booking_window import request_squeezes_booking
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.share_placement import plan_shares
@@ -50,10 +50,6 @@ def teardown_allocation(*, allocation_id: int) -> Allocation:
     return finish_release(allocation_id=allocation_id)
 
 
-def _lease_end(allocation: Allocation) -> datetime:
-    return allocation.lease_expires_at or timezone.now() + timedelta(hours=allocation.lease_hours)
-
-
 @transaction.atomic
 def _provision_simulated(*, allocation_id: int) -> Allocation:
     """APPROVED -> ACTIVE with placements, or -> FAILED (quota freed) when the pool has no room.
@@ -71,17 +67,14 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     else:
         slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
         what = f"{allocation.count} x {allocation.profile}"
-    if slices is not None and not pool.is_shared:
-        # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
-        squeezed = room_left_for_bookings(
-            pool=pool,
-            profile=allocation.profile,
-            slices=slices,
-            until=_lease_end(allocation),
-            allocation_id=allocation.pk,
-        )
-        if squeezed is not None:
-            return fail_locked_allocation(allocation, f"{squeezed} The quota was given back; ask for a shorter lease.")
+    # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
+    squeezed = (
+        request_squeezes_booking(pool=pool, allocation=allocation, slices=slices)
+        if slices and not pool.is_shared
+        else None
+    )
+    if squeezed is not None:
+        return fail_locked_allocation(allocation, squeezed)
     if slices is None:
         return fail_locked_allocation(
             allocation,

@@ -84,7 +84,9 @@ def _room(booking: Booking) -> BookedRoom:
 def booked_rooms(pool: NodePool, *, exclude_booking_id: int | None = None) -> list[BookedRoom]:
     """Every booking of the pool that still needs room: PENDING or APPROVED, and ACTIVE ones whose allocation has
     no slices yet (made at the start, not placed yet: nothing in the layout holds their room)."""
-    waiting = Q(status=Booking.Status.ACTIVE, allocation__status__in=(Allocation.Status.APPROVED, "queued"))
+    waiting = Q(
+        status=Booking.Status.ACTIVE, allocation__status__in=(Allocation.Status.APPROVED, Allocation.Status.QUEUED)
+    )
     rows = Booking.objects.filter(Q(status__in=Booking.HOLDING) | waiting, pool=pool).order_by("starts_at", "pk")
     if exclude_booking_id is not None:
         rows = rows.exclude(pk=exclude_booking_id)

@@ -3,11 +3,73 @@ refused: over quota, no room) and 2 (bad arguments)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
+import pytest
+from django.conf import settings
+
+from allocations.cli import main
 from allocations.models import Booking
-from tests.cli.test_cli import Outcome, Tokens
+from tenants.services import create_api_token
 from tests.conftest import World
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    alice: str
+    charlie: str
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Its own config file and none of the caller's FATIA_* or proxy settings (as in test_cli.py)."""
+    path = tmp_path / "fatia" / "config.json"
+    monkeypatch.setenv("FATIA_CONFIG", str(path))
+    for name in ("FATIA_URL", "FATIA_TOKEN", "FATIA_TIMEOUT", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+@pytest.fixture
+def server(transactional_db: None, live_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("FATIA_URL", live_server.url)
+    return str(live_server.url)
+
+
+@pytest.fixture
+def tokens(world: World) -> Tokens:
+    def token(user: Any) -> str:
+        _, raw = create_api_token(user=user, name=f"{user.username}-book", scope="write", expires_at=None, actor=user)
+        return raw
+
+    return Tokens(alice=token(world.alice), charlie=token(world.charlie))
+
+
+@pytest.fixture
+def fatia(capsys: pytest.CaptureFixture[str], server: str) -> Callable[..., Outcome]:
+    def run(token: str, *argv: str) -> Outcome:
+        capsys.readouterr()
+        code = main(["--token", token, *argv])
+        out, err = capsys.readouterr()
+        return Outcome(code, out, err)
+
+    return run
 
 
 def at(hours: float) -> str:

@@ -67,7 +67,8 @@ def fatia(capsys: pytest.CaptureFixture[str], server: str) -> Callable[..., Outc
         capsys.readouterr()
         code = main(["--token", token, *argv])
         out, err = capsys.readouterr()
-        return Outcome(code, out, err)
+        # Only the CLI's own line: the live server's thread may log a refused request to stderr meanwhile.
+        return Outcome(code, out, "".join(line for line in err.splitlines(True) if line.startswith("fatia")))
 
     return run
 

@@ -408,4 +408,39 @@ def run_due_bookings(*, now: datetime | None = None) -> dict[str, Any]:
         )
     )
     settled = [settle_booking(booking_id=pk).status for pk in over]
-    return {"started": started.count(Status.ACTIVE), "failed": started.count(Status.FAILED), "settled": len(settled)}
+    undecided = Booking.objects.filter(status=Status.PENDING, ends_at__lte=moment).values_list("pk", flat=True)
+    lapsed = [lapse_booking(booking_id=pk).status for pk in list(undecided)]
+    return {
+        "started": started.count(Status.ACTIVE),
+        "failed": started.count(Status.FAILED),
+        "settled": len(settled),
+        "lapsed": lapsed.count(Status.CANCELLED),
+    }
+
+
+@transaction.atomic
+def lapse_booking(*, booking_id: int) -> Booking:
+    """PENDING -> CANCELLED once its window is over undecided (it stops holding room in every check); the
+    requester is told. Idempotent. Locks the booking."""
+    booking = lock_booking(booking_id=booking_id)
+    if booking.status != Status.PENDING or booking.ends_at > timezone.now():
+        return booking
+    booking.status = Status.CANCELLED
+    booking.status_message = "Cancelled: no manager decided it before its window ended."
+    booking.save(update_fields=["status", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="cancel_booking",
+        obj=booking,
+        tenant_id=booking.tenant_id,
+        before={"status": Status.PENDING},
+        after={"status": Status.CANCELLED, "reason": "undecided"},
+    )
+    notify_users(
+        recipient_ids=[booking.requested_by_id],
+        kind=Notification.Kind.REQUEST_DECIDED,
+        text=f"Your {_what(booking)} was never decided and has lapsed.",
+        link=_link(booking),
+        actor=None,
+    )
+    return booking

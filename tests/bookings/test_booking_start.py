@@ -56,11 +56,16 @@ def test_a_booking_whose_room_is_gone_at_its_start_fails_and_its_owner_is_told(w
     assert not Allocation.objects.exists()
 
 
-def test_a_pending_booking_does_not_start(world: World):
+def test_a_pending_booking_does_not_start_and_lapses_once_its_window_is_over(world: World):
     booking = move_window(book(world, world.pool, profile="3g.40gb"), start=-0.05, end=3)
     assert bookings.run_due_bookings()["started"] == 0
     booking.refresh_from_db()
     assert booking.status == Status.PENDING
+    move_window(booking, start=-3, end=-1)
+    assert bookings.run_due_bookings()["lapsed"] == 1
+    booking.refresh_from_db()
+    assert booking.status == Status.CANCELLED
+    assert Notification.objects.filter(recipient=world.alice, text__contains="lapsed").exists()
 
 
 def test_a_lease_is_not_extended_into_a_bookings_room(world: World):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from allocations.models import Allocation, Node, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, Booking, Node, NodePool, Quota, QuotaChangeRequest
 from tenants.admin import ReadOnlyAdmin
 
 
@@ -39,3 +39,9 @@ class QuotaAdmin(ReadOnlyAdmin):
 @admin.register(QuotaChangeRequest)
 class QuotaChangeRequestAdmin(ReadOnlyAdmin):
     list_display = ["tenant", "pool", "status", "created_at"]
+
+
+@admin.register(Booking)
+class BookingAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tenant", "pool", "profile", "count", "starts_at", "ends_at", "status"]
+    list_filter = ["status", "pool", "tenant"]

@@ -7,6 +7,8 @@ installed: no Django import here or in anything it imports.
     fatia request --pool h100 --profile 1g.10gb --count 2 --lease-hours 8 --purpose "fine-tune"
     fatia list --status pending --status approved
     fatia --json show 12 | jq .status
+    fatia book create --pool h100 --profile 1g.10gb --count 4 --start 2026-12-03T09:00 --end 2026-12-03T17:00 \
+        --purpose "workshop"
 
 Where the server and token come from, first match wins: --url/--token, then FATIA_URL/FATIA_TOKEN,
 then the config file that `fatia login` writes ($FATIA_CONFIG or ~/.config/fatia/config.json,
@@ -897,6 +899,10 @@ def build_parser() -> argparse.ArgumentParser:
     from allocations import cli_workloads
 
     cli_workloads.add_commands(command)
+    # Bookings (issue 15). Imported here, not at the top: cli_book uses this module's helpers.
+    from allocations.cli_book import add_book_commands
+
+    add_book_commands(commands, common, _positive_int)
 
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")

@@ -839,3 +839,8 @@ class SliceMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile} of #{self.allocation_id}: {self.from_gpu_id}:{self.from_start} -> {self.to_gpu_id}"
+
+
+# Bookings live in their own module (issue 15); imported here so Django registers the model with this app.
+from allocations.booking_model import Booking as Booking  # noqa: E402
+from allocations.booking_model import BookingQuerySet as BookingQuerySet  # noqa: E402

@@ -35,6 +35,7 @@ from allocations.mig.layout import geometry
 from allocations.mig.policies import stranded
 from allocations.models import (
     Allocation,
+    Booking,
     ClaimedDevice,
     Gpu,
     LeaseExtension,
@@ -804,6 +805,12 @@ def _tenant_versions() -> dict[int, dict[int, str]]:
     rows = Allocation.objects.values("pool_id", "tenant_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by()
     for row in rows:
         out.setdefault(row["pool_id"], {})[row["tenant_id"]] = _digest(row["n"], row["m"].isoformat())
+    # Bookings (issue 15) are events on the same stream: a booking made, decided, started or ended changes its
+    # tenant's version in its pool. One more query.
+    booked = Booking.objects.values("pool_id", "tenant_id").annotate(n=Count("pk"), m=Max("updated_at")).order_by()
+    for row in booked:
+        by_tenant = out.setdefault(row["pool_id"], {})
+        by_tenant[row["tenant_id"]] = _digest(by_tenant.get(row["tenant_id"], ""), "b", row["n"], row["m"].isoformat())
     return out
 
 
@@ -840,7 +847,7 @@ class FleetVersions:
 
 
 def fleet_versions() -> FleetVersions:
-    """Four aggregate queries over the whole fleet, whatever its size or the number of viewers."""
+    """Five aggregate queries (bookings included) over the whole fleet, whatever its size or the number of viewers."""
     return FleetVersions(layouts=_pool_versions(), tenants=_tenant_versions())
 
 

@@ -26,7 +26,17 @@ from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.models import Allocation
 from allocations.placement import PoolBusy
-from allocations.services import compaction, leases, moves, outbox, preshaping, provisioning, reclaim, requeue
+from allocations.services import (
+    bookings,
+    compaction,
+    leases,
+    moves,
+    outbox,
+    preshaping,
+    provisioning,
+    reclaim,
+    requeue,
+)
 from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
@@ -192,6 +202,12 @@ def notify_move_task(move_id: int, phase: str) -> None:
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
 def compact_pools_task() -> None:
     compaction.compact_pools()
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def run_due_bookings_task() -> None:
+    """Bookings (issue 15): start those whose window began, settle those whose request is over. Idempotent."""
+    bookings.run_due_bookings()
 
 
 # The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, compaction_page, dashboard, views, workload_views
+from allocations import booking_views, cluster_page, compaction_page, dashboard, views, workload_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -47,4 +47,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     # Compaction (issue 14): preview and apply.
     path("manage/pools/<int:pool_id>/compaction/", compaction_page.pool_compaction, name="manage-pool-compaction"),
+    # Bookings (issue 15).
+    path("bookings/", booking_views.booking_list, name="bookings"),
+    path("bookings/new/", booking_views.booking_new, name="booking-new"),
+    path("bookings/<int:booking_id>/approve/", booking_views.booking_approve, name="booking-approve"),
+    path("bookings/<int:booking_id>/reject/", booking_views.booking_reject, name="booking-reject"),
+    path("bookings/<int:booking_id>/cancel/", booking_views.booking_cancel, name="booking-cancel"),
+    path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
 ]

@@ -97,6 +97,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.compact_pools_task",
         "schedule": float(settings.FATIA_COMPACTION_INTERVAL_S),
     },
+    # Bookings (issue 15, allocations/services/bookings.py): made into requests at their start, settled at the end.
+    "run-due-bookings": {
+        "task": "allocations.tasks.run_due_bookings_task",
+        "schedule": 30.0,
+    },
     # Node agents (allocations/nodeagent/): freshness, hourly history from minutes, retention.
     "mark-silent-agents": {
         "task": "allocations.nodeagent.tasks.mark_silent_agents_task",

@@ -626,3 +626,10 @@ FATIA_BROKER_VISIBILITY_TIMEOUTS = broker.parse_visibility_timeouts(
 # move restarts a movable request's pods.
 FATIA_COMPACTION_INTERVAL_S = env_int("FATIA_COMPACTION_INTERVAL_S", 600)
 FATIA_COMPACTION_MAX_MOVES = env_int("FATIA_COMPACTION_MAX_MOVES", 4)
+
+# --- Bookings (session 7, package `booking`; allocations/services/bookings.py, docs/bookings.md) ---------------------
+# How far ahead a booking may start.
+FATIA_BOOKING_HORIZON_DAYS = env_int("FATIA_BOOKING_HORIZON_DAYS", 90)
+# At a booking's start, while leases past their end still hold slots (the expiry beat frees them within a minute), the
+# booking waits this long for its room before it fails.
+FATIA_BOOKING_START_GRACE_S = env_int("FATIA_BOOKING_START_GRACE_S", 300)

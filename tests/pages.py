@@ -4,9 +4,13 @@ tests/web/test_table_labels.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, SlicePlacement
+from allocations.services.bookings import request_booking
 from tenants.services import create_api_token
 from tests.conftest import World
 
@@ -50,6 +54,18 @@ def seed(world: World) -> Ids:
     )
     for user in (world.alice, world.mallory, world.root):
         create_api_token(user=user, name="ci-pipeline-nightly-benchmarks", scope="write", expires_at=None, actor=user)
+    # Bookings (issue 15): one pending, from tomorrow for a day, on the bookings pages and this week's calendar.
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    request_booking(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="3g.40gb",
+        count=2,
+        starts_at=start,
+        ends_at=start + timedelta(hours=26),
+        purpose="Workshop on fine-tuning with a long description",
+        actor=world.alice,
+    )
     node = SlicePlacement.objects.filter(allocation=active).values_list("gpu__node_id", flat=True).first()
     assert node is not None
     return Ids(active=active.pk, pending=pending.pk, node=node)
@@ -66,6 +82,8 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
         ("node-slots", f"/dashboard/nodes/{ids.node}/"),
         ("usage", "/dashboard/usage/"),
         ("tokens", "/tokens/"),
+        ("bookings", "/bookings/"),
+        ("new-booking", "/bookings/new/"),
     ]
     if who in ("mallory", "root"):
         pages.append(("approvals", "/approvals/"))
@@ -78,5 +96,6 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
             ("admin-quotas", "/manage/quotas/"),
             ("admin-quota-changes", "/manage/quota-changes/"),
             ("admin-audit-log", "/manage/audit/"),
+            ("admin-booking-calendar", "/manage/bookings/"),
         ]
     return pages

@@ -8,19 +8,22 @@ it was; the last test fails when a route is added to the API without a row here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.urls import resolve
+from django.utils import timezone
 
 from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.mig.reconfig import Operation
-from allocations.models import Allocation, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
+from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
 from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
 from allocations.nodeagent.commands import queue_agent_commands
 from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
 from allocations.nodeagent.services import issue_agent_credential
+from allocations.services.bookings import request_booking
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
 from tenants.services import create_api_token
@@ -44,6 +47,7 @@ class Ids:
     mapping: int
     agent_credential: int
     agent_command: int
+    booking: int
 
 
 def objects(world: World) -> Ids:
@@ -96,6 +100,7 @@ def objects(world: World) -> Ids:
     (command,) = queue_agent_commands(
         node_id=node.pk, gpu_index=0, operations=[Operation("create", "1g.10gb", 0)], batch_key="matrix"
     )
+    booking = request_booking(**booking_fields(world), actor=world.alice)  # past the policy: pending
     return Ids(
         tenant=world.tenant_a.pk,
         membership=Membership.objects.get(user=world.alice).pk,
@@ -110,6 +115,7 @@ def objects(world: World) -> Ids:
         mapping=mapping.pk,
         agent_credential=credential.pk,
         agent_command=command.pk,
+        booking=booking.pk,
     )
 
 
@@ -129,7 +135,21 @@ def snapshot() -> tuple[Any, ...]:
         list(AgentCredential.objects.order_by("pk").values_list("pk", "revoked_at")),
         AgentStatus.objects.count(),
         list(AgentCommand.objects.order_by("pk").values_list("pk", "status")),
+        list(Booking.objects.order_by("pk").values_list("pk", "status")),
     )
+
+
+def booking_fields(world: World) -> dict[str, Any]:
+    start = timezone.now().replace(second=0, microsecond=0) + timedelta(days=1)
+    return {
+        "tenant_id": world.tenant_a.pk,
+        "pool_id": world.pool.pk,
+        "profile": "3g.40gb",
+        "count": 1,
+        "starts_at": start,
+        "ends_at": start + timedelta(hours=2),
+        "purpose": "workshop",
+    }
 
 
 def payload(world: World, name: str) -> dict[str, Any]:
@@ -158,6 +178,15 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "credential": {"node": "h100-node-1"},
         "idle": {"enabled": True, "idle_after_minutes": 60, "idle_grace_minutes": 30},
         "move-plan": {"pool": pool},
+        "booking": {
+            "tenant": a,
+            "pool": pool,
+            "profile": "1g.10gb",
+            "count": 1,
+            "starts_at": booking_fields(world)["starts_at"].isoformat(),
+            "ends_at": booking_fields(world)["ends_at"].isoformat(),
+            "purpose": "workshop",
+        },
         "none": {},
     }[name]
 
@@ -241,6 +270,13 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/allocations/{active}/manifests/", "none", (400, 400, 404, 401)),
     ("post", "/api/v1/allocations/{active}/attach/", "none", (400, 400, 404, 401)),
     ("get", "/api/v1/advice/", "none", (400, 400, 400, 401)),
+    # Bookings (issue 15): charlie cannot name tenant A (400), nor see its booking (404).
+    ("get", "/api/v1/bookings/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/bookings/", "booking", (201, 201, 400, 401)),
+    ("get", "/api/v1/bookings/{booking}/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/bookings/{booking}/approve/", "reason", (403, 200, 404, 401)),
+    ("post", "/api/v1/bookings/{booking}/reject/", "reason", (403, 200, 404, 401)),
+    ("post", "/api/v1/bookings/{booking}/cancel/", "none", (200, 200, 404, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

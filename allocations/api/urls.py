@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework.routers import SimpleRouter
 
 from allocations.api import compaction, views, workloads
+from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="pool")
@@ -16,5 +17,7 @@ router.register("allocations", workloads.WorkloadViewSet, basename="allocation-w
 router.register("advice", workloads.AdviceViewSet, basename="advice")
 # Compaction (issue 14): platform admins only.
 router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
+# Bookings (issue 15).
+router.register("bookings", BookingViewSet, basename="booking")
 
 urlpatterns = router.urls

@@ -74,7 +74,8 @@ def activate_from_cluster(*, allocation_id: int, result: kube.ClaimAllocation) -
     now = timezone.now()
     allocation.status = Status.ACTIVE
     allocation.activated_at = now
-    allocation.lease_expires_at = now + timedelta(hours=allocation.lease_hours)
+    # A booking's request comes with its lease end set (the window's end); others start their lease now.
+    allocation.lease_expires_at = allocation.lease_expires_at or now + timedelta(hours=allocation.lease_hours)
     allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."
     allocation.save(update_fields=["status", "activated_at", "lease_expires_at", "status_message", "updated_at"])
     if differences:

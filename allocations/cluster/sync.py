@@ -27,6 +27,7 @@ from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
+from allocations.services.booking_window import request_squeezes_booking
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -91,6 +92,10 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
                 "the quota was given back. Try fewer slices or a smaller profile."
             ),
         )
+    # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
+    squeezed = request_squeezes_booking(pool=pool, allocation=allocation, slices=slices)
+    if squeezed is not None:
+        return mark_allocation_failed(allocation_id=allocation_id, reason=squeezed)
     start_claiming(
         allocation=allocation,
         slices=slices,

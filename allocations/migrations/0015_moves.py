@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("allocations", "0013_session7_contract"),
+        ("allocations", "0014_bookings"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.models import Allocation, LeaseExtension, Notification
+from allocations.services.booking_guard import booking_in_the_way
 from allocations.services.locks import lock_allocation, lock_lease_extension
 from allocations.services.notifications import notify_users, tenant_manager_ids
 from allocations.services.outbox import enqueue_task
@@ -40,13 +41,18 @@ def _lease_fields(allocation: Allocation) -> dict[str, Any]:
 
 
 def _check_hours(allocation: Allocation, hours: int) -> int:
-    """The whole lease after adding `hours`; InvalidInput when it passes the tenant's maximum."""
+    """The whole lease after adding `hours`; InvalidInput when it passes the tenant's maximum, or when the longer
+    lease would take a booking's room (services/booking_guard.py; locks the pool after the allocation)."""
     total = allocation.lease_hours + hours
     maximum = allocation.tenant.max_lease_hours
     if hours < 1 or total > maximum:
         raise InvalidInput(
             {"hours": [f"The whole lease may be at most {maximum} hours ({allocation.lease_hours} used so far)."]}
         )
+    if allocation.lease_expires_at is not None:
+        booked = booking_in_the_way(allocation=allocation, new_end=allocation.lease_expires_at + timedelta(hours=hours))
+        if booked is not None:
+            raise InvalidInput({"hours": [booked]})
     return total
 
 

@@ -12,7 +12,7 @@ waited for the quota row: a deadlock (issue 9).
 
 from __future__ import annotations
 
-from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Quota, QuotaChangeRequest
 
 
 def lock_allocation(*, allocation_id: int) -> Allocation:
@@ -48,3 +48,10 @@ def lock_pool(*, pool_id: int) -> NodePool:
 def lock_lease_extension(*, extension_id: int) -> LeaseExtension:
     """Lock one lease extension. Callers hold its allocation's lock first (allocation, then extension)."""
     return LeaseExtension.objects.select_for_update(no_key=True, of=("self",)).get(pk=extension_id)
+
+
+def lock_booking(*, booking_id: int) -> Booking:
+    """Lock one booking. A booking comes first, like an allocation: booking, then pool, then quota."""
+    return (
+        Booking.objects.select_for_update(no_key=True, of=("self",)).select_related("tenant", "pool").get(pk=booking_id)
+    )

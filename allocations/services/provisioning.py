@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
+from allocations.services.booking_window import request_squeezes_booking
 from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
@@ -69,6 +70,14 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         what = f"{allocation.count} x {allocation.profile}"
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
+    # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
+    squeezed = (
+        request_squeezes_booking(pool=pool, allocation=allocation, slices=slices)
+        if slices and not pool.is_shared
+        else None
+    )
+    if squeezed is not None:
+        return fail_locked_allocation(allocation, squeezed)
     if slices is None:
         return fail_locked_allocation(
             allocation,
@@ -80,7 +89,8 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     allocation.status = Status.ACTIVE
     allocation.claim_name = allocation.kube_claim_names[0]
     allocation.activated_at = now
-    allocation.lease_expires_at = now + timedelta(hours=allocation.lease_hours)
+    # A booking's request comes with its lease end set (the window's end); others start their lease now.
+    allocation.lease_expires_at = allocation.lease_expires_at or now + timedelta(hours=allocation.lease_hours)
     allocation.status_message = "Active. Put the claim name in your pod spec's resourceClaims."
     allocation.save(
         update_fields=["status", "claim_name", "activated_at", "lease_expires_at", "status_message", "updated_at"]

@@ -1,0 +1,130 @@
+"""Booking pages (issue 15): the form, "my bookings" (with the manager's pending ones), and the admin's week
+calendar per pool. Thin: read through booking_selectors, change through services/bookings.py."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from allocations import booking_selectors, selectors
+from allocations.booking_forms import BookingForm
+from allocations.models import Booking
+from allocations.services import bookings
+from tenants.errors import DomainError, InvalidInput, NotAllowed
+from tenants.forms import add_service_errors
+from tenants.views import signed_in_user, staff_required
+
+
+@login_required
+@require_GET
+def booking_list(request: HttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
+    return render(
+        request,
+        "allocations/bookings.html",
+        {
+            "bookings": booking_selectors.bookings_for_user(user)[:200],
+            "to_decide": booking_selectors.bookings_to_decide(user),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def booking_new(request: HttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
+    tenants = selectors.request_form_tenants(user)
+    pools = booking_selectors.booking_form_pools()
+    form = BookingForm(request.POST or None, tenants=tenants, pools=pools)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            booking = bookings.request_booking(
+                tenant_id=data["tenant"].pk,
+                pool_id=data["pool"].pk,
+                profile=data["profile"],
+                count=data["count"],
+                starts_at=data["starts_at"],
+                ends_at=data["ends_at"],
+                purpose=data["purpose"],
+                actor=user,
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            messages.success(request, f"Booking #{booking.pk}: {booking.status_message}")
+            return redirect("bookings")
+    return render(
+        request,
+        "allocations/booking_new.html",
+        {"form": form, "has_tenants": tenants.exists(), "has_pools": pools.exists()},
+    )
+
+
+def _booking_action(request: HttpRequest, booking_id: int, verb: str) -> HttpResponse:
+    user = signed_in_user(request)
+    if not Booking.objects.for_user(user).filter(pk=booking_id).exists():
+        raise Http404("No such booking.")
+    reason = request.POST.get("reason", "")
+    try:
+        if verb == "approve":
+            booking = bookings.approve_booking(booking_id=booking_id, actor=user, reason=reason)
+        elif verb == "reject":
+            booking = bookings.reject_booking(booking_id=booking_id, actor=user, reason=reason)
+        else:
+            booking = bookings.cancel_booking(booking_id=booking_id, actor=user, reason=reason)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        messages.error(request, f"Booking #{booking_id}: {exc.message}")
+    else:
+        messages.success(request, f"Booking #{booking.pk} is {booking.get_status_display().lower()}.")
+    return redirect("bookings")
+
+
+@login_required
+@require_POST
+def booking_approve(request: HttpRequest, booking_id: int) -> HttpResponse:
+    return _booking_action(request, booking_id, "approve")
+
+
+@login_required
+@require_POST
+def booking_reject(request: HttpRequest, booking_id: int) -> HttpResponse:
+    return _booking_action(request, booking_id, "reject")
+
+
+@login_required
+@require_POST
+def booking_cancel(request: HttpRequest, booking_id: int) -> HttpResponse:
+    return _booking_action(request, booking_id, "cancel")
+
+
+@login_required
+@staff_required
+@require_GET
+def booking_calendar(request: HttpRequest) -> HttpResponse:
+    """A week of one pool's bookings (?pool=<id>&week=YYYY-MM-DD, any day of the week). Platform admins."""
+    pools = list(booking_selectors.booking_form_pools())
+    wanted = request.GET.get("pool", "")
+    pool = next((p for p in pools if str(p.pk) == wanted), pools[0] if pools else None)
+    try:
+        day = date.fromisoformat(request.GET["week"]) if request.GET.get("week") else timezone.now().date()
+    except ValueError:
+        messages.error(request, "The week must be a date like 2026-12-07; showing this week.")
+        day = timezone.now().date()
+    week = booking_selectors.pool_week(pool, booking_selectors.monday_of(day)) if pool is not None else None
+    return render(
+        request,
+        "allocations/booking_calendar.html",
+        {"pools": pools, "pool": pool, "week": week},
+    )

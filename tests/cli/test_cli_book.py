@@ -1,0 +1,129 @@
+"""`fatia book create|list|cancel` (issue 15) against a live server: output, and exit codes 0, 1 (the portal
+refused: over quota, no room) and 2 (bad arguments)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from allocations.cli import main
+from allocations.models import Booking
+from tenants.services import create_api_token
+from tests.conftest import World
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    alice: str
+    charlie: str
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Its own config file and none of the caller's FATIA_* or proxy settings (as in test_cli.py)."""
+    path = tmp_path / "fatia" / "config.json"
+    monkeypatch.setenv("FATIA_CONFIG", str(path))
+    for name in ("FATIA_URL", "FATIA_TOKEN", "FATIA_TIMEOUT", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+@pytest.fixture
+def server(transactional_db: None, live_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("FATIA_URL", live_server.url)
+    return str(live_server.url)
+
+
+@pytest.fixture
+def tokens(world: World) -> Tokens:
+    def token(user: Any) -> str:
+        _, raw = create_api_token(user=user, name=f"{user.username}-book", scope="write", expires_at=None, actor=user)
+        return raw
+
+    return Tokens(alice=token(world.alice), charlie=token(world.charlie))
+
+
+@pytest.fixture
+def fatia(capsys: pytest.CaptureFixture[str], server: str) -> Callable[..., Outcome]:
+    def run(token: str, *argv: str) -> Outcome:
+        capsys.readouterr()
+        code = main(["--token", token, *argv])
+        out, err = capsys.readouterr()
+        # Only the CLI's own line: the live server's thread may log a refused request to stderr meanwhile.
+        return Outcome(code, out, "".join(line for line in err.splitlines(True) if line.startswith("fatia")))
+
+    return run
+
+
+def at(hours: float) -> str:
+    moment = (datetime.now(UTC) + timedelta(hours=hours)).replace(second=0, microsecond=0)
+    return moment.strftime("%Y-%m-%dT%H:%M")
+
+
+def create(profile: str = "1g.10gb", start: float = 24, end: float = 28, count: str = "1") -> list[str]:
+    return [
+        "book", "create", "--pool", "h100", "--profile", profile, "--count", count,
+        "--start", at(start), "--end", at(end), "--purpose", "workshop",
+    ]  # fmt: skip
+
+
+def test_book_create_list_and_cancel(world: World, tokens: Tokens, fatia):
+    created = fatia(tokens.alice, *create())
+    booking = Booking.objects.get()
+    assert created.code == 0, created.err
+    assert created.out.startswith(f"Booking #{booking.pk}: approved - 1x 1g.10gb in h100 for Team A, ")
+    listed = fatia(tokens.alice, "book", "list")
+    assert listed.code == 0
+    assert listed.out.splitlines()[0].split() == [
+        "ID",
+        "STATUS",
+        "TENANT",
+        "POOL",
+        "PROFILE",
+        "COUNT",
+        "STARTS",
+        "ENDS",
+        "BY",
+    ]
+    assert listed.out.splitlines()[1].split()[:2] == [str(booking.pk), "approved"]
+    cancelled = fatia(tokens.alice, "book", "cancel", str(booking.pk), "--reason", "moved")
+    assert (cancelled.code, Booking.objects.get().status) == (0, "cancelled")
+    assert fatia(tokens.alice, "--json", "book", "list").json()[0]["status"] == "cancelled"
+
+
+def test_a_booking_over_quota_exits_1_with_the_message(world: World, tokens: Tokens, fatia):
+    assert fatia(tokens.alice, *create(profile="7g.80gb", count="2")).code == 0
+    refused = fatia(tokens.alice, *create(start=25, end=26))
+    assert refused.code == 1
+    assert refused.err.startswith("fatia: error: count: Over the tenant's quota in H100 pool at ")
+    assert refused.err.rstrip().endswith("(HTTP 400)")
+    assert Booking.objects.count() == 1
+
+
+def test_bad_times_exit_2_and_another_tenants_booking_is_not_found(world: World, tokens: Tokens, fatia):
+    bad = fatia(tokens.alice, "book", "create", "--pool", "h100", "--profile", "1g.10gb", "--count", "1",
+                "--start", "tomorrow", "--end", at(3), "--purpose", "x")  # fmt: skip
+    assert bad.code == 2
+    assert "is not a date and time like 2026-12-03T09:00" in bad.err
+    assert fatia(tokens.alice, *create()).code == 0
+    booking = Booking.objects.get()
+    missing = fatia(tokens.charlie, "book", "cancel", str(booking.pk))
+    assert missing == Outcome(1, "", f"fatia: error: Booking {booking.pk} not found. (HTTP 404)\n")

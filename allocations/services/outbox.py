@@ -14,6 +14,7 @@ Tasks are named, never imported: services do not import tasks.py (the import wou
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,7 +89,10 @@ def _task(name: str) -> Any:
     """The registered task by name. `apply_async` (not `send_task`) so the demo's embedded worker runs it eagerly."""
     app = current_app
     if name not in app.tasks:
-        app.loader.import_default_modules()  # the web process has not imported the task modules yet
+        # The web process has not imported the task modules yet: import the one module the name is in.
+        # (Not `app.loader.import_default_modules()`: its Django fix-up runs django.setup() again, which rebuilds
+        # the logging handlers in the middle of a request, bound to whatever sys.stderr is at that moment.)
+        importlib.import_module(name.rpartition(".")[0])
     return app.tasks[name]
 
 

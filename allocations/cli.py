@@ -7,6 +7,7 @@ installed: no Django import here or in anything it imports.
     fatia request --pool h100 --profile 1g.10gb --count 2 --lease-hours 8 --purpose "fine-tune"
     fatia list --status pending --status approved
     fatia --json show 12 | jq .status
+    fatia queue --mine
 
 Where the server and token come from, first match wins: --url/--token, then FATIA_URL/FATIA_TOKEN,
 then the config file that `fatia login` writes ($FATIA_CONFIG or ~/.config/fatia/config.json,
@@ -884,6 +885,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("reject", cmd_reject, "reject a pending request (tenant managers)")
     sub.add_argument("id", type=_positive_int)
     sub.add_argument("--reason", required=True, help="why; the requester sees it")
+
+    from allocations import cli_queue  # here, not at the top: it imports this module
+
+    cli_queue.add_commands(command)
 
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")

@@ -265,7 +265,7 @@ def search_allocations(user: User, text: str) -> list[Allocation]:
 # Shapes for the browser pages.
 
 Status = Allocation.Status
-RELEASABLE = (Status.PENDING, Status.APPROVED, Status.PROVISIONING, Status.ACTIVE)
+RELEASABLE = (Status.PENDING, Status.APPROVED, Status.QUEUED, Status.PROVISIONING, Status.ACTIVE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import cluster_page, dashboard, views
+from allocations import cluster_page, dashboard, queue_page, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -39,4 +39,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("manage/quota-changes/<int:change_id>/reject/", views.quota_change_reject, name="manage-quota-change-reject"),
     path("manage/cluster-check/", cluster_page.cluster_check, name="manage-cluster-check"),
+    # The queue (issue 15): allocations/queue_page.py.
+    path("requests/<int:allocation_id>/priority/", queue_page.request_priority, name="request-priority"),
 ]

@@ -603,3 +603,12 @@ FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
 # A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
 # same one restarted under another name); the apply skips samples already applied.
 FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)
+
+# --- queue (session 7, package `queue`; issue 15: waiting instead of failing; docs/queue.md) ------------------------
+# Fair order across tenants decays each tenant's usage of a pool with this half-life (Kueue's admission fair sharing,
+# usageHalfLifeTime): usage H ago counts half, 2H ago a quarter.
+FATIA_QUEUE_HALF_LIFE_S = env_int("FATIA_QUEUE_HALF_LIFE_S", 4 * 3600)
+# Starvation bound: the first queued request in order that has waited this long gets a node reserved for it.
+FATIA_QUEUE_RESERVE_AFTER_S = env_int("FATIA_QUEUE_RESERVE_AFTER_S", 3600)
+# The slow safety sweep of every pool's queue (admission itself follows releases, expiries and new nodes).
+FATIA_QUEUE_SWEEP_S = env_int("FATIA_QUEUE_SWEEP_S", 300)

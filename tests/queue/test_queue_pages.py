@@ -1,0 +1,74 @@
+"""The queue in the browser pages, server side: the request page's queue card, the priority form (bad input is a
+friendly message, never a 500), and queued demand beside fits-now on the dashboard."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from allocations.models import Allocation
+from tests.conftest import World
+from tests.queue.helpers import ask, small_pool
+
+
+def browser(user) -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def test_the_request_page_shows_position_and_estimated_start(world: World):
+    # given: Team A's 4g.40gb queued behind Team B's whole GPU, whose lease ends in 2 hours
+    pool = small_pool(world)
+    ask(world, pool, "7g.80gb", b=True, lease_hours=2)
+    waiting = ask(world, pool, "4g.40gb")
+    # when
+    page = browser(world.alice).get(f"/requests/{waiting.pk}/").content.decode()
+    # then
+    assert 'id="queue-position">Position <strong>1</strong> of 1 in Queue pool q1' in page
+    assert "Estimated start: <time" in page
+    # and: a member has no priority form; a manager has
+    assert 'name="priority"' not in page
+    assert 'name="priority"' in browser(world.mallory).get(f"/requests/{waiting.pk}/").content.decode()
+
+
+def test_the_priority_form_answers_bad_input_with_a_message_and_refuses_members(world: World):
+    pool = small_pool(world)
+    ask(world, pool, "7g.80gb", b=True)
+    waiting = ask(world, pool, "4g.40gb")
+    manager = browser(world.mallory)
+    # when: a bad value
+    response = manager.post(f"/requests/{waiting.pk}/priority/", {"priority": "soon"}, follow=True)
+    # then: the page again, with the message, nothing changed
+    assert response.status_code == 200
+    assert "Enter a whole number." in response.content.decode()
+    response = manager.post(f"/requests/{waiting.pk}/priority/", {"priority": "500"}, follow=True)
+    assert "Ensure this value is less than or equal to 100." in response.content.decode()
+    waiting.refresh_from_db()
+    assert waiting.priority == 0
+    # when: a member posts
+    assert browser(world.alice).post(f"/requests/{waiting.pk}/priority/", {"priority": "5"}).status_code == 403
+    # and: another tenant's member
+    assert browser(world.charlie).post(f"/requests/{waiting.pk}/priority/", {"priority": "5"}).status_code == 404
+    # when: the manager sets it
+    response = manager.post(f"/requests/{waiting.pk}/priority/", {"priority": "7"}, follow=True)
+    assert f"Request #{waiting.pk} now has priority 7." in response.content.decode()
+    waiting.refresh_from_db()
+    assert waiting.priority == 7
+
+
+def test_the_dashboard_shows_queued_demand_per_profile_next_to_fits_now(world: World):
+    pool = small_pool(world)
+    ask(world, pool, "4g.40gb", b=True)
+    waiting = [ask(world, pool, "4g.40gb") for _ in range(2)]
+    assert {a.status for a in waiting} == {Allocation.Status.QUEUED}
+    page = browser(world.alice).get(f"/dashboard/?pool={pool.pk}").content.decode()
+
+    def row(profile: str, fits: int, queued: int) -> str:
+        return (
+            f'<tr data-profile="{profile}"><th scope="row">{profile}</th><td class="num">{fits}</td>'
+            f'<td class="num" data-queued>{queued}</td>'
+        )
+
+    # then: the 3g.40gb still fits beside Team B's 4g.40gb, and two 4g.40gb wait
+    assert row("4g.40gb", 0, 2) in page
+    assert row("3g.40gb", 1, 0) in page

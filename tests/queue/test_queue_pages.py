@@ -6,8 +6,10 @@ from __future__ import annotations
 from django.test import Client
 
 from allocations.models import Allocation
+from allocations.services.queue import admit_queued
+from allocations.services.queue_priority import set_allocation_priority
 from tests.conftest import World
-from tests.queue.helpers import ask, small_pool
+from tests.queue.helpers import ask, release, small_pool
 
 
 def browser(user) -> Client:
@@ -72,3 +74,19 @@ def test_the_dashboard_shows_queued_demand_per_profile_next_to_fits_now(world: W
     # then: the 3g.40gb still fits beside Team B's 4g.40gb, and two 4g.40gb wait
     assert row("4g.40gb", 0, 2) in page
     assert row("3g.40gb", 1, 0) in page
+
+
+def test_the_timeline_tells_queueing_priority_and_admission_in_words(world: World):
+    # given: a queued request, reordered by the manager, then admitted when the GPU is released
+    pool = small_pool(world)
+    whole = ask(world, pool, "7g.80gb", b=True)
+    waiting = ask(world, pool, "4g.40gb")
+    set_allocation_priority(allocation_id=waiting.pk, priority=3, actor=world.mallory)
+    release(world, whole)
+    admit_queued(pool_id=pool.pk)
+    # when
+    page = browser(world.alice).get(f"/requests/{waiting.pk}/").content.decode()
+    # then
+    assert "No free layout fits it yet: it waits in the pool&#x27;s queue, its quota held" in page
+    assert "mallory set its priority in the tenant&#x27;s queue from 0 to 3" in page
+    assert "Admitted from the queue after 0 s" in page or "Admitted from the queue after 1 s" in page

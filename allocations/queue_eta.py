@@ -65,6 +65,13 @@ def _free(fleet: Fleet, owner: str) -> None:
         gpu.instances = [i for i in gpu.instances if i.owner != owner]
 
 
+def fits_when_empty(fleet: Fleet, *, profile: str, count: int, pool: str) -> bool:
+    """Whether `count` x `profile` fits the fleet's GPUs with nothing on them: a request that does not can never
+    be admitted, whatever ends (it needs more GPUs on one node than any node has)."""
+    empty = Fleet([Node(n.name, [Gpu(g.node, g.index, g.model, []) for g in n.gpus], n.pool) for n in fleet.nodes])
+    return choose_placement(empty, PlacementRequest(profile=profile, count=count, pool=pool), "first-fit") is not None
+
+
 def estimate_starts(
     fleet: Fleet,
     *,

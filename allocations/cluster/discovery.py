@@ -39,7 +39,7 @@ from allocations.cluster.published import Figures, Published, PublishedGpu, mig_
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import ClaimedDevice, Gpu, GpuFigures, Node, NodePool, SlicePlacement
 from allocations.services.locks import lock_pool
-from allocations.services.queue_entry import request_admission
+from allocations.services.queue_trigger import request_admission
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)

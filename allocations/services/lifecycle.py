@@ -12,7 +12,7 @@ from django.utils import timezone
 from allocations.models import Allocation, SlicePlacement
 from allocations.placement import PlannedSlice
 from allocations.services.locks import lock_allocation
-from allocations.services.queue_entry import request_admission
+from allocations.services.queue_trigger import request_admission
 from allocations.services.quotas import free_quota
 from tenants.services import record_audit_event
 

@@ -14,7 +14,7 @@ from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import Allocation, Gpu, Node, NodePool, default_tolerations
 from allocations.services.locks import lock_pool
-from allocations.services.queue_entry import request_admission
+from allocations.services.queue_trigger import request_admission
 from allocations.services.shared_pools import (
     checked_kind,
     checked_shared_model,

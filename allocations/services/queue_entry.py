@@ -1,4 +1,4 @@
-"""A request joins its pool's queue, and room that frees up asks for an admission pass (issue 15).
+"""A request joins its pool's queue (issue 15), or fails when no layout of the pool could ever hold it.
 
 Kept apart from the admission pass (services/queue.py) because the provisioning backends call in here at their
 "no room" point, while the admission pass calls those backends: one direction of import each.
@@ -9,18 +9,26 @@ from __future__ import annotations
 from django.utils import timezone
 
 from allocations.models import Allocation, NodePool
-from allocations.services.outbox import enqueue_task
+from allocations.placement import read_pool
+from allocations.queue_eta import fits_when_empty
+from allocations.services.lifecycle import fail_locked_allocation
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
-
-ADMIT_TASK = "allocations.tasks.admit_queued_task"
 
 
 def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> Allocation:
     """APPROVED -> QUEUED: no layout of the pool fits the request now. The quota stays held (docs/queue.md), so
     admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
-    after a failed admission keeps its place). The caller holds the allocation's and the pool's locks."""
+    after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
+    free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
+    locks."""
+    if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
+        return fail_locked_allocation(
+            allocation,
+            f"{pool.name} cannot hold {what} even with every GPU free; the quota was given back. "
+            "Try fewer slices or a smaller profile.",
+        )
     previous = allocation.status
     allocation.status = Status.QUEUED
     allocation.queued_at = allocation.queued_at or timezone.now()
@@ -38,13 +46,3 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> 
         after={"status": Status.QUEUED, "pool": pool.slug},
     )
     return allocation
-
-
-def request_admission(*, pool_id: int) -> bool:
-    """Room may have freed up in the pool: when requests wait there, queue one admission pass through the outbox
-    (sent after commit; the task is idempotent, so two passes for one release admit nothing twice). True when
-    one was queued. A request that joins the queue while this commits is caught by the beat's safety sweep."""
-    if not Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).exists():
-        return False
-    enqueue_task(ADMIT_TASK, pool_id)
-    return True

@@ -274,3 +274,27 @@ def test_the_safety_sweep_admits_room_freed_without_an_event(world: World):
     # then
     waiting.refresh_from_db()
     assert waiting.status == Status.ACTIVE
+
+
+def test_a_request_no_layout_of_the_pool_could_ever_hold_fails_instead_of_waiting_for_ever(world: World):
+    # given: one node with one GPU, and a request for two whole GPUs on one node, approved by the manager
+    pool = small_pool(world)
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=pool.pk,
+        profile="7g.80gb",
+        count=2,
+        lease_hours=8,
+        purpose="too big",
+        actor=world.alice,
+    )
+    services.approve_allocation(allocation_id=allocation.pk, actor=world.mallory)
+    # when
+    failed = services.provision_allocation(allocation_id=allocation.pk)
+    # then: failed with why, the quota given back
+    assert failed.status == Status.FAILED
+    assert failed.status_message == (
+        "Queue pool q1 cannot hold 2 x 7g.80gb even with every GPU free; the quota was given back. "
+        "Try fewer slices or a smaller profile."
+    )
+    assert used(world, pool) == (0, 0)

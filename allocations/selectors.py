@@ -794,7 +794,20 @@ def _pool_versions() -> dict[int, str]:
         .order_by()
     ):
         parts.setdefault(row["gpu__node__pool_id"], []).append(f"o{row['n']}:{row['s']}:{row['q']}")
+    # The queue (issue 15): its length and last change (joined, admitted, withdrawn, reordered), no owner: every
+    # viewer's pool card shows queued demand per profile, and positions move with other tenants' requests.
+    for row in _queue_versions():
+        parts.setdefault(row["pool_id"], []).append(f"w{row['n']}:{row['m'].isoformat() if row['m'] else ''}")
     return {pool_id: _digest(*p) for pool_id, p in parts.items()}
+
+
+def _queue_versions() -> QuerySet[Allocation, dict[str, Any]]:
+    return (
+        Allocation.objects.filter(status=Allocation.Status.QUEUED)
+        .values("pool_id")
+        .annotate(n=Count("pk"), m=Max("updated_at"))
+        .order_by()
+    )
 
 
 def _tenant_versions() -> dict[int, dict[int, str]]:
@@ -840,7 +853,7 @@ class FleetVersions:
 
 
 def fleet_versions() -> FleetVersions:
-    """Four aggregate queries over the whole fleet, whatever its size or the number of viewers."""
+    """Five aggregate queries over the whole fleet, whatever its size or the number of viewers."""
     return FleetVersions(layouts=_pool_versions(), tenants=_tenant_versions())
 
 

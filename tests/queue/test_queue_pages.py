@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.test import Client
 
 from allocations.models import Allocation
+from allocations.selectors import dashboard_versions
 from allocations.services.queue import admit_queued
 from allocations.services.queue_priority import set_allocation_priority
 from tests.conftest import World
@@ -90,3 +91,21 @@ def test_the_timeline_tells_queueing_priority_and_admission_in_words(world: Worl
     assert "No free layout fits it yet: it waits in the pool&#x27;s queue, its quota held" in page
     assert "mallory set its priority in the tenant&#x27;s queue from 0 to 3" in page
     assert "Admitted from the queue after 0 s" in page or "Admitted from the queue after 1 s" in page
+
+
+def test_the_live_stream_tells_every_viewer_of_the_pool_when_its_queue_changes(world: World):
+    # given: Team B holds the GPU
+    pool = small_pool(world)
+    whole = ask(world, pool, "7g.80gb", b=True)
+    before = dashboard_versions(world.alice)
+    # when: Team B queues a request (no slot changes)
+    waiting = ask(world, pool, "1g.10gb", b=True)
+    queued = dashboard_versions(world.alice)
+    # then: alice's view of the pool changes (its card shows queued demand; positions moved), not her requests
+    assert queued.pools[pool.pk] != before.pools[pool.pk]
+    assert queued.requests == before.requests
+    # when: the GPU is released and the request admitted
+    release(world, whole)
+    assert [a.pk for a in admit_queued(pool_id=pool.pk)] == [waiting.pk]
+    # then: the pool's version moves again
+    assert dashboard_versions(world.alice).pools[pool.pk] != queued.pools[pool.pk]

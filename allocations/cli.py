@@ -597,6 +597,8 @@ def claim_hint(a: JsonObject) -> str:
             f"  Claim {a['claim_name']} in namespace {a.get('namespace') or '-'}: run your pod in that namespace "
             f"with spec.resourceClaims[].resourceClaimName: {a['claim_name']}"
         )
+    if a.get("status") == "queued":
+        return "  It waits in the pool's queue; `fatia queue --mine` shows its position and estimated start."
     if a.get("status") in ("pending", "approved", "provisioning"):
         return f"  Once it is active, `fatia show {a['id']}` prints the claim name and namespace for your pod spec."
     return "  It has no claim to use."

@@ -66,6 +66,7 @@ def outcome_message(allocation: Allocation) -> str:
         Status.REJECTED: f"{n} is rejected.",
         Status.EXPIRED: f"{n} has expired: its lease ended.",
         Status.FAILED: f"{n} failed: {allocation.status_message}",
+        Status.QUEUED: f"{n} is approved and waits in the pool's queue for room.",
     }
     return texts.get(allocation.status, f"{n} is {allocation.get_status_display().lower()}.")
 

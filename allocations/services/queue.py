@@ -68,6 +68,8 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         transaction.savepoint_rollback(savepoint)
         return None
     transaction.savepoint_commit(savepoint)
+    if placed.status == Status.FAILED:
+        return None  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
     waited = (timezone.now() - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
     record_audit_event(
         actor=None,
@@ -77,7 +79,7 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         before={"status": Status.QUEUED},
         after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1)},
     )
-    if placed.status not in (Status.ACTIVE, Status.FAILED):
+    if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
     return placed
 

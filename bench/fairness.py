@@ -138,6 +138,7 @@ class Sim:
         self.backlog: list[deque[Req]] = [deque() for _ in TENANTS]
         self.charged = [0] * len(TENANTS)  # held + queued compute (quota use)
         self.held = [0] * len(TENANTS)  # held compute only (usage for fairness and utilisation)
+        self.peak_held = [0] * len(TENANTS)
         self.usage = [0.0] * len(TENANTS)  # decayed usage, at self.usage_at
         self.usage_at = 0.0
         self.queue: list[Req] = []
@@ -170,6 +171,7 @@ class Sim:
         r.where = [(s.node, s.gpu_index, s.start) for s in decision.slots]
         r.start = t
         self.held[r.tenant] += r.compute
+        self.peak_held[r.tenant] = max(self.peak_held[r.tenant], self.held[r.tenant])
         self.running[r.pk] = r
         self.push(t + r.run_s, "end", r.pk)
         return True

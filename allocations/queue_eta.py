@@ -67,7 +67,10 @@ def _free(fleet: Fleet, owner: str) -> None:
 
 def fits_when_empty(fleet: Fleet, *, profile: str, count: int, pool: str) -> bool:
     """Whether `count` x `profile` fits the fleet's GPUs with nothing on them: a request that does not can never
-    be admitted, whatever ends (it needs more GPUs on one node than any node has)."""
+    be admitted, whatever ends (it needs more GPUs on one node than any node has). A fleet with no ready GPU at
+    all (its nodes left or are not ready) says yes: a node that comes back may hold it."""
+    if not fleet.gpus():
+        return True
     empty = Fleet([Node(n.name, [Gpu(g.node, g.index, g.model, []) for g in n.gpus], n.pool) for n in fleet.nodes])
     return choose_placement(empty, PlacementRequest(profile=profile, count=count, pool=pool), "first-fit") is not None
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from allocations import services
-from allocations.models import Allocation, Quota
+from allocations.models import Allocation, Node, Quota
 from allocations.queue_reservation import Reservation, pool_reservation
 from allocations.queue_state import pool_queue, queued_in_order
 from allocations.services.lifecycle import mark_allocation_failed
@@ -298,3 +298,11 @@ def test_a_request_no_layout_of_the_pool_could_ever_hold_fails_instead_of_waitin
         "Try fewer slices or a smaller profile."
     )
     assert used(world, pool) == (0, 0)
+
+
+def test_a_pool_with_no_ready_node_queues_the_request_for_when_one_comes(world: World):
+    # given: the pool's only node is not ready
+    pool = small_pool(world)
+    Node.objects.filter(pool=pool).update(state=Node.State.GONE)
+    # when / then: the request waits (a node that comes back may hold it), it does not fail
+    assert ask(world, pool, "7g.80gb").status == Status.QUEUED

@@ -9,6 +9,7 @@ installed: no Django import here or in anything it imports.
     fatia --json show 12 | jq .status
     fatia book create --pool h100 --profile 1g.10gb --count 4 --start 2026-12-03T09:00 --end 2026-12-03T17:00 \
         --purpose "workshop"
+    fatia queue --mine
 
 Where the server and token come from, first match wins: --url/--token, then FATIA_URL/FATIA_TOKEN,
 then the config file that `fatia login` writes ($FATIA_CONFIG or ~/.config/fatia/config.json,
@@ -600,6 +601,8 @@ def claim_hint(a: JsonObject) -> str:
             f"  Claim {a['claim_name']} in namespace {a.get('namespace') or '-'}: run your pod in that namespace "
             f"with spec.resourceClaims[].resourceClaimName: {a['claim_name']}"
         )
+    if a.get("status") == "queued":
+        return "  It waits in the pool's queue; `fatia queue --mine` shows its position and estimated start."
     if a.get("status") in ("pending", "approved", "provisioning"):
         return f"  Once it is active, `fatia show {a['id']}` prints the claim name and namespace for your pod spec."
     return "  It has no claim to use."
@@ -903,6 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
     from allocations.cli_book import add_book_commands
 
     add_book_commands(commands, common, _positive_int)
+    from allocations import cli_queue  # here, not at the top: it imports this module
+
+    cli_queue.add_commands(command)
 
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")

@@ -306,9 +306,11 @@ class Allocation(models.Model):
     """A request for `count` MIG slices of one profile in one pool, and its whole life.
 
     PENDING -> APPROVED -> PROVISIONING -> ACTIVE -> RELEASING -> RELEASED (or EXPIRED when the
-    lease ran out); PENDING -> REJECTED; PENDING or APPROVED -> WITHDRAWN (no slice was ever created);
-    any live state -> FAILED. Quota is held from APPROVED until the slices are gone (RELEASED, EXPIRED,
-    FAILED) or the request is withdrawn.
+    lease ran out); APPROVED -> QUEUED when no layout of the pool fits it, QUEUED -> PROVISIONING or ACTIVE
+    when the queue admits it (services/queue.py); PENDING -> REJECTED; PENDING, APPROVED or QUEUED ->
+    WITHDRAWN (no slice was ever created); any live state -> FAILED. Quota is held from APPROVED until the
+    slices are gone (RELEASED, EXPIRED, FAILED) or the request is withdrawn, QUEUED included: a queued
+    request is admitted without a second quota check, and a tenant cannot queue past its quota (docs/queue.md).
     `compute_slices` / `memory_slices` are the request's total cost, fixed at creation.
     """
 
@@ -329,7 +331,7 @@ class Allocation(models.Model):
         # admitted when a release, expiry, compaction or new node makes room.
         QUEUED = "queued", "Queued"
 
-    QUOTA_HOLDING = (Status.APPROVED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
+    QUOTA_HOLDING = (Status.APPROVED, Status.QUEUED, Status.PROVISIONING, Status.ACTIVE, Status.RELEASING)
     TERMINAL = (Status.RELEASED, Status.WITHDRAWN, Status.REJECTED, Status.EXPIRED, Status.FAILED)
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)

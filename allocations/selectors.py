@@ -266,7 +266,7 @@ def search_allocations(user: User, text: str) -> list[Allocation]:
 # Shapes for the browser pages.
 
 Status = Allocation.Status
-RELEASABLE = (Status.PENDING, Status.APPROVED, Status.PROVISIONING, Status.ACTIVE)
+RELEASABLE = (Status.PENDING, Status.APPROVED, Status.QUEUED, Status.PROVISIONING, Status.ACTIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -795,7 +795,20 @@ def _pool_versions() -> dict[int, str]:
         .order_by()
     ):
         parts.setdefault(row["gpu__node__pool_id"], []).append(f"o{row['n']}:{row['s']}:{row['q']}")
+    # The queue (issue 15): its length and last change (joined, admitted, withdrawn, reordered), no owner: every
+    # viewer's pool card shows queued demand per profile, and positions move with other tenants' requests.
+    for row in _queue_versions():
+        parts.setdefault(row["pool_id"], []).append(f"w{row['n']}:{row['m'].isoformat() if row['m'] else ''}")
     return {pool_id: _digest(*p) for pool_id, p in parts.items()}
+
+
+def _queue_versions() -> QuerySet[Allocation, dict[str, Any]]:
+    return (
+        Allocation.objects.filter(status=Allocation.Status.QUEUED)
+        .values("pool_id")
+        .annotate(n=Count("pk"), m=Max("updated_at"))
+        .order_by()
+    )
 
 
 def _tenant_versions() -> dict[int, dict[int, str]]:
@@ -847,7 +860,8 @@ class FleetVersions:
 
 
 def fleet_versions() -> FleetVersions:
-    """Five aggregate queries (bookings included) over the whole fleet, whatever its size or the number of viewers."""
+    """Aggregate queries (bookings and queues included) over the whole fleet, whatever its size or the number of
+    viewers."""
     return FleetVersions(layouts=_pool_versions(), tenants=_tenant_versions())
 
 

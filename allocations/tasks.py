@@ -37,6 +37,7 @@ from allocations.services import (
     reclaim,
     requeue,
 )
+from allocations.services import queue as admission
 from portal.metrics import events as metric_events
 
 # Retry after 1, 2, 4, 8, then every 10 s for about a quarter of an hour; past that the beat's sweep queues the
@@ -132,6 +133,18 @@ def discover_fleet_task() -> None:
     when it does not run. A no-op with the simulated backend; the next beat tick retries."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         FleetDiscovery().sync_once()
+
+
+@shared_task(acks_late=True, **DB_RETRY)
+def admit_queued_task(pool_id: int) -> None:
+    """Room may have freed up in the pool: admit what its queue now fits (services/queue.py)."""
+    admission.admit_queued(pool_id=pool_id)
+
+
+@shared_task(acks_late=True, soft_time_limit=240, time_limit=300, **DB_RETRY)
+def admit_all_queued_task() -> None:
+    """The queue's slow safety sweep (FATIA_QUEUE_SWEEP_S): one admission pass per pool with a queue."""
+    admission.admit_all_queued()
 
 
 @shared_task(acks_late=True, **DB_RETRY)

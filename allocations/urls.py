@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import booking_views, cluster_page, compaction_page, dashboard, views, workload_views
+from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -54,4 +54,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("bookings/<int:booking_id>/reject/", booking_views.booking_reject, name="booking-reject"),
     path("bookings/<int:booking_id>/cancel/", booking_views.booking_cancel, name="booking-cancel"),
     path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
+    # The queue (issue 15): allocations/queue_page.py.
+    path("requests/<int:allocation_id>/priority/", queue_page.request_priority, name="request-priority"),
 ]

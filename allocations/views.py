@@ -34,6 +34,7 @@ from allocations.forms import (
 )
 from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
 from allocations.overshare import over_share_of
+from allocations.queue_page import queue_context
 from allocations.services import reclaim
 from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
@@ -65,6 +66,7 @@ def outcome_message(allocation: Allocation) -> str:
         Status.REJECTED: f"{n} is rejected.",
         Status.EXPIRED: f"{n} has expired: its lease ended.",
         Status.FAILED: f"{n} failed: {allocation.status_message}",
+        Status.QUEUED: f"{n} is approved and waits in the pool's queue for room.",
     }
     return texts.get(allocation.status, f"{n} is {allocation.get_status_display().lower()}.")
 
@@ -174,6 +176,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
             "actions": selectors.allocation_actions(user, allocation),
             "used": selectors.allocation_used(allocation),
             "extend_form": ExtendForm(),
+            "queue": queue_context(user, allocation),
         },
     )
 

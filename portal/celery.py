@@ -64,6 +64,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.sweep_outbox_task",
         "schedule": float(settings.FATIA_OUTBOX_SWEEP_S),
     },
+    # The queue (issue 15) is admitted by events (services/queue.py); this slow pass catches room freed unseen.
+    "admit-queued": {
+        "task": "allocations.tasks.admit_all_queued_task",
+        "schedule": float(settings.FATIA_QUEUE_SWEEP_S),
+    },
     # Kubernetes backend: the cluster against the database, both ways.
     "reconcile-cluster": {
         "task": "allocations.tasks.reconcile_cluster_task",

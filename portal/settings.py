@@ -633,3 +633,11 @@ FATIA_BOOKING_HORIZON_DAYS = env_int("FATIA_BOOKING_HORIZON_DAYS", 90)
 # At a booking's start, while leases past their end still hold slots (the expiry beat frees them within a minute), the
 # booking waits this long for its room before it fails.
 FATIA_BOOKING_START_GRACE_S = env_int("FATIA_BOOKING_START_GRACE_S", 300)
+# --- queue (session 7, package `queue`; issue 15: waiting instead of failing; docs/queue.md) ------------------------
+# Fair order across tenants decays each tenant's usage of a pool with this half-life (Kueue's admission fair sharing,
+# usageHalfLifeTime): usage H ago counts half, 2H ago a quarter.
+FATIA_QUEUE_HALF_LIFE_S = env_int("FATIA_QUEUE_HALF_LIFE_S", 4 * 3600)
+# Starvation bound: the first queued request in order that has waited this long gets a node reserved for it.
+FATIA_QUEUE_RESERVE_AFTER_S = env_int("FATIA_QUEUE_RESERVE_AFTER_S", 3600)
+# The slow safety sweep of every pool's queue (admission itself follows releases, expiries and new nodes).
+FATIA_QUEUE_SWEEP_S = env_int("FATIA_QUEUE_SWEEP_S", 300)

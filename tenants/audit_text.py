@@ -124,6 +124,17 @@ def _what(after: dict[str, Any]) -> str:
     return str(after.get("profile", "?"))
 
 
+def _waited(seconds: object) -> str:
+    """'42 s', '12 min', '3.5 h' for how long a request waited in the queue."""
+    if not isinstance(seconds, int | float):
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, Any]) -> str | None:
     status = after.get("status")
     sentences: dict[str, Callable[[], str]] = {
@@ -135,7 +146,7 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
         "reject": lambda: f"{actor} rejected the request{_reason(after)}",
         "release": lambda: (
             f"{actor} withdrew the request"
-            if before.get("status") in ("pending", "approved")
+            if before.get("status") in ("pending", "approved", "queued")
             else f"{actor} released the slices"
         ),
         "provision": lambda: (
@@ -195,6 +206,13 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
         "rescue": lambda: (
             f"No room as the free slots lie; compaction #{after.get('plan', '?')} moves {after.get('moves', '?')} "
             "slice(s) of movable requests to make room"
+        ),
+        # The queue (issue 15, allocations/services/queue.py)
+        "queue": lambda: "No free layout fits it yet: it waits in the pool's queue, its quota held",
+        "admit": lambda: f"Admitted from the queue after {_waited(after.get('waited_s'))}",
+        "set_priority": lambda: (
+            f"{actor} set its priority in the tenant's queue from {before.get('priority', '?')} to "
+            f"{after.get('priority', '?')}"
         ),
     }
     sentence = sentences.get(verb)

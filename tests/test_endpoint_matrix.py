@@ -187,6 +187,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
             "ends_at": booking_fields(world)["ends_at"].isoformat(),
             "purpose": "workshop",
         },
+        "priority": {"priority": 1},
         "none": {},
     }[name]
 
@@ -245,6 +246,9 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/lease-extensions/{extension}/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/lease-extensions/{extension}/approve/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/lease-extensions/{extension}/reject/", "reason", (403, 200, 404, 401)),
+    # The queue (issue 15): every user sees their tenants' queued requests; managers set priority.
+    ("get", "/api/v1/queue/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/queue/{pending}/priority/", "priority", (403, 200, 404, 401)),
     ("get", "/api/v1/audit-events/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/audit-events/{event}/", "none", (404, 200, 404, 401)),
     # Single sign-on group mappings: platform admins only.

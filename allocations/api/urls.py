@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import compaction, views, workloads
+from allocations.api import compaction, queue, views, workloads
 from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
@@ -19,5 +19,7 @@ router.register("advice", workloads.AdviceViewSet, basename="advice")
 router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
 # Bookings (issue 15).
 router.register("bookings", BookingViewSet, basename="booking")
+# The queue (issue 15): allocations/api/queue.py.
+router.register("queue", queue.QueueViewSet, basename="queue")
 
 urlpatterns = router.urls

@@ -39,6 +39,7 @@ from allocations.cluster.published import Figures, Published, PublishedGpu, mig_
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import ClaimedDevice, Gpu, GpuFigures, Node, NodePool, SlicePlacement
 from allocations.services.locks import lock_pool
+from allocations.services.queue_trigger import request_admission
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)
@@ -432,6 +433,8 @@ def _apply(plans: list[_NodePlan], matcher: PoolMatcher) -> DiscoveryReport:
                 "node_back": report.back,
                 "gpus_changed": report.gpus_changed,
             }[verb].append(name)
+    for pool_id in sorted({p.row.pool_id for p in plans if p.row is not None and p.row.pool_id is not None}):
+        request_admission(pool_id=pool_id)  # a node joined, came back or changed GPUs: the queue may fit now
     return report
 
 

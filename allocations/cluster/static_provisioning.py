@@ -27,6 +27,7 @@ from allocations.cluster.static_spread import choose_static_spread
 from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
 from allocations.services.lifecycle import fail_locked_allocation, start_claiming
+from allocations.services.queue_entry import enqueue_allocation
 from allocations.services.reconfiguration import operations_of, queue_advance, request_reconfiguration
 from tenants.errors import InvalidInput
 
@@ -36,8 +37,8 @@ RStatus = MigReconfiguration.Status
 
 def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allocation:
     """APPROVED -> PROVISIONING on free pre-created instances, or APPROVED (waiting for reconfigurations), or
-    FAILED (no room even after reconfiguring; or one made for it failed). Caller holds the allocation's and the
-    pool's locks, in that order."""
+    QUEUED (no room even after reconfiguring; quota kept), or FAILED (a reconfiguration for it failed). Caller
+    holds the allocation's and the pool's locks, in that order."""
     mine = MigReconfiguration.objects.filter(allocation=allocation)
     live = list(mine.filter(status__in=MigReconfiguration.LIVE).order_by("pk"))
     if live:
@@ -56,11 +57,7 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
         return _undo_and_fail(allocation, failed, done)
     choices = _choose(allocation, pool)
     if choices is None:
-        return fail_locked_allocation(
-            allocation,
-            f"No room in {pool.name} for {allocation.count} x {allocation.profile} on one node, even after "
-            "changing its GPUs' MIG layouts; the quota was given back. Try fewer slices or a smaller profile.",
-        )
+        return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile} on one node")
     to_change = [c for c in choices if c.plan.operations]
     if not to_change:
         return _claim(allocation, choices)

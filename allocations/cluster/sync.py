@@ -27,10 +27,11 @@ from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
-from allocations.services.booking_window import request_squeezes_booking
+from allocations.queue_reservation import blocks_reservation
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
+from allocations.services.queue_entry import enqueue_allocation
 from tenants.models import Tenant
 from tenants.services import record_audit_event
 
@@ -69,7 +70,7 @@ def register_cluster_node(*, pool_id: int, name: str, gpu_uuids: list[str]) -> N
 
 @transaction.atomic
 def start_provisioning(*, allocation_id: int) -> Allocation:
-    """APPROVED -> PROVISIONING with the planned placements recorded, or -> FAILED (quota freed) when the
+    """APPROVED -> PROVISIONING with the planned placements recorded, or -> QUEUED (quota kept) when the
     pool has no room. Anything but APPROVED is returned as it is (a redelivered task goes on from there).
     Raises PoolBusy when the request only fits next to claims the scheduler has not allocated yet (retry).
     Locks the allocation, then the pool (placement decisions in a pool are serialised)."""
@@ -84,18 +85,8 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
     )
-    if slices is None:
-        return mark_allocation_failed(
-            allocation_id=allocation_id,
-            reason=(
-                f"No room in {pool.name} for {allocation.count} x {allocation.profile} right now; "
-                "the quota was given back. Try fewer slices or a smaller profile."
-            ),
-        )
-    # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
-    squeezed = request_squeezes_booking(pool=pool, allocation=allocation, slices=slices)
-    if squeezed is not None:
-        return mark_allocation_failed(allocation_id=allocation_id, reason=squeezed)
+    if slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices):
+        return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile}")
     start_claiming(
         allocation=allocation,
         slices=slices,

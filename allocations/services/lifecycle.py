@@ -12,6 +12,7 @@ from django.utils import timezone
 from allocations.models import Allocation, SlicePlacement
 from allocations.placement import PlannedSlice
 from allocations.services.locks import lock_allocation
+from allocations.services.queue_trigger import request_admission
 from allocations.services.quotas import free_quota
 from tenants.services import record_audit_event
 
@@ -77,6 +78,7 @@ def finish_release(*, allocation_id: int) -> Allocation:
         return allocation
     SlicePlacement.objects.filter(allocation=allocation).delete()
     free_quota(allocation=allocation)
+    request_admission(pool_id=allocation.pool_id)  # its slots are free: the queue may fit now
     final = allocation.end_state or Status.RELEASED
     allocation.status = final
     allocation.ended_at = timezone.now()
@@ -106,8 +108,10 @@ def fail_locked_allocation(allocation: Allocation, reason: str) -> Allocation:
     """-> FAILED with `reason`, freeing quota and placements once; the caller holds the allocation's lock."""
     previous = allocation.status
     if previous in Allocation.QUOTA_HOLDING:
-        SlicePlacement.objects.filter(allocation=allocation).delete()
+        deleted, _ = SlicePlacement.objects.filter(allocation=allocation).delete()
         free_quota(allocation=allocation)
+        if deleted:
+            request_admission(pool_id=allocation.pool_id)  # failure cleanup freed slots
     allocation.status = Status.FAILED
     allocation.status_message = reason
     allocation.ended_at = timezone.now()

@@ -30,6 +30,7 @@ from allocations.services.compaction import ADVANCE_TASK
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
+from allocations.services.queue_trigger import request_admission
 from tenants.services import record_audit_event
 
 Step = SliceMove.Step
@@ -216,6 +217,8 @@ def _finish(plan: MovePlan, status: str, message: str) -> MovePlan:
         after={"status": status, "message": plan.status_message},
     )
     if plan.for_allocation_id is not None:
-        # The rescued request tries again: it fits now, or it fails (after the merge: waits) as it would have.
+        # The rescued request tries again: it fits now, or it waits in the pool's queue as it would have.
         enqueue_task(PROVISION_TASK, plan.for_allocation_id)
+    # The moves freed room: queued requests (issue 15) may fit now.
+    request_admission(pool_id=plan.pool_id)
     return plan

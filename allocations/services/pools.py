@@ -14,6 +14,7 @@ from allocations.costs import gpu_model_for
 from allocations.mig.catalog import UnknownGpuModel, load_catalog
 from allocations.models import Allocation, Gpu, Node, NodePool, default_tolerations
 from allocations.services.locks import lock_pool
+from allocations.services.queue_trigger import request_admission
 from allocations.services.shared_pools import (
     checked_kind,
     checked_shared_model,
@@ -332,4 +333,5 @@ def register_node(*, pool_id: int, name: str, gpu_count: int, actor: User | None
         raise InvalidInput({"name": [f"A node named {name!r} already exists."]}) from exc
     Gpu.objects.bulk_create([Gpu(node=node, index=i, uuid=f"GPU-{node.pk:08x}-{i:04x}-sim") for i in range(gpu_count)])
     record_audit_event(actor=actor, verb="register_node", obj=node, after={"pool": pool.slug, "gpus": gpu_count})
+    request_admission(pool_id=pool.pk)  # new GPUs: the queue may fit now
     return node

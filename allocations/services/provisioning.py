@@ -17,10 +17,11 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
-from allocations.services.booking_window import request_squeezes_booking
+from allocations.queue_reservation import blocks_reservation
 from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
+from allocations.services.queue_entry import enqueue_allocation
 from allocations.share_placement import plan_shares
 from tenants.services import record_audit_event
 
@@ -29,7 +30,8 @@ Status = Allocation.Status
 
 def provision_allocation(*, allocation_id: int) -> Allocation:
     """APPROVED -> ACTIVE (simulated backend) or APPROVED -> PROVISIONING with the claim and holder pod
-    applied (Kubernetes backend, cluster/sync.py), or -> FAILED (quota freed) when the pool has no room.
+    applied (Kubernetes backend, cluster/sync.py), or -> QUEUED (quota kept, services/queue_entry.py) when the
+    pool has no room.
 
     Idempotent: a redelivered task finds the allocation past APPROVED and does nothing more than the
     cluster backend's idempotent re-apply. Raises KubeUnavailable (retry) from the Kubernetes backend.
@@ -38,6 +40,17 @@ def provision_allocation(*, allocation_id: int) -> Allocation:
         from allocations.cluster import sync
 
         return sync.provision_on_cluster(allocation_id=allocation_id)
+    return _provision_simulated(allocation_id=allocation_id)
+
+
+def start_allocation(*, allocation_id: int) -> Allocation:
+    """The placement step alone, for the queue's admission pass (services/queue.py): APPROVED -> ACTIVE on the
+    simulated backend, -> PROVISIONING with placements recorded on Kubernetes (the provision task then applies the
+    claim), or -> QUEUED when the pool still has no room. Same locks and raises as provision_allocation."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        from allocations.cluster import sync
+
+        return sync.start_provisioning(allocation_id=allocation_id)
     return _provision_simulated(allocation_id=allocation_id)
 
 
@@ -53,7 +66,8 @@ def teardown_allocation(*, allocation_id: int) -> Allocation:
 
 @transaction.atomic
 def _provision_simulated(*, allocation_id: int) -> Allocation:
-    """APPROVED -> ACTIVE with placements, or -> FAILED (quota freed) when the pool has no room.
+    """APPROVED -> ACTIVE with placements, or -> QUEUED (MIG pools; quota kept) or FAILED (shared pools; quota
+    freed) when the pool has no room.
 
     Idempotent: anything but APPROVED is left alone, so a redelivered task does nothing.
     Locks the allocation, then the pool (placement decisions in a pool are serialised), then quota.
@@ -70,14 +84,8 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         what = f"{allocation.count} x {allocation.profile}"
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
-    # Bookings (issue 15): a request whose lease would run into a booking's window must leave it its room.
-    squeezed = (
-        request_squeezes_booking(pool=pool, allocation=allocation, slices=slices)
-        if slices and not pool.is_shared
-        else None
-    )
-    if squeezed is not None:
-        return fail_locked_allocation(allocation, squeezed)
+    if not pool.is_shared and (slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices)):
+        return enqueue_allocation(allocation, pool=pool, what=what)
     if slices is None:
         return fail_locked_allocation(
             allocation,

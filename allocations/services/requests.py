@@ -383,8 +383,8 @@ def _may_release(actor: User, allocation: Allocation) -> bool:
 
 @transaction.atomic
 def release_allocation(*, allocation_id: int, actor: User | None, reason: str = "") -> Allocation:
-    """Give slices back. PENDING -> WITHDRAWN; APPROVED -> WITHDRAWN (nothing was built yet, quota freed
-    now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices are gone; lease
+    """Give slices back. PENDING -> WITHDRAWN; APPROVED or QUEUED -> WITHDRAWN (nothing was built yet, quota
+    freed now); PROVISIONING/ACTIVE -> RELEASING (teardown queued; quota freed once the slices are gone; lease
     extensions still waiting are cancelled). Releasing twice changes nothing but sends the teardown again (it may
     have been lost). The requester, tenant managers and admins may release; `actor` None is Fatia itself (idle
     reclaim), which says why in `reason` (kept in the status message and the audit event). Locks the allocation,
@@ -399,8 +399,8 @@ def release_allocation(*, allocation_id: int, actor: User | None, reason: str = 
         # Not a second release, but the teardown may have been lost (a broker restarted empty): send it again.
         _queue_teardown(allocation.pk)
         return allocation
-    if previous in (Status.PENDING, Status.APPROVED):
-        if previous == Status.APPROVED:
+    if previous in (Status.PENDING, Status.APPROVED, Status.QUEUED):
+        if previous in (Status.APPROVED, Status.QUEUED):
             free_quota(allocation=allocation)
         allocation.status = Status.WITHDRAWN
         allocation.ended_at = now

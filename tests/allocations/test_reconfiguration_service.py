@@ -223,7 +223,8 @@ def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
     allocation = _approved(world, "7g.80gb", count=9)  # a node has 8 GPUs: 8 x 7g.80gb at most
     failed = start_provisioning(allocation_id=allocation.pk)
     assert failed.status == "failed"
-    assert "on one node, even after changing its GPUs' MIG layouts" in failed.status_message
+    # (not queued: no layout of the pool could ever hold it, issue 15)
+    assert "cannot hold 9 x 7g.80gb on one node even with every GPU free" in failed.status_message
     assert not MigReconfiguration.objects.exists()
 
 

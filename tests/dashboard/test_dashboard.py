@@ -313,14 +313,15 @@ def test_the_page_runs_the_same_number_of_queries_for_2_and_20_nodes(world: Worl
     for _ in range(3):
         active_slices(world, world.charlie, world.tenant_b, profile="3g.40gb")
     large = _dashboard_queries(user)
-    # then: session, user; overview 13 (pools, tenants x2, GPUs, placements, devices held outside Fatia, pending,
-    # mix, 4 versions, + memberships for a member); node page 7 (pool, count, nodes, GPUs, colours, placements,
-    # outside devices, + memberships); tenant choices; the navigation's managed tenants (+ nothing for staff, who
-    # skip memberships); the live stream's event id: the fleet's versions (5, once a second per process) +
+    # then: session, user; overview 15 (pools, tenants x2, GPUs, placements, devices held outside Fatia, pending,
+    # mix, 5 versions, queued demand, + memberships for a member); node page 7 (pool, count, nodes, GPUs, colours,
+    # placements, outside devices, + memberships); tenant choices; the navigation's managed tenants (+ nothing for
+    # staff, who skip memberships); the live stream's event id: the fleet's versions (6, once a second per process) +
     # memberships for a member. Issue 10 added the three reads of devices held outside Fatia; issue 12 the node
-    # agents' latest figures per MIG device (one read on the node page); issue 15 the bookings in the live stream's
-    # versions (one read).
-    expected = {"alice": 33, "root": 30}[who]
+    # agents' latest figures per MIG device (one read on the node page); issue 15 the queue's version (in both
+    # version reads), the pool card's queued demand per profile (one read per pool) and the bookings in the live
+    # stream's versions (one read).
+    expected = {"alice": 36, "root": 33}[who]
     assert (small, large) == (expected, expected)
 
 

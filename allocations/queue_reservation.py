@@ -1,0 +1,63 @@
+"""The starvation bound (issue 15): room held for a request that has waited too long.
+
+Admission skips a queued request that does not fit and admits smaller ones behind it; without a bound a stream
+of small requests could take every slot a large one needs as it frees. Once the first request in admission
+order that has waited FATIA_QUEUE_RESERVE_AFTER_S does not fit, the pool reserves for it the node where the
+future free layout fits it soonest (queue_eta): no other request is placed there until it is admitted. Other
+nodes stay open, so the reservation costs only the slots that would block it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from allocations.models import Allocation, NodePool
+from allocations.placement import POLICY, PlannedSlice, read_pool
+from allocations.queue_eta import estimate_starts
+from allocations.queue_state import ask_of, pool_leases, queued_in_order
+from allocations.services.booking_window import request_squeezes_booking
+
+Status = Allocation.Status
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    allocation_id: int
+    node: str
+
+
+def pool_reservation(pool: NodePool) -> Reservation | None:
+    """The node the pool holds for its starving head-of-line request, if any. Cheap when nothing starves (one
+    indexed query); shared pools (no slot layout) reserve nothing."""
+    now = timezone.now()
+    bound = now - timedelta(seconds=settings.FATIA_QUEUE_RESERVE_AFTER_S)
+    if pool.is_shared or not Allocation.objects.filter(pool=pool, status=Status.QUEUED, queued_at__lte=bound).exists():
+        return None
+    head = next(a for a in queued_in_order(pool, now=now) if a.queued_at is not None and a.queued_at <= bound)
+    estimate = estimate_starts(
+        read_pool(pool).fleet,
+        leases=pool_leases(pool, now=now),
+        queue=[ask_of(head)],
+        now=now,
+        pool=pool.slug,
+        policy=POLICY,
+    ).get(head.pk)
+    return None if estimate is None else Reservation(allocation_id=head.pk, node=estimate.node)
+
+
+def blocks_reservation(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> bool:
+    """True when placing `slices` for `allocation` would take room the pool holds for another request: the node
+    reserved for a starving head of line, or a booking's room during this request's lease (issue 15's bookings,
+    services/booking_window.py). Fresh and queued requests both pass here, so neither takes a booking's room."""
+    reservation = pool_reservation(pool)
+    if (
+        reservation is not None
+        and reservation.allocation_id != allocation.pk
+        and any(s.node_name == reservation.node for s in slices)
+    ):
+        return True
+    return request_squeezes_booking(pool=pool, allocation=allocation, slices=slices) is not None

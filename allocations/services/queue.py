@@ -1,0 +1,91 @@
+"""Admission from a pool's queue (issue 15): the one entry point that admits what now fits.
+
+`admit_queued(pool_id=...)` runs when room may have freed up: a release or an expiry finished, a failure's slots
+were cleaned up, a node joined or came back (services/queue_entry.request_admission queues it through the outbox),
+and from the beat's slow safety sweep. It is not a sweep itself: nothing waits on a timer to be admitted.
+
+The pass goes through the queue in admission order (queue_state.queued_in_order: fair across tenants, priority
+then FIFO within one) and tries each request with the backend's own placement step (services/provisioning.
+start_allocation), each inside a savepoint: a request that still does not fit is rolled back to exactly what it
+was, one that fits is placed as a fresh request would be, with the starvation bound (queue_reservation) applied
+the same way. A request that does not fit is skipped, not waited for: smaller ones behind it may go (backfill),
+until it has waited past the bound and its node is reserved.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocations.models import Allocation, NodePool
+from allocations.placement import PoolBusy
+from allocations.queue_state import queued_in_order
+from allocations.services.locks import lock_pool
+from allocations.services.outbox import enqueue_task
+from allocations.services.provisioning import start_allocation
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+
+PROVISION_TASK = "allocations.tasks.provision_allocation_task"
+
+
+@transaction.atomic
+def admit_queued(*, pool_id: int) -> list[Allocation]:
+    """QUEUED -> ACTIVE (simulated) or PROVISIONING (Kubernetes; the provision task applies the claim after
+    commit) for every queued request of the pool that fits now, in admission order; the admitted, in that order.
+
+    Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
+    passes run one after the other and the second finds the first's admissions no longer QUEUED.
+    """
+    ids = list(Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).values_list("pk", flat=True))
+    if not ids:
+        return []
+    list(
+        Allocation.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=ids)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    pool = lock_pool(pool_id=pool_id)
+    admitted = []
+    for allocation in queued_in_order(pool):  # read under the locks: only what is still QUEUED
+        placed = _try_admit(allocation, pool)
+        if placed is not None:
+            admitted.append(placed)
+    return admitted
+
+
+def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
+    """Place one queued request, or leave it exactly as it was (savepoint rolled back)."""
+    savepoint = transaction.savepoint()
+    Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED)
+    try:
+        placed = start_allocation(allocation_id=allocation.pk)
+    except PoolBusy:
+        placed = None  # fits only next to claims still being allocated: the next pass sees them settled
+    if placed is None or placed.status == Status.QUEUED:
+        transaction.savepoint_rollback(savepoint)
+        return None
+    transaction.savepoint_commit(savepoint)
+    if placed.status == Status.FAILED:
+        return None  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
+    waited = (timezone.now() - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
+    record_audit_event(
+        actor=None,
+        verb="admit",
+        obj=placed,
+        tenant_id=placed.tenant_id,
+        before={"status": Status.QUEUED},
+        after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1)},
+    )
+    if placed.status != Status.ACTIVE:
+        enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
+    return placed
+
+
+def admit_all_queued() -> dict[int, int]:
+    """The beat's safety sweep: one admission pass per pool with a queue (room freed without an event, e.g. a
+    request that joined the queue while a release committed). Per pool, how many were admitted."""
+    pools = Allocation.objects.filter(status=Status.QUEUED).values_list("pool_id", flat=True).distinct().order_by()
+    return {pool_id: len(admit_queued(pool_id=pool_id)) for pool_id in sorted(set(pools))}

@@ -1,0 +1,48 @@
+"""A request joins its pool's queue (issue 15), or fails when no layout of the pool could ever hold it.
+
+Kept apart from the admission pass (services/queue.py) because the provisioning backends call in here at their
+"no room" point, while the admission pass calls those backends: one direction of import each.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from allocations.models import Allocation, NodePool
+from allocations.placement import read_pool
+from allocations.queue_eta import fits_when_empty
+from allocations.services.lifecycle import fail_locked_allocation
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+
+
+def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> Allocation:
+    """APPROVED -> QUEUED: no layout of the pool fits the request now. The quota stays held (docs/queue.md), so
+    admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
+    after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
+    free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
+    locks."""
+    if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
+        return fail_locked_allocation(
+            allocation,
+            f"{pool.name} cannot hold {what} even with every GPU free; the quota was given back. "
+            "Try fewer slices or a smaller profile.",
+        )
+    previous = allocation.status
+    allocation.status = Status.QUEUED
+    allocation.queued_at = allocation.queued_at or timezone.now()
+    allocation.status_message = (
+        f"Waiting in {pool.name}'s queue: no free layout fits {what} right now. It starts as soon as a release, "
+        "an expiry or a new node makes room; the quota stays held meanwhile."
+    )
+    allocation.save(update_fields=["status", "queued_at", "status_message", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="queue",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": previous},
+        after={"status": Status.QUEUED, "pool": pool.slug},
+    )
+    return allocation

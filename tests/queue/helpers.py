@@ -1,0 +1,64 @@
+"""A small pool for the queue's tests (issue 15): one H100 per node, so one 7g.80gb fills a node."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from allocations import services
+from allocations.models import Allocation, NodePool
+from allocations.services.provisioning import provision_allocation
+from tenants.models import Tenant
+from tests.conftest import World
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def small_pool(world: World, *, nodes: int = 1, slug: str = "q1") -> NodePool:
+    """`nodes` nodes of one H100 each; both tenants get 14 compute / 16 memory there and auto-approval up to 7."""
+    pool = services.create_node_pool(name=f"Queue pool {slug}", slug=slug, gpu_model=H100, actor=world.root)
+    for n in range(nodes):
+        services.register_node(pool_id=pool.pk, name=f"{slug}-node-{n}", gpu_count=1, actor=world.root)
+    for tenant in (world.tenant_a, world.tenant_b):
+        services.set_tenant_quota(
+            tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=14, memory_slices_limit=16, actor=world.root
+        )
+    # given, not a rule under test: both tenants' requests up to a whole GPU are approved at once
+    Tenant.objects.filter(pk__in=[world.tenant_a.pk, world.tenant_b.pk]).update(auto_approve_max_compute_slices=7)
+    return pool
+
+
+def ask(world: World, pool: NodePool, profile: str, *, b: bool = False, lease_hours: int = 8, **kw: Any) -> Allocation:
+    """Tenant A's (alice) or B's (charlie) request, approved at once, then provisioned: ACTIVE or QUEUED."""
+    allocation, _ = services.request_allocation(
+        tenant_id=(world.tenant_b if b else world.tenant_a).pk,
+        pool_id=pool.pk,
+        profile=profile,
+        count=kw.get("count", 1),
+        lease_hours=lease_hours,
+        purpose="queue test",
+        actor=world.charlie if b else world.alice,
+    )
+    assert allocation.status == Allocation.Status.APPROVED
+    return provision_allocation(allocation_id=allocation.pk)
+
+
+def release(world: World, allocation: Allocation) -> Allocation:
+    """Release by a platform admin, and the teardown done (the simulated backend has nothing to delete)."""
+    services.release_allocation(allocation_id=allocation.pk, actor=world.root)
+    return services.provisioning.teardown_allocation(allocation_id=allocation.pk)
+
+
+def backdate(allocation: Allocation, *, activated_h: float, ended_h: float | None = None) -> None:
+    """Given, not a rule under test: the request ran from `activated_h` hours ago (to `ended_h` hours ago)."""
+    now = timezone.now()
+    Allocation.objects.filter(pk=allocation.pk).update(
+        activated_at=now - timedelta(hours=activated_h),
+        ended_at=None if ended_h is None else now - timedelta(hours=ended_h),
+    )
+
+
+def nodes_of(allocation: Allocation) -> set[str]:
+    return set(allocation.placements.values_list("gpu__node__name", flat=True))

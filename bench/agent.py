@@ -599,7 +599,9 @@ whether the drain worker kept up.
 
 The agent ran on the fake NVML (Python, so dearer than libnvidia-ml; it also loads the portal's MIG catalog, which
 the real agent does not). Ingest: `{server_command}`, a private PostgreSQL (fsync off), {args.load_processes} load
-processes on the same 2 cores as the server and the database, each sample 8 GPUs x 7 MIG devices; one sample per
+processes on the same 2 cores as the server and the database, each simulated node keeping its connection alive as
+the agent does (sync workers close it after every answer, so there each report opens one), each sample 8 GPUs x 7
+MIG devices; one sample per
 request is the agent's default (FATIA_AGENT_SEND_INTERVAL_S=0), six per request FATIA_AGENT_SEND_INTERVAL_S=30
 (figures up to 30 s late, a sixth of the requests). docs/agent.md, "Telemetry ingest", says where the time goes.
 """

@@ -603,3 +603,10 @@ FATIA_INGEST_BATCH = env_int("FATIA_INGEST_BATCH", 500)
 # A report read by a drain worker that has not acknowledged it for this long is taken over by another (or by the
 # same one restarted under another name); the apply skips samples already applied.
 FATIA_INGEST_CLAIM_IDLE_S = env_int("FATIA_INGEST_CLAIM_IDLE_S", 30)
+
+# --- Telemetry ingest, session 7 (package `ingest`; allocations/nodeagent/shared_credentials.py) -------------------
+# With the queue on: how long a node agent credential checked once stays shared in the queue's Redis for every web
+# process (no query per report). A revocation drops it when it commits, so this bounds only a lookup that raced the
+# revocation, or a revocation while Redis was unreachable. Longer than a telemetry period, or most reports pay the
+# lookup again. 0: nothing shared, a query per report.
+FATIA_INGEST_CREDENTIAL_TTL_S = env_int("FATIA_INGEST_CREDENTIAL_TTL_S", 60)

@@ -7,9 +7,11 @@ reports reach the same worker only every N periods, past the cache's bound.
 
 Revocation bound: ``revoke_agent_credential`` deletes the entry once its transaction commits, so the next report
 with that token is looked up again and refused at once, in every process. Only a lookup that read the row just
-before the revocation committed can put the entry back; it lasts FATIA_AGENT_CREDENTIAL_CACHE_S at most (the
-entry's Redis TTL, also the bound when Redis was unreachable at the revocation). Unknown and revoked tokens are
-never kept; FATIA_AGENT_CREDENTIAL_CACHE_S=0 keeps nothing (a query per report).
+before the revocation committed can put the entry back; it lasts FATIA_INGEST_CREDENTIAL_TTL_S (60 s) at most (the
+entry's Redis TTL, also the bound when Redis was unreachable at the revocation). The TTL is not renewed by use, so
+that bound holds; it is longer than a telemetry period, or most reports would pay the lookup again (a 10 s TTL
+with reports every 5 s: every other one). Unknown and revoked tokens are never kept; a TTL of 0 keeps nothing (a
+query per report).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def accept_queued(request: HttpRequest) -> JsonResponse:
                 payload=payload,
                 accepted_at=now,
                 known=shared_credentials.entry(credential),
-                keep_s=settings.FATIA_AGENT_CREDENTIAL_CACHE_S,
+                keep_s=settings.FATIA_INGEST_CREDENTIAL_TTL_S,
             )
     except ingest_queue.ForAnotherNode as exc:
         return answers.wrong_node(exc.node_name, payload["node"])

@@ -19,9 +19,9 @@ import itertools
 import json
 import logging
 import random
+import ssl
 import threading
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -51,7 +51,13 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    """JSON over HTTP(S) with the node's credential; ``post`` returns the status code."""
+    """JSON over HTTP(S) with the node's credential; ``post`` returns the status code.
+
+    One kept-alive connection per thread (the sender's, the command poller's): a report every few seconds would
+    otherwise pay a TCP (and TLS) handshake each time, on the agent and on the portal's side. A connection the portal
+    closed while idle is noticed on the next request, which is sent again once on a fresh one; every agent request
+    may be repeated (samples by boot id and sequence, command results by command id).
+    """
 
     def __init__(self, base_url: str, token: str, timeout_s: float = 10.0) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -59,6 +65,11 @@ class HttpTransport:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        parts = urllib.parse.urlsplit(self.base_url)
+        self._https = parts.scheme == "https"
+        self._netloc = parts.netloc
+        self._path = parts.path
+        self._local = threading.local()
 
     def post(self, path: str, body: dict[str, Any]) -> int:
         return self.post_answer(path, body)[0]
@@ -71,20 +82,48 @@ class HttpTransport:
         """The status and the JSON body (None when it is not JSON)."""
         return _json(*self._request("GET", path, None))
 
+    def close(self) -> None:
+        """Close this thread's connection (the next request opens another)."""
+        connection = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            connection.close()
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, and whether it served a request before."""
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is not None:
+            return connection, True
+        if self._https:
+            connection = http.client.HTTPSConnection(
+                self._netloc, timeout=self.timeout_s, context=ssl.create_default_context()
+            )
+        else:
+            connection = http.client.HTTPConnection(self._netloc, timeout=self.timeout_s)
+        self._local.connection = connection
+        return connection, False
+
     def _request(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {self.token}"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(  # noqa: S310 -- the scheme is checked in __init__
-            self.base_url + path, data=data, headers=headers, method=method
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), bytes(exc.read())
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise TransportError(str(exc) or type(exc).__name__) from exc
+        while True:
+            connection, reused = self._connection()
+            try:
+                connection.request(method, self._path + path, body=data, headers=headers)
+                response = connection.getresponse()
+                answer = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                self.close()
+                if reused:  # closed by the portal while idle: once more on a fresh connection
+                    continue
+                raise TransportError(str(exc) or type(exc).__name__) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise TransportError(str(exc) or type(exc).__name__) from exc
+            if response.will_close:
+                self.close()
+            return int(response.status), bytes(answer)
 
 
 def _json(status: int, raw: bytes) -> tuple[int, Any]:

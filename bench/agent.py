@@ -10,10 +10,12 @@
    Python, so the NVML side costs more here than libnvidia-ml would; the fake also imports the portal's MIG
    catalog (the real agent does not), which adds to RSS.
 2. Ingest: a private PostgreSQL (as bench/api.py starts one, or a fresh database on DATABASE_URL), N nodes x 8
-   GPUs with one agent credential each, the portal under gunicorn (3 sync workers, portal.wsgi, as the README
-   runs it), and load processes that POST one telemetry sample per node every 5 s (a real agent payload of 8 GPUs
-   x 7 MIG devices, about 9 KB), spread evenly over the period. Latency is the client's (request to response,
-   loopback), p50/p99 over the measured window; the load generator shares the cores with the server and
+   GPUs with one agent credential each, the portal under gunicorn (--server: 3 sync workers, portal.wsgi, as the
+   image's `web` role runs it, or gthread workers that keep connections alive), and load processes that POST one
+   telemetry sample per node every 5 s (a real agent payload of 8 GPUs x 7 MIG devices, about 9 KB), spread evenly
+   over the period. Each simulated node keeps its connection alive as the agent does (agent/sender.py) and opens a
+   new one when the server closed it (sync workers close after every answer). Latency is the client's (request to
+   response, loopback), p50/p99 over the measured window; the load generator shares the cores with the server and
    PostgreSQL.
 3. A table on stdout, and the "agent" section of docs/benchmarks.md rewritten unless --no-write.
 """
@@ -205,30 +207,14 @@ def _load(args: tuple[int, list[tuple[str, str]], str, float, float, float, Any,
                     time.sleep(delay)
                 if time.time() >= stop_at:
                     break
-                conn = conns.get(name) or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                conns[name] = conn
                 body = node_body(name, seq)
                 started = time.perf_counter()
-                try:
-                    conn.request(
-                        "POST",
-                        "/api/v1/agent/telemetry/",
-                        body,
-                        {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                    )
-                    response = conn.getresponse()
-                    response.read()
-                    ok = response.status in (200, 202)
-                except OSError:
-                    ok = False
-                    conns.pop(name, None)
+                ok = _send(conns, name, port, body, token)
                 elapsed = time.perf_counter() - started
                 with lock:
                     latencies.append(elapsed)
                     if not ok:
                         errors += 1
-                conn.close()  # sync workers close each connection after a response anyway
-                conns.pop(name, None)
             next_round += period
 
     # Offsets spread every node of every process evenly over the period.
@@ -243,6 +229,33 @@ def _load(args: tuple[int, list[tuple[str, str]], str, float, float, float, Any,
     for t in threads:
         t.join()
     out.put((latencies, errors))
+
+
+def _send(conns: dict[str, http.client.HTTPConnection], name: str, port: int, body: bytes, token: str) -> bool:
+    """One report over the node's kept-alive connection, as agent/sender.py sends it: a connection the server closed
+    while idle is replaced and the report sent once more; one it closes after its answer is dropped."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    for _ in range(2):
+        conn = conns.get(name)
+        reused = conn is not None
+        if conn is None:
+            conn = conns[name] = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("POST", "/api/v1/agent/telemetry/", body, headers)
+            response = conn.getresponse()
+            response.read()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conns.pop(name).close()
+            if reused:
+                continue
+            return False
+        except (OSError, http.client.HTTPException):
+            conns.pop(name).close()
+            return False
+        if response.will_close:
+            conns.pop(name).close()
+        return response.status in (200, 202)
+    return False
 
 
 def _prime(args: tuple[int, list[tuple[float, str, str]], str]) -> None:
@@ -287,10 +300,13 @@ def _inventory() -> str:
     return json.dumps(payload, separators=(",", ":"))
 
 
+KEEP_ALIVE_S = 15
 QUEUE: dict[str, Any] = {}  # queued mode: Redis URL and pid, the drain worker's pid
 
 
-def start_portal(nodes: int, queued: bool = False) -> tuple[Any, list[tuple[str, str]]]:
+def start_portal(
+    nodes: int, queued: bool = False, server_kind: str = "gunicorn", workers: int = 3
+) -> tuple[Any, list[tuple[str, str]]]:
     database = (
         apibench.fresh_database_on(os.environ["DATABASE_URL"])
         if os.environ.get("DATABASE_URL")
@@ -319,7 +335,12 @@ def start_portal(nodes: int, queued: bool = False) -> tuple[Any, list[tuple[str,
     from django.db import connections
 
     connections.close_all()
-    server = apibench.start_server("gunicorn", 3, env, Path(tempfile.mkdtemp()) / "gunicorn.log")
+    server_env = dict(env)
+    if server_kind == "gunicorn-gthread":
+        # Idle connections kept past one telemetry period (gunicorn's default keep-alive is 2 s), as a load
+        # balancer's would be.
+        server_env["GUNICORN_CMD_ARGS"] = f"--keep-alive {KEEP_ALIVE_S}"
+    server = apibench.start_server(server_kind, workers, server_env, Path(tempfile.mkdtemp()) / "gunicorn.log")
     if queued:
         QUEUE["drain_pid"] = ingest_side.start_drain(env, Path(tempfile.mkdtemp()) / "drain.log")
     return server, credentials
@@ -474,6 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         help="queued: accept into Redis (202) and a drain worker applies batches (FATIA_INGEST_QUEUE_URL); inline: "
         "each report applied in its request (200)",
     )
+    parser.add_argument(
+        "--server",
+        choices=("gunicorn", "gunicorn-gthread"),
+        default="gunicorn",
+        help="gunicorn: sync workers, a connection per request (the image's web role); gunicorn-gthread: 2 threads "
+        f"per worker, connections kept alive {KEEP_ALIVE_S} s",
+    )
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument("--repeat", type=int, default=3, help="measured windows per variant: median and range")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -485,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
             f"agent: {agent['cpu_percent']:.2f} % of one core over {agent['seconds']} s, RSS {agent['rss_mb']:.1f} MB "
             f"(peak {agent['peak_mb']:.1f} MB), {agent['requests']} requests of {agent['bytes_per_request']:.0f} B"
         )
-        server, credentials = start_portal(args.nodes, queued=args.mode == "queued")
+        server, credentials = start_portal(
+            args.nodes, queued=args.mode == "queued", server_kind=args.server, workers=args.workers
+        )
         for n in variants:
             repeats, first_round = [], 1
             for _ in range(args.repeat):
@@ -548,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         loads = "; ".join(f"{i['samples']} per request: {', '.join(str(x) for x in i['loads'])}" for i in runs)
         table = "\n".join(f"| {what} | {value} | {target} |" for what, value, target in rows)
         server_command = runs[0]["server"].rsplit(" --bind", 1)[0] if runs else ""
+        if args.server == "gunicorn-gthread":
+            server_command += f" --keep-alive {KEEP_ALIVE_S}"
         body = f"""Command: `{command_line(argv)}`
 
 | | measured | target |
@@ -566,7 +599,9 @@ whether the drain worker kept up.
 
 The agent ran on the fake NVML (Python, so dearer than libnvidia-ml; it also loads the portal's MIG catalog, which
 the real agent does not). Ingest: `{server_command}`, a private PostgreSQL (fsync off), {args.load_processes} load
-processes on the same 2 cores as the server and the database, each sample 8 GPUs x 7 MIG devices; one sample per
+processes on the same 2 cores as the server and the database, each simulated node keeping its connection alive as
+the agent does (sync workers close it after every answer, so there each report opens one), each sample 8 GPUs x 7
+MIG devices; one sample per
 request is the agent's default (FATIA_AGENT_SEND_INTERVAL_S=0), six per request FATIA_AGENT_SEND_INTERVAL_S=30
 (figures up to 30 s late, a sixth of the requests). docs/agent.md, "Telemetry ingest", says where the time goes.
 """

@@ -641,3 +641,9 @@ FATIA_QUEUE_HALF_LIFE_S = env_int("FATIA_QUEUE_HALF_LIFE_S", 4 * 3600)
 FATIA_QUEUE_RESERVE_AFTER_S = env_int("FATIA_QUEUE_RESERVE_AFTER_S", 3600)
 # The slow safety sweep of every pool's queue (admission itself follows releases, expiries and new nodes).
 FATIA_QUEUE_SWEEP_S = env_int("FATIA_QUEUE_SWEEP_S", 300)
+# --- Telemetry ingest, session 7 (package `ingest`; allocations/nodeagent/shared_credentials.py) -------------------
+# With the queue on: how long a node agent credential checked once stays shared in the queue's Redis for every web
+# process (no query per report). A revocation drops it when it commits, so this bounds only a lookup that raced the
+# revocation, or a revocation while Redis was unreachable. Longer than a telemetry period, or most reports pay the
+# lookup again. 0: nothing shared, a query per report.
+FATIA_INGEST_CREDENTIAL_TTL_S = env_int("FATIA_INGEST_CREDENTIAL_TTL_S", 60)

@@ -73,16 +73,22 @@ class AgentAuthError(Exception):
         self.code = code
 
 
-def check_agent_header(value: str) -> AgentCredential:
-    """The credential of an ``Authorization`` header's value, or AgentAuthError. Shared by the DRF endpoints and
-    the plain telemetry view (``api/telemetry.py``)."""
+def parse_agent_header(value: str) -> tuple[str, str]:
+    """The token and its prefix from an ``Authorization`` header's value (no lookup), or AgentAuthError."""
     header = value.split()
     if not header or header[0] != "Bearer":
         raise AgentAuthError("Authentication credentials were not provided.", code="not_authenticated")
     pieces = header[1].split("_", 2) if len(header) == 2 else []
     if len(pieces) != 3 or pieces[0] != TOKEN_PREFIX:
         raise AgentAuthError("Authorization must be 'Bearer fagent_<prefix>_<secret>'.")
-    credential = _lookup(header[1], pieces[1])
+    return header[1], pieces[1]
+
+
+def check_agent_header(value: str) -> AgentCredential:
+    """The credential of an ``Authorization`` header's value, or AgentAuthError. Shared by the DRF endpoints and
+    the plain telemetry view (``api/telemetry.py``)."""
+    token, prefix = parse_agent_header(value)
+    credential = _lookup(token, prefix)
     if credential is None:
         raise AgentAuthError("Invalid node agent credential.")
     if credential.revoked_at is not None:

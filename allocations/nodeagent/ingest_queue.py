@@ -36,11 +36,42 @@ redis.call('XADD', KEYS[1], '*', 'n', ARGV[2], 't', ARGV[3], 'p', ARGV[4])
 return tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
 """
 
+# The agent's request, one round trip: the credential shared by every web process (shared_credentials.py; ARGV[5]
+# when the caller just looked it up, and then kept for ARGV[6] s), its node's name against the report's, the bound,
+# the append, the commands-waiting flag, and whether `last_used_at` is due (at most once a minute per credential).
+_ACCEPT_AS = """
+local credential = ARGV[5]
+if credential == '' then
+  credential = redis.call('GET', KEYS[3])
+  if not credential then return {-2} end
+elseif tonumber(ARGV[6]) > 0 then
+  redis.call('SET', KEYS[3], credential, 'EX', ARGV[6])
+end
+local node_id, credential_id, name = string.match(credential, '^(%d+) (%d+) (.*)$')
+if name ~= ARGV[2] then return {-3, name} end
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return {-1} end
+redis.call('XADD', KEYS[1], '*', 'n', node_id, 't', ARGV[3], 'p', ARGV[4])
+local due = redis.call('SET', KEYS[4], '1', 'NX', 'EX', 60) and 1 or 0
+return {tonumber(redis.call('HGET', KEYS[2], node_id) or '0'), due, tonumber(credential_id)}
+"""
+
 _clients: dict[str, redis.Redis] = {}
 
 
 def enabled() -> bool:
     return bool(settings.FATIA_INGEST_QUEUE_URL)
+
+
+_scripts: dict[tuple[str, str], Any] = {}
+
+
+def _script(source: str) -> Any:
+    """The script object of this process's client (registering hashes the source: once, not per request)."""
+    url = str(settings.FATIA_INGEST_QUEUE_URL)
+    found = _scripts.get((url, source))
+    if found is None:
+        found = _scripts[(url, source)] = client().register_script(source)
+    return found
 
 
 def client() -> redis.Redis:
@@ -67,7 +98,7 @@ class QueuedReport:
 def accept_report(*, node_id: int, payload: dict[str, Any], accepted_at: datetime) -> int:
     """Queue one validated report; returns the node's commands-waiting flag (0 or 1). Raises Backlogged."""
     body = json.dumps(payload, separators=(",", ":"))
-    script = client().register_script(_ACCEPT)
+    script = _script(_ACCEPT)
     answer = int(
         script(
             keys=[STREAM, WAITING],
@@ -77,6 +108,49 @@ def accept_report(*, node_id: int, payload: dict[str, Any], accepted_at: datetim
     if answer < 0:
         raise Backlogged
     return answer
+
+
+class NotShared(Exception):
+    """No shared entry for this credential: look it up and call again with ``known``."""
+
+
+class ForAnotherNode(Exception):
+    """The credential belongs to another node than the report names (403)."""
+
+    def __init__(self, node_name: str) -> None:
+        super().__init__(node_name)
+        self.node_name = node_name
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    commands: int  # the node's commands-waiting flag
+    touch_due: bool  # write the credential's last_used_at (once a minute per credential, across processes)
+    credential_id: int
+
+
+def accept_from_agent(
+    *, digest: str, payload: dict[str, Any], accepted_at: datetime, known: str = "", keep_s: int = 0
+) -> Accepted:
+    """Queue one validated report sent with the credential of token digest ``digest``: one round trip. ``known``
+    (shared_credentials.entry) when the caller has just looked the credential up, then kept ``keep_s`` seconds.
+    Raises NotShared, ForAnotherNode or Backlogged; nothing is queued then."""
+    from allocations.nodeagent import shared_credentials  # it imports this module
+
+    body = json.dumps(payload, separators=(",", ":"))
+    script = _script(_ACCEPT_AS)
+    answer: Any = script(
+        keys=[STREAM, WAITING, shared_credentials.key(digest), shared_credentials.used_key(digest)],
+        args=[settings.FATIA_INGEST_BACKLOG_MAX, payload["node"], accepted_at.timestamp(), body, known, keep_s],
+    )
+    code = int(answer[0])
+    if code == -2:
+        raise NotShared
+    if code == -3:
+        raise ForAnotherNode(answer[1].decode())
+    if code == -1:
+        raise Backlogged
+    return Accepted(commands=code, touch_due=bool(answer[1]), credential_id=int(answer[2]))
 
 
 def backlog() -> int:

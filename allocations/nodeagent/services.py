@@ -11,6 +11,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from django.db.models.functions import Cast, TruncHour
 from django.utils import timezone
 
 from allocations.models import Node
+from allocations.nodeagent import shared_credentials
 from allocations.nodeagent.models import AgentCredential, AgentStatus, DeviceRollup, HealthEvent
 from allocations.nodeagent.telemetry import IngestResult, Report, apply_reports
 from allocations.services.locks import lock_pool
@@ -79,8 +81,10 @@ def revoke_agent_credential(*, credential_id: int, actor: User | None) -> AgentC
         raise InvalidTransition(current="revoked", target="revoked")
     credential.revoked_at = timezone.now()
     credential.save(update_fields=["revoked_at"])
-    # Other processes notice within FATIA_AGENT_CREDENTIAL_CACHE_S (authentication.py); this one at once.
+    # Other processes notice within FATIA_AGENT_CREDENTIAL_CACHE_S (authentication.py); this one at once. With the
+    # telemetry queue, every web process at once: the entry they share goes when this commits (shared_credentials.py).
     _forget_credentials()
+    transaction.on_commit(partial(shared_credentials.forget, credential.digest))
     record_audit_event(
         actor=actor,
         verb="revoke_agent_credential",
@@ -102,6 +106,11 @@ def touch_agent_credential(*, credential: AgentCredential, now: datetime) -> Non
     if credential.last_used_at is None or now - credential.last_used_at > timedelta(minutes=1):
         AgentCredential.objects.filter(pk=credential.pk).update(last_used_at=now)
         credential.last_used_at = now  # the same object may be cached for the next requests
+
+
+def note_agent_credential_used(*, credential_id: int, now: datetime) -> None:
+    """Queued ingest's touch: the shared accept script says when a minute has passed for this credential."""
+    AgentCredential.objects.filter(pk=credential_id).update(last_used_at=now)
 
 
 # --- freshness --------------------------------------------------------------------------------------------------

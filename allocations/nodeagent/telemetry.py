@@ -21,6 +21,7 @@ from django.db import transaction
 
 from allocations.models import Gpu, Node
 from allocations.nodeagent.bulk import update_rows
+from allocations.nodeagent.device_rows import DeviceRow, read_device_rows
 from allocations.nodeagent.models import AgentStatus, DeviceRollup, DeviceState, HealthEvent
 
 
@@ -65,12 +66,15 @@ STATE_FIELDS = [
 ]
 STATUS_FIELDS = ["boot", "last_seq", "last_seen_at", "dropped"]
 
+# A device row as read (a plain row, device_rows.py) or as made for a new device (a model instance).
+Device = DeviceState | DeviceRow
+
 
 def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
-def _flush(state: DeviceState, rollups: list[DeviceRollup]) -> None:
+def _flush(state: Device, rollups: list[DeviceRollup]) -> None:
     if not state.minute_samples:
         return
     rollups.append(
@@ -94,7 +98,7 @@ def _flush(state: DeviceState, rollups: list[DeviceRollup]) -> None:
 
 
 def _observe(
-    state: DeviceState,
+    state: Device,
     at: datetime,
     memory: int | None,
     util: float | None,
@@ -138,15 +142,15 @@ class _Writes:
     """What a batch writes, gathered over its nodes and written once."""
 
     created: list[DeviceState] = field(default_factory=list)
-    changed: list[DeviceState] = field(default_factory=list)
-    gone: list[DeviceState] = field(default_factory=list)
+    changed: list[Device] = field(default_factory=list)
+    gone: list[Device] = field(default_factory=list)
     rollups: list[DeviceRollup] = field(default_factory=list)
     events: list[HealthEvent] = field(default_factory=list)
 
 
 def _apply_samples(
     status: AgentStatus,
-    states: dict[str, DeviceState],
+    states: dict[str, Device],
     samples: list[tuple[dict[str, Any], datetime]],
     writes: _Writes,
     result: IngestResult,
@@ -163,7 +167,7 @@ def _apply_samples(
             gpu_ids = _gpu_rows(node, status)
         return gpu_ids.get(uuid)
 
-    def inventory_newer(state: DeviceState) -> bool:
+    def inventory_newer(state: Device) -> bool:
         # A device with no GPU row is matched again only when an inventory arrived since its last sample (the
         # agent sends one every few minutes), not on every report: looking costs two queries and the inventory.
         return status.inventory_at is not None and (state.pk is None or status.inventory_at >= state.sampled_at)
@@ -211,7 +215,9 @@ def _apply_samples(
         _flush(state, writes.rollups)
         if state.pk is not None:
             writes.gone.append(state)
-    writes.created.extend(s for uuid, s in states.items() if uuid in latest and uuid in created)
+    writes.created.extend(
+        s for uuid, s in states.items() if uuid in latest and uuid in created and isinstance(s, DeviceState)
+    )
     writes.changed.extend(s for uuid, s in states.items() if uuid in latest and uuid not in created)
     result.accepted += len(samples)
     result.rollups += len(writes.rollups) - rollups_before
@@ -246,9 +252,9 @@ def apply_reports(reports: list[Report]) -> list[IngestResult | None]:
     their order; a result per report (None for a node that no longer exists). Locks the nodes' AgentStatus rows in
     node order. A node that was agent-silent is ready again after commit."""
     statuses = _lock_statuses(sorted({r.node_id for r in reports}))
-    states: dict[int, dict[str, DeviceState]] = {node_id: {} for node_id in statuses}
-    for state in DeviceState.objects.filter(node_id__in=list(statuses)):
-        states[state.node_id][state.uuid] = state
+    states: dict[int, dict[str, Device]] = {node_id: {} for node_id in statuses}
+    for row in read_device_rows(list(statuses)):
+        states[row.node_id][row.uuid] = row
     fresh: dict[int, list[tuple[dict[str, Any], datetime]]] = {node_id: [] for node_id in statuses}
     results: list[IngestResult | None] = []
     for report in reports:

@@ -153,23 +153,28 @@ def test_the_cluster_role_grants_exactly_the_portals_permissions(helm: Path) -> 
 def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_a_token(helm: Path) -> None:
     docs = render(helm, "kubernetes")
     deployments = by_kind(docs, "Deployment")
-    assert sorted(deployments) == ["fatia-beat", "fatia-discover", "fatia-events", "fatia-web", "fatia-worker"]
+    assert sorted(deployments) == [
+        "fatia-beat", "fatia-discover", "fatia-events", "fatia-ingest", "fatia-web", "fatia-worker"
+    ]  # fmt: skip
     assert {n: d["spec"]["replicas"] for n, d in deployments.items()} == {
         "fatia-beat": 1,
         "fatia-discover": 1,
         "fatia-events": 1,
+        "fatia-ingest": 1,
         "fatia-web": 2,
         "fatia-worker": 2,
     }
     # exactly one beat and one discover, never two at once
     assert deployments["fatia-beat"]["spec"]["strategy"] == {"type": "Recreate"}
     assert deployments["fatia-discover"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployments["fatia-ingest"]["spec"]["strategy"] == {"type": "Recreate"}
     templates = pod_templates(docs)
     roles = {name: t["spec"]["containers"][0]["args"] for name, t in templates.items()}
     assert roles == {
         "fatia-beat": ["beat"],
         "fatia-discover": ["discover"],
         "fatia-events": ["events"],
+        "fatia-ingest": ["ingest"],
         "fatia-web": ["web"],
         "fatia-worker": ["worker"],
         "fatia-migrate": ["migrate"],
@@ -183,6 +188,7 @@ def test_the_kubernetes_render_has_every_component_and_only_the_api_callers_get_
         "fatia-beat": ("fatia", False),
         "fatia-discover": ("fatia-cluster", True),
         "fatia-events": ("fatia", False),
+        "fatia-ingest": ("fatia", False),
         # web reviews the node agents' bootstrap tokens (agent.enabled in the CI values), as its own narrow identity
         "fatia-web": ("fatia-web", True),
         "fatia-worker": ("fatia-cluster", True),
@@ -224,6 +230,7 @@ def test_every_container_is_read_only_with_tmp_writable_and_secrets_as_files(hel
                 "CACHE_URL",
                 "FATIA_OIDC_CLIENT_SECRET",
                 "FATIA_METRICS_TOKEN",
+                "FATIA_INGEST_QUEUE_URL",  # ingest.enabled in the CI values: web queues, the ingest pod drains
             )
         }, name
     assert config["FATIA_KUBECONFIG"] == "" and config["FATIA_CLUSTER_BACKEND"] == "kubernetes"
@@ -288,7 +295,9 @@ def test_the_openshift_render_has_routes_and_leaves_the_uid_to_the_scc(helm: Pat
 
 
 def test_the_simulated_backend_has_no_discover_no_cluster_role_and_no_token(helm: Path) -> None:
-    docs = render(helm, "kubernetes", "fatia", "cluster.backend=simulated", "agent.enabled=false")
+    docs = render(
+        helm, "kubernetes", "fatia", "cluster.backend=simulated", "agent.enabled=false", "ingest.enabled=false"
+    )
     assert sorted(by_kind(docs, "Deployment")) == ["fatia-beat", "fatia-events", "fatia-web", "fatia-worker"]
     assert by_kind(docs, "ClusterRole") == {}
     assert sorted(by_kind(docs, "ServiceAccount")) == ["fatia"]
@@ -378,6 +387,7 @@ def test_restricted_pod_security_admits_every_pod_the_chart_starts(
         "fatia-beat",
         "fatia-discover",
         "fatia-events",
+        "fatia-ingest",
         "fatia-migrate",
         "fatia-web",
         "fatia-worker",

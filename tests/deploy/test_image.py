@@ -358,3 +358,48 @@ def test_the_worker_role_starts_and_waits_for_tasks(sandbox: Sandbox) -> None:
         log = wait_for_log(worker, "ready.", sandbox)
         assert worker.poll() is None
     assert "Read-only file system" not in log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ingest_role_applies_queued_telemetry(sandbox: Sandbox, world: Any, settings: Any) -> None:
+    """`fatia ingest` (manage.py drain_telemetry) from the image, as the chart's ingest Deployment runs it."""
+    from django.db import connection
+    from rest_framework.test import APIClient
+
+    from allocations.models import Node
+    from allocations.nodeagent import ingest_queue, services
+    from allocations.nodeagent.models import AgentStatus
+    from tests.nodeagent.payloads import T0, FakeNode
+
+    # given: a Redis database of its own for the queue, and a node agent's report queued by the portal (202)
+    queue = os.environ["CACHE_URL"].rsplit("/", 1)[0] + "/6"
+    settings.FATIA_INGEST_QUEUE_URL = queue
+    ingest_queue.client().flushdb()
+    node = Node.objects.get(name="h100-node-0")
+    token = services.issue_agent_credential(node_id=node.pk, actor=world.root)[1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    answer = client.post("/api/v1/agent/telemetry/", FakeNode(node.name).telemetry(T0, T0 + 5), format="json")
+    assert answer.status_code == 202
+    db = connection.settings_dict
+    env = {
+        **production_env(f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"),
+        "FATIA_INGEST_QUEUE_URL": queue,
+    }
+    # without a queue the role says what to set
+    refused = sandbox.run(sandbox.entrypoint("ingest", "--once"), {k: v for k, v in env.items() if "INGEST" not in k})
+    assert refused.returncode == 1
+    assert "There is no telemetry queue: set FATIA_INGEST_QUEUE_URL" in refused.stderr
+    with sandbox.start(sandbox.entrypoint("ingest"), env) as worker:
+        # when: the worker runs
+        log = wait_for_log(worker, "Draining telemetry as 'drain'", sandbox)
+        deadline = time.monotonic() + 120  # a guard against hanging, not a timing
+        while not AgentStatus.objects.filter(node=node, last_seq=2).exists():
+            assert worker.poll() is None, sandbox.log_of(worker)
+            assert time.monotonic() < deadline, f"the report was not applied:\n{sandbox.log_of(worker)}"
+            time.sleep(0.25)
+        # then: applied and forgotten, and the worker goes on
+        assert ingest_queue.backlog() == 0
+        assert worker.poll() is None
+    assert "Read-only file system" not in log
+    ingest_queue.client().flushdb()

@@ -67,6 +67,21 @@ Required ones fail the render when neither is given; optional ones are left out.
 {{- fail (printf "%s: set %s" $name (index . 5)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* The telemetry queue's Redis when queued ingest is on: its own secret or value, else the cache's. */ -}}
+{{- if .Values.ingest.enabled -}}
+{{- $q := .Values.ingest.queue -}}
+{{- if $q.existingSecret -}}
+{{- $out = append $out (dict "env" "FATIA_INGEST_QUEUE_URL" "secret" $q.existingSecret "key" $q.key) -}}
+{{- else if $q.url -}}
+{{- $out = append $out (dict "env" "FATIA_INGEST_QUEUE_URL" "secret" $chartSecret "key" "FATIA_INGEST_QUEUE_URL") -}}
+{{- else if .Values.cache.existingSecret -}}
+{{- $out = append $out (dict "env" "FATIA_INGEST_QUEUE_URL" "secret" .Values.cache.existingSecret "key" .Values.cache.key) -}}
+{{- else if .Values.cache.url -}}
+{{- $out = append $out (dict "env" "FATIA_INGEST_QUEUE_URL" "secret" $chartSecret "key" "CACHE_URL") -}}
+{{- else -}}
+{{- fail "FATIA_INGEST_QUEUE_URL: ingest.enabled needs a Redis: set ingest.queue.url, ingest.queue.existingSecret or cache.url" -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $out -}}
 {{- end -}}
 

@@ -104,8 +104,9 @@ def test_a_new_request_does_not_take_a_booked_room(world: World):
     booking = book(world, small.pool, profile="7g.80gb", start=2, end=4, actor=world.charlie)
     # when: a request whose 8 h lease would run into the booking
     long = active_lease(world, small.pool, profile="1g.10gb", hours=8)
-    # then: it fails with the booking named, and the quota is given back
-    assert long.status == "failed"
-    assert f"booking #{booking.pk}" in long.status_message
+    # then: it is not placed in the booking's room: it waits in the pool's queue (issue 15) instead
+    assert long.status == "queued"
+    assert not long.placements.exists()
+    assert booking.status == "approved"
     # while a 1 h lease, over before the booking starts, is placed
     assert active_lease(world, small.pool, profile="1g.10gb", hours=1).status == "active"

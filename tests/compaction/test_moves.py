@@ -209,7 +209,7 @@ def test_a_request_refused_for_fragmentation_is_rescued_by_moves(small: Small, w
     assert where(blocker)[0][0] == 2
 
 
-def test_without_movable_slices_a_refused_request_fails_as_before(small: Small, world: World) -> None:
+def test_without_movable_slices_a_refused_request_waits_in_the_queue(small: Small, world: World) -> None:
     small.active("3g.40gb", gpu=0, start=0)
     small.active("1g.10gb", gpu=0, start=4)
     small.active("7g.80gb", gpu=1, start=0)
@@ -226,7 +226,7 @@ def test_without_movable_slices_a_refused_request_fails_as_before(small: Small, 
     )
     if refused.status == Allocation.Status.PENDING:
         services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
-    assert services.provision_allocation(allocation_id=refused.pk).status == Allocation.Status.FAILED
+    assert services.provision_allocation(allocation_id=refused.pk).status == Allocation.Status.QUEUED
     assert not MovePlan.objects.exists()
 
 

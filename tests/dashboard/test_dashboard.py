@@ -204,7 +204,9 @@ def test_the_pool_card_explains_fragmentation_in_visible_text(world: World):
 def test_alice_sees_her_slices_drawn_at_their_recorded_slots(world: World):
     # given
     allocation = active_slices(world, world.alice, world.tenant_a, profile="1g.20gb", count=2)
-    placements = list(SlicePlacement.objects.filter(allocation=allocation).order_by("gpu__node__name", "gpu__index"))
+    placements = list(
+        SlicePlacement.objects.filter(allocation=allocation).order_by("gpu__node__name", "gpu__index", "start")
+    )
     # when
     response = client_for(world.alice).get("/dashboard/")
     # then

@@ -1,6 +1,7 @@
 """Bookings on a real control plane (issue 15): a request whose lease would run into a booking's window is not
-given the booked slots (DynamicMIG provisioning, cluster/sync.py), and at its start the booking's request becomes a
-claim kube-scheduler allocates, its lease ending with the window (cluster/placements.py keeps the booked end)."""
+given the booked slots (it waits in the queue; DynamicMIG provisioning, cluster/sync.py), and at its start the
+booking's request becomes a claim kube-scheduler allocates, its lease ending with the window (cluster/placements.py
+keeps the booked end)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ def test_a_booked_gpu_pair_is_kept_free_then_provisioned_at_the_start(kube_world
     # when: Team A asks for a slice with a 2 h lease, which would still hold a slot when the booking starts
     refused = request(kw, "1g.10gb")
     services.provision_allocation(allocation_id=refused.pk)
-    # then: it fails naming the booking, and nothing is made in the cluster
+    # then: it waits in the pool's queue (issue 15) instead of taking the booked room, and nothing is made in the
+    # cluster
     refused.refresh_from_db()
-    assert refused.status == Allocation.Status.FAILED
-    assert f"booking #{booking.pk}" in refused.status_message
+    assert refused.status == Allocation.Status.QUEUED
+    assert not refused.claim_name
     # when: the booking is approved and its start comes
     bookings.approve_booking(booking_id=booking.pk, actor=world.root)
     booking = move_window(booking, start=-0.02, end=2)

@@ -633,6 +633,7 @@ FATIA_BOOKING_HORIZON_DAYS = env_int("FATIA_BOOKING_HORIZON_DAYS", 90)
 # At a booking's start, while leases past their end still hold slots (the expiry beat frees them within a minute), the
 # booking waits this long for its room before it fails.
 FATIA_BOOKING_START_GRACE_S = env_int("FATIA_BOOKING_START_GRACE_S", 300)
+
 # --- queue (session 7, package `queue`; issue 15: waiting instead of failing; docs/queue.md) ------------------------
 # Fair order across tenants decays each tenant's usage of a pool with this half-life (Kueue's admission fair sharing,
 # usageHalfLifeTime): usage H ago counts half, 2H ago a quarter.
@@ -641,6 +642,7 @@ FATIA_QUEUE_HALF_LIFE_S = env_int("FATIA_QUEUE_HALF_LIFE_S", 4 * 3600)
 FATIA_QUEUE_RESERVE_AFTER_S = env_int("FATIA_QUEUE_RESERVE_AFTER_S", 3600)
 # The slow safety sweep of every pool's queue (admission itself follows releases, expiries and new nodes).
 FATIA_QUEUE_SWEEP_S = env_int("FATIA_QUEUE_SWEEP_S", 300)
+
 # --- Telemetry ingest, session 7 (package `ingest`; allocations/nodeagent/shared_credentials.py) -------------------
 # With the queue on: how long a node agent credential checked once stays shared in the queue's Redis for every web
 # process (no query per report). A revocation drops it when it commits, so this bounds only a lookup that raced the

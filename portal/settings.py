@@ -626,3 +626,11 @@ FATIA_BROKER_VISIBILITY_TIMEOUTS = broker.parse_visibility_timeouts(
 # move restarts a movable request's pods.
 FATIA_COMPACTION_INTERVAL_S = env_int("FATIA_COMPACTION_INTERVAL_S", 600)
 FATIA_COMPACTION_MAX_MOVES = env_int("FATIA_COMPACTION_MAX_MOVES", 4)
+
+# --- Tenant namespaces (session 7, package `namespaces`; issue 17: tenants/namespaces.py, docs/kubernetes.md) ---
+# The portal's own Kubernetes identity, `<namespace>:<serviceaccount>`: what the RoleBindings in tenant namespaces
+# bind, and the one user the claim admission policy lets create NVIDIA claims there.
+FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = os.environ.get("FATIA_KUBE_PORTAL_SERVICE_ACCOUNT", "fatia-system:fatia-portal")
+# The ClusterRole (claim and pod verbs only) that those RoleBindings grant; the chart and
+# deploy/control-plane/portal-rbac.yaml make it, never bound cluster-wide.
+FATIA_KUBE_NAMESPACE_ROLE = os.environ.get("FATIA_KUBE_NAMESPACE_ROLE", "fatia-portal-namespace")

@@ -78,7 +78,7 @@ def reconcile_cluster() -> ReconcileReport:
     wanted_claims: set[tuple[str, str]] = set()
     wanted_pods: set[tuple[str, str]] = set()
     for allocation in live:
-        namespace = kube_sync.tenant_namespace(allocation.tenant)
+        namespace = allocation.namespace
         wanted_claims |= {(namespace, name) for name in allocation.kube_claim_names}
         wanted_pods.add((namespace, allocation.kube_name))
         if allocation.status == Status.ACTIVE:

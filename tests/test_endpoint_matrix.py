@@ -22,7 +22,7 @@ from allocations.nodeagent.commands import queue_agent_commands
 from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
 from allocations.nodeagent.services import issue_agent_credential
 from tenants.api.urls import router as tenants_router
-from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant, TenantNamespace
 from tenants.services import create_api_token
 from tests.conftest import World
 
@@ -44,6 +44,7 @@ class Ids:
     mapping: int
     agent_credential: int
     agent_command: int
+    namespace: int
 
 
 def objects(world: World) -> Ids:
@@ -110,6 +111,7 @@ def objects(world: World) -> Ids:
         mapping=mapping.pk,
         agent_credential=credential.pk,
         agent_command=command.pk,
+        namespace=TenantNamespace.objects.create(tenant=world.tenant_a, name="team-a-own").pk,
     )
 
 
@@ -158,6 +160,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "credential": {"node": "h100-node-1"},
         "idle": {"enabled": True, "idle_after_minutes": 60, "idle_grace_minutes": 30},
         "move-plan": {"pool": pool},
+        "namespace": {"tenant": a, "name": "team-a-more"},
         "none": {},
     }[name]
 
@@ -241,6 +244,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/allocations/{active}/manifests/", "none", (400, 400, 404, 401)),
     ("post", "/api/v1/allocations/{active}/attach/", "none", (400, 400, 404, 401)),
     ("get", "/api/v1/advice/", "none", (400, 400, 400, 401)),
+    # Namespaces tenants own (issue 17): members list their tenants'; platform admins assign and remove them
+    # (tests/tenants/test_namespaces_api.py covers them as root).
+    ("get", "/api/v1/namespaces/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/namespaces/", "namespace", (403, 403, 403, 401)),
+    ("delete", "/api/v1/namespaces/{namespace}/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import compaction, views, workloads
+from allocations.api import compaction, namespaces, views, workloads
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="pool")
@@ -16,5 +16,7 @@ router.register("allocations", workloads.WorkloadViewSet, basename="allocation-w
 router.register("advice", workloads.AdviceViewSet, basename="advice")
 # Compaction (issue 14): platform admins only.
 router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
+# --- namespaces (issue 17): the namespaces tenants own; platform admins assign and remove them ---
+router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
 
 urlpatterns = router.urls

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from allocations import move_mail, notifications
-from allocations.cluster import check_runs, namespace_sync, reconcile, reconfigure
+from allocations.cluster import check_runs, namespace_discovery, namespace_sync, reconcile, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
@@ -114,6 +114,7 @@ def reconcile_cluster_task() -> None:
     lost are requeued by sweep_outbox_task on every backend, whether the cluster answers or not."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         reconcile.reconcile_cluster()
+        namespace_discovery.discover_labelled_namespaces()
     metric_events.record_pass("reconcile")
 
 

@@ -114,3 +114,14 @@ def unbind_namespace(namespace: str) -> None:
     except kube.KubeRejected as exc:
         if exc.status != 404:
             raise
+
+
+def labelled_namespaces() -> dict[str, str]:
+    """Every namespace labelled `fatia.io/tenant`, with the label's value (a tenant slug)."""
+    core = client.CoreV1Api(kube.api_client())
+    listed = kube._call("namespaces", core.list_namespace, label_selector=LABEL_TENANT)
+    return {
+        n.metadata.name: n.metadata.labels[LABEL_TENANT]
+        for n in listed.items
+        if n.metadata is not None and n.metadata.name and n.metadata.labels
+    }

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from allocations import services
-from allocations.cluster import kube, namespace_sync
+from allocations.cluster import kube, namespace_discovery, namespace_sync
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation
 from allocations.services.tenant_namespaces import NamespaceInUse, assign_namespace, remove_namespace
@@ -214,3 +214,19 @@ def test_a_request_into_an_assigned_namespace_gets_its_claim_there_and_leaving_r
     # and the member role is gone with them
     roles = client.RbacAuthorizationV1Api(admin).list_namespaced_role(name).items
     assert sorted(r.metadata.name for r in roles) == ["own-claims"]
+
+
+def test_a_namespace_the_admin_labels_for_a_tenant_joins_it_on_the_reconcile_pass(
+    kube_world: KubeWorld, admin: client.ApiClient
+) -> None:
+    # given: a namespace the cluster admin made and labelled for team A
+    kw = kube_world
+    name = own_namespace(admin)
+    client.CoreV1Api(admin).patch_namespace(name, {"metadata": {"labels": {kube.LABEL_TENANT: "team-a"}}})
+    # when: the reconcile pass looks for labelled namespaces (as the portal)
+    report = namespace_discovery.discover_labelled_namespaces()
+    # then: it is team A's, found by its label; the portal-made namespaces (labelled too) are not rows
+    assert name in report.joined
+    assert TenantNamespace.objects.get(name=name).tenant == kw.world.tenant_a
+    assert TenantNamespace.objects.get(name=name).source == TenantNamespace.Source.LABELLED
+    assert not TenantNamespace.objects.filter(name=kw.namespace("team-a")).exists()

@@ -69,7 +69,7 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
 def test_a_bad_namespace_name_is_a_400_with_a_field_message(world: World, name: str, message: str) -> None:
     response = assign(world, name)
     assert response.status_code == 400
-    assert message in " ".join(response.json()["name"])
+    assert message in " ".join(response.json()["errors"]["name"])
     assert not TenantNamespace.objects.exists()
 
 
@@ -79,7 +79,7 @@ def test_a_namespace_of_another_tenant_is_refused_and_assigning_again_is_harmles
     # when/then: giving it to B is refused with the reason in `name`
     response = assign(world, "shared-ns", world.tenant_b)
     assert response.status_code == 400
-    assert "belongs to tenant team-a" in response.json()["name"][0]
+    assert "belongs to tenant team-a" in response.json()["errors"]["name"][0]
     # and: giving it to A again changes nothing
     assert assign(world, "shared-ns").status_code == 201
     assert TenantNamespace.objects.filter(name="shared-ns").count() == 1
@@ -96,8 +96,8 @@ def test_a_request_names_one_of_its_tenants_namespaces_or_gets_a_400(world: Worl
         response = alice.post("/api/v1/allocations/", request_body(world, namespace=wrong), format="json")
         # then: 400 with the namespace field saying what she may choose, nothing created
         assert response.status_code == 400, response.content
-        assert f"{wrong} is not one of team-a's namespaces" in response.json()["namespace"][0]
-        assert "ml-research" in response.json()["namespace"][0]
+        assert f"{wrong} is not one of team-a's namespaces" in response.json()["errors"]["namespace"][0]
+        assert "ml-research" in response.json()["errors"]["namespace"][0]
     assert not Allocation.objects.exists()
     # when: she names A's own
     made = alice.post("/api/v1/allocations/", request_body(world, namespace="ml-research"), format="json")
@@ -130,7 +130,7 @@ def test_a_namespace_with_a_live_request_cannot_leave_until_it_is_released(world
     response = root.delete(f"{URL}{ns_id}/")
     # then: 409, it stays
     assert response.status_code == 409
-    assert "still holds the claims of 1 request" in response.json()["namespace"][0]
+    assert "still holds the claims of 1 request" in response.json()["errors"]["namespace"][0]
     assert TenantNamespace.objects.filter(pk=ns_id).exists()
     # when: released, then removed
     services.release_allocation(allocation_id=allocation.pk, actor=world.alice)

@@ -554,6 +554,8 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
         body["movable"] = args.movable
     if args.tenant is not None:
         body["tenant"] = args.tenant
+    if args.namespace is not None:
+        body["namespace"] = args.namespace
     key = args.idempotency_key or str(uuid.uuid4())
     try:
         allocation = api.post("/allocations/", body, headers={"Idempotency-Key": key})
@@ -873,6 +875,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--lease-hours", required=True, type=int, help="lease length in hours")
     sub.add_argument("--purpose", required=True, help="what the slices are for")
     sub.add_argument("--tenant", type=_positive_int, help="tenant id (needed when you are in several)")
+    sub.add_argument(
+        "--namespace", help="where the claims go: one of the tenant's namespaces (default: the portal-made one)"
+    )
     sub.add_argument("--idempotency-key", help="reuse to repeat a request safely (default: a new UUID)")
 
     sub = command("list", cmd_list, "your tenants' allocations, newest first")

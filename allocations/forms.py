@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 
 from allocations.models import NodePool, default_tolerations
 from allocations.selectors import GpuModelChoice
+from allocations.services.tenant_namespaces import namespace_choices
 from allocations.sharing.catalog import MODELS as SHARED_MODELS
 from tenants.models import Tenant
 
@@ -150,9 +151,22 @@ class NewRequestForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="What the slices are for; your manager reads this when approving.",
     )
+    # Tenant namespaces (issue 17): where the claims go, from the tenant's list; the service checks the choice.
+    namespace = forms.ChoiceField(
+        required=False,
+        label="Namespace for the claims",
+        help_text="Run the pods that use the slices in this namespace. Your team's own namespaces are listed too.",
+    )
 
     def __init__(self, *args: Any, tenants: QuerySet[Tenant], pools: QuerySet[NodePool], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        namespace = self.fields["namespace"]
+        assert isinstance(namespace, forms.ChoiceField)  # noqa: S101
+        per_tenant = {tenant.name: namespace_choices(tenant) for tenant in tenants}
+        namespace.choices = [(name, [(ns, ns) for ns in names]) for name, names in per_tenant.items()]
+        if all(len(names) == 1 for names in per_tenant.values()):
+            # Only the portal-made namespace: nothing to choose (blank means it).
+            namespace.widget = forms.HiddenInput()
         self._model_field("tenant").queryset = tenants
         self._model_field("pool").queryset = pools
         if len(tenants) == 1:

@@ -377,6 +377,9 @@ class Allocation(models.Model):
     # Queueing (issue 15): order inside a tenant (higher first, set by its managers) and when it started waiting.
     priority = models.SmallIntegerField(default=0, db_default=0)
     queued_at = models.DateTimeField(null=True, blank=True)
+    # The namespace its claims go to, chosen from the tenant's list (issue 17); empty: the portal-made one. Read
+    # it through `namespace`.
+    namespace_name = models.CharField(max_length=63, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -422,8 +425,9 @@ class Allocation(models.Model):
 
     @property
     def namespace(self) -> str:
-        """The Kubernetes namespace of this allocation's claim: its tenant's."""
-        return tenant_namespace(self.tenant)
+        """The Kubernetes namespace of this allocation's claim: the one the request named from its tenant's list
+        (tenants.TenantNamespace), else the tenant's portal-made one."""
+        return self.namespace_name or tenant_namespace(self.tenant)
 
 
 #: A ResourceClaim holds at most this many device requests (resource.k8s.io/v1 DeviceRequestsMaxSize; the API

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from allocations import move_mail, notifications
-from allocations.cluster import check_runs, reconcile, reconfigure
+from allocations.cluster import check_runs, namespace_discovery, namespace_sync, reconcile, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
 from allocations.cluster.watcher import FleetDiscovery
@@ -109,12 +109,23 @@ def onboard_tenant_task(tenant_id: int) -> None:
     kube_sync.onboard_tenant(tenant_id=tenant_id)
 
 
+@shared_task(acks_late=True, **KUBE_RETRY)
+def bind_tenant_namespace_task(namespace_id: int) -> None:
+    namespace_sync.bind_tenant_namespace(namespace_id=namespace_id)
+
+
+@shared_task(acks_late=True, **KUBE_RETRY)
+def unbind_tenant_namespace_task(name: str) -> None:
+    namespace_sync.unbind_tenant_namespace(name=name)
+
+
 @shared_task(acks_late=True)
 def reconcile_cluster_task() -> None:
     """Kubernetes: one reconcile pass (cluster/reconcile.py); the next beat tick retries. Requests whose task was
     lost are requeued by sweep_outbox_task on every backend, whether the cluster answers or not."""
     if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
         reconcile.reconcile_cluster()
+        namespace_discovery.discover_labelled_namespaces()
     metric_events.record_pass("reconcile")
 
 

@@ -123,6 +123,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 memory_mib=form.memory_mib(),
                 thread_percentage=data.get("thread_percentage"),
                 movable=data.get("movable"),
+                namespace=data.get("namespace") or None,
                 actor=user,
                 idempotency_key=key[:128],
             )

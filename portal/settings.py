@@ -649,3 +649,11 @@ FATIA_QUEUE_SWEEP_S = env_int("FATIA_QUEUE_SWEEP_S", 300)
 # revocation, or a revocation while Redis was unreachable. Longer than a telemetry period, or most reports pay the
 # lookup again. 0: nothing shared, a query per report.
 FATIA_INGEST_CREDENTIAL_TTL_S = env_int("FATIA_INGEST_CREDENTIAL_TTL_S", 60)
+
+# --- Tenant namespaces (session 7, package `namespaces`; issue 17: tenants/namespaces.py, docs/kubernetes.md) ---
+# The portal's own Kubernetes identity, `<namespace>:<serviceaccount>`: what the RoleBindings in tenant namespaces
+# bind, and the one user the claim admission policy lets create NVIDIA claims there.
+FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = os.environ.get("FATIA_KUBE_PORTAL_SERVICE_ACCOUNT", "fatia-system:fatia-portal")
+# The ClusterRole (claim and pod verbs only) that those RoleBindings grant; the chart and
+# deploy/control-plane/portal-rbac.yaml make it, never bound cluster-wide.
+FATIA_KUBE_NAMESPACE_ROLE = os.environ.get("FATIA_KUBE_NAMESPACE_ROLE", "fatia-portal-namespace")

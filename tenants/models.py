@@ -298,3 +298,44 @@ class SsoIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
+
+
+# A Kubernetes namespace name (DNS-1123 label), as the API server checks it.
+namespace_name_validator = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "A namespace name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit.",
+)
+
+
+class TenantNamespaceQuerySet(models.QuerySet["TenantNamespace"]):
+    def for_user(self, user: User | AnonymousUser) -> TenantNamespaceQuerySet:
+        """Staff see every tenant's namespaces; everyone else only those of the tenants they belong to."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant_id__in=member_tenant_ids(user))
+
+
+class TenantNamespace(models.Model):
+    """An existing namespace a tenant owns besides the portal-made one (tenants/namespaces.py; issue 17).
+
+    Assigned by a platform admin, or found by the label `fatia.io/tenant=<slug>` an admin put on it (discovery).
+    A namespace belongs to at most one tenant; the portal-made namespace is implied and never stored here."""
+
+    class Source(models.TextChoices):
+        ASSIGNED = "assigned", "assigned by an admin"
+        LABELLED = "labelled", "found by its fatia.io/tenant label"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="namespaces")
+    name = models.CharField(max_length=63, unique=True, validators=[namespace_name_validator])
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.ASSIGNED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantNamespaceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant_id", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tenant})"

@@ -25,7 +25,7 @@ from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentSta
 from allocations.nodeagent.services import issue_agent_credential
 from allocations.services.bookings import request_booking
 from tenants.api.urls import router as tenants_router
-from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant
+from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant, TenantNamespace
 from tenants.services import create_api_token
 from tests.conftest import World
 
@@ -48,6 +48,7 @@ class Ids:
     agent_credential: int
     agent_command: int
     booking: int
+    namespace: int
 
 
 def objects(world: World) -> Ids:
@@ -116,6 +117,7 @@ def objects(world: World) -> Ids:
         agent_credential=credential.pk,
         agent_command=command.pk,
         booking=booking.pk,
+        namespace=TenantNamespace.objects.create(tenant=world.tenant_a, name="team-a-own").pk,
     )
 
 
@@ -188,6 +190,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
             "purpose": "workshop",
         },
         "priority": {"priority": 1},
+        "namespace": {"tenant": a, "name": "team-a-more"},
         "none": {},
     }[name]
 
@@ -281,6 +284,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/bookings/{booking}/approve/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/bookings/{booking}/reject/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/bookings/{booking}/cancel/", "none", (200, 200, 404, 401)),
+    # Namespaces tenants own (issue 17): members list their tenants'; platform admins assign and remove them
+    # (tests/tenants/test_namespaces_api.py covers them as root).
+    ("get", "/api/v1/namespaces/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/namespaces/", "namespace", (403, 403, 403, 401)),
+    ("delete", "/api/v1/namespaces/{namespace}/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

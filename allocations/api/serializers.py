@@ -562,6 +562,14 @@ class AllocationCreateSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="Compaction may move the slices (their pods restart); unset: the tenant's policy.",
     )
+    namespace = serializers.CharField(
+        max_length=63,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where the claims go: one of the tenant's namespaces (GET /api/v1/namespaces/); empty: the "
+        "portal-made one.",
+    )
     # The schema states the ranges; the messages say what the tenant's policy allows, as the service's do.
     count = serializers.IntegerField(
         min_value=1,

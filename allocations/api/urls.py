@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import compaction, queue, views, workloads
+from allocations.api import compaction, namespaces, queue, views, workloads
 from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
@@ -21,5 +21,7 @@ router.register("move-plans", compaction.MovePlanViewSet, basename="move-plan")
 router.register("bookings", BookingViewSet, basename="booking")
 # The queue (issue 15): allocations/api/queue.py.
 router.register("queue", queue.QueueViewSet, basename="queue")
+# --- namespaces (issue 17): the namespaces tenants own; platform admins assign and remove them ---
+router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
 
 urlpatterns = router.urls

@@ -269,6 +269,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             memory_mib=v["memory_mib"],
             thread_percentage=v["thread_percentage"],
             movable=v["movable"],
+            namespace=v["namespace"] or None,
             actor=acting_user(request),
             idempotency_key=idempotency_key(request),
         )

@@ -37,6 +37,8 @@ DRIVER = "gpu.nvidia.com"
 MIG_DEVICE_CLASS = "mig.nvidia.com"
 LABEL_ALLOCATION = "fatia.io/allocation"
 LABEL_TENANT = "fatia.io/tenant"
+# On every namespace whose claims the portal manages: the claim admission policy's namespace selector (issue 17).
+LABEL_MANAGED = "fatia.io/managed"
 APPLY = "application/apply-patch+yaml"
 
 # The quota admission plugin refuses objects in a namespace whose new ResourceQuota the controller has not
@@ -317,7 +319,10 @@ def ensure_tenant_namespace(spec: TenantSpec) -> None:
         body={
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": spec.namespace, "labels": labels | pod_security_labels(spec.pod_security)},
+            "metadata": {
+                "name": spec.namespace,
+                "labels": labels | {LABEL_MANAGED: "true"} | pod_security_labels(spec.pod_security),
+            },
         },
     )
     meta = {"name": "fatia-member", "namespace": spec.namespace, "labels": labels}

@@ -64,9 +64,17 @@ PORTAL_PERMISSIONS: tuple[Permission, ...] = (
     ),
     Permission("", "namespaces", (*READ, "create", "patch"), "ensure_tenant_namespace (apply); check_cluster lists"),
     Permission("", "resourcequotas", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"),
-    Permission("rbac.authorization.k8s.io", "roles", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"),
     Permission(
-        "rbac.authorization.k8s.io", "rolebindings", (*READ, "create", "patch"), "ensure_tenant_namespace (apply)"
+        "rbac.authorization.k8s.io",
+        "roles",
+        (*READ, "create", "patch", "delete"),
+        "ensure_tenant_namespace, bind_namespace (apply); unbind_namespace (a namespace leaves its tenant)",
+    ),
+    Permission(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        (*READ, "create", "patch", "delete"),
+        "ensure_tenant_namespace, bind_namespace (apply); unbind_namespace (a namespace leaves its tenant)",
     ),
     Permission(
         "authentication.k8s.io",

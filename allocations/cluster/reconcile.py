@@ -39,6 +39,7 @@ from allocations.cluster import placements as cluster_placements
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation, Node
 from allocations.services.locks import lock_allocation, lock_pool
+from tenants.models import TenantNamespace
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
@@ -66,11 +67,15 @@ class ReconcileReport:
 def reconcile_cluster() -> ReconcileReport:
     """One pass (see the module docstring). Raises KubeUnavailable when the API cannot be read."""
     report = ReconcileReport()
-    ours = settings.FATIA_KUBE_NAMESPACE_PREFIX  # never touch objects outside the namespaces the portal manages
-    claims = {(c.namespace, c.name): c for c in kube.list_claims(kube.LABEL_ALLOCATION) if c.namespace.startswith(ours)}
-    pods = {
-        (p.namespace, p.name): p for p in kube.list_holder_pods(kube.LABEL_ALLOCATION) if p.namespace.startswith(ours)
-    }
+    # Never touch objects outside the namespaces the portal manages: those it made, and those tenants own.
+    prefix = settings.FATIA_KUBE_NAMESPACE_PREFIX
+    owned = set(TenantNamespace.objects.values_list("name", flat=True))
+
+    def ours(namespace: str) -> bool:
+        return namespace.startswith(prefix) or namespace in owned
+
+    claims = {(c.namespace, c.name): c for c in kube.list_claims(kube.LABEL_ALLOCATION) if ours(c.namespace)}
+    pods = {(p.namespace, p.name): p for p in kube.list_holder_pods(kube.LABEL_ALLOCATION) if ours(p.namespace)}
     cluster_nodes = kube.list_node_names()
     _sync_node_states(cluster_nodes, report)
 
@@ -78,7 +83,7 @@ def reconcile_cluster() -> ReconcileReport:
     wanted_claims: set[tuple[str, str]] = set()
     wanted_pods: set[tuple[str, str]] = set()
     for allocation in live:
-        namespace = kube_sync.tenant_namespace(allocation.tenant)
+        namespace = allocation.namespace
         wanted_claims |= {(namespace, name) for name in allocation.kube_claim_names}
         wanted_pods.add((namespace, allocation.kube_name))
         if allocation.status == Status.ACTIVE:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from allocations.cluster import kube
-from allocations.models import Allocation, NodePool, tenant_namespace
+from allocations.models import Allocation, NodePool
 
 GPU_DEVICE_CLASS = "gpu.nvidia.com"
 # NVIDIA's opaque configuration type (api/nvidia.com/resource/v1beta1: GpuConfig, GpuSharing).
@@ -44,7 +44,7 @@ def shared_cluster_specs(
 ) -> tuple[list[kube.ClaimSpec], kube.HolderPodSpec]:
     """The claims (one per placement, in placement order) and the holder pod of a planned shared allocation."""
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
-    namespace = tenant_namespace(allocation.tenant)
+    namespace = allocation.namespace
     names = allocation.kube_claim_names
     claims = [
         kube.ClaimSpec(

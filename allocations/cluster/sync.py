@@ -124,7 +124,7 @@ def cluster_specs(allocation: Allocation) -> tuple[list[kube.ClaimSpec], kube.Ho
     if allocation.pool.is_shared:
         return shared_claims.shared_cluster_specs(allocation, pool_tolerations(allocation.pool))
     placements = list(allocation.placements.select_related("gpu__node").order_by("pk"))
-    namespace = tenant_namespace(allocation.tenant)
+    namespace = allocation.namespace
     requests = [
         kube.DeviceRequestSpec(name=f"mig-{i}", profile=p.profile, gpu_uuid=p.gpu.uuid, mig_uuid=p.mig_uuid)
         for i, p in enumerate(placements)
@@ -284,7 +284,7 @@ def note_cluster_wait(*, allocation_id: int, message: str) -> None:
 
 def _delete_objects(allocation: Allocation) -> None:
     """Delete the holder pod, then every claim of the allocation (404 counts as done)."""
-    namespace = tenant_namespace(allocation.tenant)
+    namespace = allocation.namespace
     kube.delete_holder_pod(namespace, allocation.kube_name)
     for name in allocation.kube_claim_names:
         kube.delete_resource_claim(namespace, name)
@@ -326,7 +326,7 @@ def sync_claim_allocation(*, allocation_id: int) -> ClaimProgress:
         return ClaimProgress.SETTLED
     if not allocation.placements.exists():
         return _replan_displaced(allocation)
-    namespace = tenant_namespace(allocation.tenant)
+    namespace = allocation.namespace
     claims = [kube.read_claim(namespace, name) for name in allocation.kube_claim_names]
     if any(claim is None for claim in claims):
         apply_claim(allocation_id=allocation_id)
@@ -360,7 +360,7 @@ def _replan_displaced(allocation: Allocation) -> ClaimProgress:
     and its GPU had no other room (see cluster_placements.repredict_waiting). If the scheduler allocated it
     after all, record that; otherwise delete its pod and claim and, once the claim is gone, make it APPROVED
     again so that provisioning plans it anew under the same claim name. The quota stays held throughout."""
-    namespace = tenant_namespace(allocation.tenant)
+    namespace = allocation.namespace
     claims = [kube.read_claim(namespace, name) for name in allocation.kube_claim_names]
     if all(claim is None for claim in claims):
         return _back_to_approved(allocation_id=allocation.pk)

@@ -1,5 +1,6 @@
-"""One locking function per model; rows are always locked in this order: allocation (or quota change), then
-pool, then quota.
+"""One locking function per model; rows are always locked in this order: a tenant's namespace row (issue 17,
+services/tenant_namespaces.py), then allocation (or quota change, or booking: issue 15), then pool, then quota (or a
+move plan, issue 14: services/moves.py).
 
 Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
 `select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key

@@ -25,6 +25,7 @@ from allocations.services.notifications import notify_users, tenant_manager_ids
 from allocations.services.outbox import enqueue_task
 from allocations.services.quotas import free_quota, reserve_quota
 from allocations.services.share_requests import auto_approve_share, validate_share_request
+from allocations.services.tenant_namespaces import chosen_namespace
 from allocations.sharing.units import size_label
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import Tenant
@@ -97,17 +98,19 @@ def request_allocation(
     memory_mib: int | None = None,
     thread_percentage: int | None = None,
     movable: bool | None = None,
+    namespace: str | None = None,
 ) -> tuple[Allocation, bool]:
     """Submit a request; approve it at once when it fits the quota and the auto-approve policy.
 
-    In a time-sliced or MPS pool the request is `count` shares of `memory_mib` each (and, MPS, of
-    `thread_percentage`); `profile` is ignored there and stored as SHARE_PROFILE. `movable` (compaction may move
-    its slices, restarting its pods) defaults to the tenant's `movable_by_default`.
+        In a time-sliced or MPS pool the request is `count` shares of `memory_mib` each (and, MPS, of
+        `thread_percentage`); `profile` is ignored there and stored as SHARE_PROFILE. `movable` (compaction may move
+        its slices, restarting its pods) defaults to the tenant's `movable_by_default`. `namespace` is where its claims
+    go, one of the tenant's namespaces (tenant_namespaces.chosen_namespace); None: the portal-made one.
 
-    Returns (allocation, created). With an Idempotency-Key already used by this user in this tenant,
-    returns the first allocation (created=False) or raises IdempotencyConflict if parameters differ.
-    Locks the quota row while deciding, so concurrent submissions never overshoot it.
-    Queues provision_allocation_task after commit when approved.
+        Returns (allocation, created). With an Idempotency-Key already used by this user in this tenant,
+        returns the first allocation (created=False) or raises IdempotencyConflict if parameters differ.
+        Locks the quota row while deciding, so concurrent submissions never overshoot it.
+        Queues provision_allocation_task after commit when approved.
     """
     params: dict[str, Any] = {
         "pool_id": pool_id,
@@ -125,7 +128,7 @@ def request_allocation(
     try:
         with transaction.atomic():
             allocation = _create_allocation(
-                tenant_id=tenant_id, actor=actor, key=idempotency_key, movable=movable, **params
+                tenant_id=tenant_id, actor=actor, key=idempotency_key, movable=movable, namespace=namespace, **params
             )
     except IntegrityError:
         # A concurrent request with the same key committed first; its row is visible now.
@@ -170,6 +173,7 @@ def _create_allocation(
     memory_mib: int | None,
     thread_percentage: int | None,
     movable: bool | None,
+    namespace: str | None = None,
 ) -> Allocation:
     if not can_use_tenant(actor, tenant_id):
         raise NotAllowed("You are not a member of this tenant.")
@@ -196,6 +200,7 @@ def _create_allocation(
         memory_mib=memory_mib if pool.is_shared else None,
         thread_percentage=thread_percentage if pool.kind == NodePool.Kind.MPS else None,
         movable=tenant.movable_by_default if movable is None else movable,
+        namespace_name=chosen_namespace(tenant, namespace),
     )
     quota = lock_quota(tenant_id=tenant.pk, pool_id=pool.pk)
     shortfall = quota_shortfall(quota=quota, allocation=allocation)

@@ -25,6 +25,7 @@ from django.conf import settings
 from allocations import cli, services
 from allocations.cli import main
 from allocations.models import Allocation, LeaseExtension
+from allocations.services.tenant_namespaces import assign_namespace
 from tenants.models import ApiToken, AuditEvent, Tenant
 from tenants.services import create_api_token
 from tests.conftest import World
@@ -780,3 +781,14 @@ def test_movable_follows_the_tenants_policy_unless_the_cli_says(world: World, to
     assert fatia(tokens.alice, *request_args(), "--no-movable").code == 0
     assert fatia(tokens.alice, *request_args(), "--movable").code == 0
     assert list(Allocation.objects.order_by("pk").values_list("movable", flat=True)) == [True, False, True]
+
+
+def test_request_namespace_from_the_cli(world: World, tokens: Tokens, fatia):
+    # Tenant namespaces (issue 17): --namespace names one of the tenant's; another is the portal's message, exit 1.
+    assign_namespace(tenant_id=world.tenant_a.pk, name="ml-research", actor=world.root)
+    assert fatia(tokens.alice, *request_args(), "--namespace", "ml-research").code == 0
+    assert Allocation.objects.get().namespace == "ml-research"
+    result = fatia(tokens.alice, *request_args(), "--namespace", "elsewhere")
+    assert result.code != 0
+    assert "elsewhere is not one of team-a's namespaces" in result.err
+    assert Allocation.objects.count() == 1

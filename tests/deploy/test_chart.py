@@ -124,8 +124,8 @@ def test_the_cluster_role_grants_exactly_the_portals_permissions(helm: Path) -> 
     # given: the Kubernetes render
     docs = render(helm, "kubernetes")
     roles = by_kind(docs, "ClusterRole")
-    # (the CI values turn the node agent on: web's token-review role is the only other one)
-    assert sorted(roles) == ["fatia-fatia", "fatia-web-fatia"]
+    # (the CI values turn the node agent on: web's token-review role; the namespace role is bound per namespace)
+    assert sorted(roles) == ["fatia-fatia", "fatia-namespace-fatia", "fatia-web-fatia"]
     role = roles["fatia-fatia"]
     # when: its rules are spread into (group, resource, verb)
     granted = [

@@ -152,7 +152,7 @@ def test_a_healthy_cluster_passes_every_check_and_the_command_exits_0() -> None:
         "NVIDIA DeviceClasses": "OK Present: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com.",
         "Driver ResourceSlices": "OK 3 of 3 GPU nodes publish the driver's ResourceSlices (GPU driver 580.95.5).",
         "MIG mode": "OK 3 nodes DynamicMIG.",
-        "Portal permissions": f"OK {PORTAL} may use all 48 verbs the portal uses on 11 resources, in every namespace.",
+        "Portal permissions": f"OK {PORTAL} may use all 50 verbs the portal uses on 11 resources, in every namespace.",
         "Extra permissions": "OK Nothing beyond what the portal needs (2 namespaces reviewed: fatia-system, "
         "check-team-a).",
         "Pod Security": "OK Every tenant namespace (1) enforces restricted.",

@@ -76,7 +76,7 @@ def test_the_rbac_manifest_grants_exactly_the_permissions_the_code_lists():
 
     # then
     assert sorted(granted) == sorted(required_verbs())
-    assert len(granted) == len(set(granted)) == 48
+    assert len(granted) == len(set(granted)) == 50  # 48, and delete on roles and rolebindings (tenant namespaces)
 
 
 def test_the_checked_device_classes_are_those_the_fake_fleet_installs():

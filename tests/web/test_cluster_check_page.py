@@ -155,7 +155,7 @@ def test_the_task_s_report_shows_one_row_per_check(world: World, monkeypatch, se
         (
             "Portal permissions",
             "OK",
-            f"{PORTAL} may use all 48 verbs the portal uses on 11 resources, in every namespace.",
+            f"{PORTAL} may use all 50 verbs the portal uses on 11 resources, in every namespace.",
         ),
         ("Extra permissions", "OK", "Nothing beyond what the portal needs (1 namespace reviewed: fatia-system)."),
         (

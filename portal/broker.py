@@ -63,6 +63,10 @@ def worker_transport_options(
     worker on the same Redis puts back the entries older than *its own* visibility timeout, whatever their queue.
     Separate keys per group of queues give each group its own timeout: a worker of that group records and restores
     only its group's messages. Queues without an entry share the default keys and FATIA_BROKER_VISIBILITY_TIMEOUT_S.
+
+    kombu 5.7 scans for messages to put back when a worker starts and then only every `unacked_restore_interval`
+    (10 s) x `unacked_restore_throttle` (10) = 100 s, which would add up to 100 s to a timeout of a few seconds: the
+    group's workers scan every 10 s instead (one ZRANGE of a small sorted set).
     """
     names = sorted(set(queues))
     if not any(name in timeouts for name in names):
@@ -73,4 +77,5 @@ def worker_transport_options(
         "unacked_key": f"unacked:{group}",
         "unacked_index_key": f"unacked_index:{group}",
         "unacked_mutex_key": f"unacked_mutex:{group}",
+        "unacked_restore_throttle": 1,
     }

@@ -74,6 +74,7 @@ def test_a_worker_of_queues_with_their_own_timeout_gets_the_longest_and_keys_of_
         "unacked_key": "unacked:urgent",
         "unacked_index_key": "unacked_index:urgent",
         "unacked_mutex_key": "unacked_mutex:urgent",
+        "unacked_restore_throttle": 1,
     }
     assert worker_transport_options(["urgent", "kube", "urgent"], timeouts, 300)["visibility_timeout"] == 600
     assert worker_transport_options(["urgent", "kube"], timeouts, 300)["unacked_key"] == "unacked:kube+urgent"

@@ -183,6 +183,34 @@ class Gpu(models.Model):
         return f"{self.node.name}/gpu-{self.index}"
 
 
+class Cohort(models.Model):
+    """Tenants of one pool that lend each other unused guarantee (Kueue's cohort, per pool; issue 15).
+
+    A member's quota is its guarantee. It may borrow the unused guarantee other members lend, up to its borrowing
+    limit, and lend at most its lending limit (both on `Quota`). When a lender needs its guarantee back, borrowed
+    allocations get `reclaim_grace_minutes` of notice and are then taken back (allocations/services/cohorts*).
+    """
+
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="cohorts")
+    name = models.CharField(max_length=100)
+    reclaim_grace_minutes = models.PositiveIntegerField(default=30)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pool", "name"],
+                name="cohort_unique_pool_name",
+                violation_error_message="This pool already has a cohort with this name.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.pool}"
+
+
 class QuotaQuerySet(models.QuerySet["Quota"]):
     def for_user(self, user: User | AnonymousUser) -> QuotaQuerySet:
         if not user.is_authenticated:
@@ -208,6 +236,14 @@ class Quota(models.Model):
     compute_slices_used = models.IntegerField(default=0)
     memory_slices_used = models.IntegerField(default=0)
     profile_caps = models.JSONField(default=dict, blank=True)
+    # Borrowing and lending (issue 15, Kueue's borrowingLimit / lendingLimit): the cohort of this pool the tenant
+    # belongs to, if any (same pool: checked by the services). NULL limits: borrow whatever the cohort lends, lend all
+    # unused guarantee.
+    cohort = models.ForeignKey(Cohort, on_delete=models.SET_NULL, null=True, blank=True, related_name="quotas")
+    borrowing_compute_limit = models.PositiveIntegerField(null=True, blank=True)
+    borrowing_memory_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_compute_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_memory_limit = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = QuotaQuerySet.as_manager()
@@ -380,6 +416,14 @@ class Allocation(models.Model):
     # The namespace its claims go to, chosen from the tenant's list (issue 17); empty: the portal-made one. Read
     # it through `namespace`.
     namespace_name = models.CharField(max_length=63, blank=True, default="", db_default="")
+    # Borrowing (issue 15): the part of this allocation above its tenant's guarantee when it was admitted (0: none),
+    # shown as "borrowed" to everyone. Under reclaim: notice given at `reclaim_notice_at`, taken back at `reclaim_at`,
+    # for the lender's request `reclaimed_for`.
+    borrowed_compute_slices = models.PositiveIntegerField(default=0, db_default=0)
+    borrowed_memory_slices = models.PositiveIntegerField(default=0, db_default=0)
+    reclaim_notice_at = models.DateTimeField(null=True, blank=True)
+    reclaim_at = models.DateTimeField(null=True, blank=True)
+    reclaimed_for = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -624,6 +624,13 @@ class PoolSummary:
 
     # Time-sliced or MPS pools: the sharing mode; `fits_now` then counts shares per size ("4 GiB") and whole GPUs.
     sharing: str = ""
+    # Slices waiting in the pool's queue per profile (issue 15), every tenant's.
+    queued: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fits_and_queued(self) -> list[tuple[str, int, int]]:
+        """(profile, fits now, slices queued) per profile: the dashboard's table for a DynamicMIG pool."""
+        return [(profile, n, self.queued.get(profile, 0)) for profile, n in self.fits_now.items()]
 
     @property
     def fragmentation_percent(self) -> int:
@@ -984,6 +991,16 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
     pending = {
         row["pool_id"]: row["n"] for row in pending_requests.values("pool_id").annotate(n=Count("pk")).order_by()
     }
+    # Queued slices per pool and profile, every tenant's (counts only, as fits-now is): one query for all the cards.
+    queued: dict[int, dict[str, int]] = {}
+    for pool_id, profile, n in (
+        Allocation.objects.filter(status=Allocation.Status.QUEUED)
+        .values("pool_id", "profile")
+        .annotate(n=Sum("count"))
+        .order_by()
+        .values_list("pool_id", "profile", "n")
+    ):
+        queued.setdefault(pool_id, {})[profile] = n
     mix = requested_mix(pools)
     pool_versions = _pool_versions() if versions else {}
     outside = outside_instances()
@@ -1053,6 +1070,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
                 version=pool_versions.get(pool.pk, ""),
                 fits_after_reconfiguration=None if static is None else static.after_reconfiguration,
                 mig_mode=pool.mig_mode,
+                queued=queued.get(pool.pk, {}),
             )
         )
     return out

@@ -105,3 +105,61 @@ class Booking(models.Model):
 
     def __str__(self) -> str:
         return f"Booking #{self.pk}: {self.count}x {self.profile} in {self.pool_id} for {self.tenant}"
+
+
+class ExtensionConsentQuerySet(models.QuerySet["ExtensionConsent"]):
+    def asked_of(self, user: User | AnonymousUser) -> ExtensionConsentQuerySet:
+        """Consents the user may give or refuse: asked of bookings they made or whose tenant they manage (all for
+        staff)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(Q(booking__requested_by=user) | Q(booking__tenant_id__in=managed_tenant_ids_subquery(user)))
+
+    def for_user(self, user: User | AnonymousUser) -> ExtensionConsentQuerySet:
+        """Consents the user can see: asked of their tenants' bookings, or for their tenants' leases."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        tenants = member_tenant_ids(user)
+        return self.filter(Q(booking__tenant_id__in=tenants) | Q(extension__allocation__tenant_id__in=tenants))
+
+
+class ExtensionConsent(models.Model):
+    """A lease extension that would take room a booking holds waits for that booking's owner to agree (issue 15).
+
+    One row per booking in the way (services/extension_consents.py). PENDING -> AGREED or REFUSED by the booking's
+    requester or its tenant's managers; a refusal rejects the extension, and the extension is applied once every
+    consent is AGREED and the lease's own policy allows it. Agreeing means the booking may find less room at its
+    start. Locked after the extension's allocation and the extension, never before.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for the booking's owner"
+        AGREED = "agreed", "Agreed"
+        REFUSED = "refused", "Refused"
+        CANCELLED = "cancelled", "Cancelled (the extension was decided otherwise)"
+
+    extension = models.ForeignKey("allocations.LeaseExtension", on_delete=models.CASCADE, related_name="consents")
+    booking = models.ForeignKey(Booking, on_delete=models.CASCADE, related_name="extension_consents")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ExtensionConsentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["extension", "booking"], name="extension_consent_unique_booking"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Consent of booking #{self.booking_id} to extension #{self.extension_id}: {self.status}"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from allocations.models import Booking, NodePool
+from allocations.models import Booking, ExtensionConsent, NodePool
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -28,6 +28,16 @@ def bookings_to_decide(user: User) -> QuerySet[Booking]:
         .filter(status=Booking.Status.PENDING)
         .select_related("tenant", "pool", "requested_by")
         .order_by("starts_at", "pk")
+    )
+
+
+def consents_to_decide(user: User) -> QuerySet[ExtensionConsent]:
+    """Lease extensions waiting for the user's answer because they would take room their tenants' bookings hold."""
+    return (
+        ExtensionConsent.objects.asked_of(user)
+        .filter(status=ExtensionConsent.Status.PENDING)
+        .select_related("booking", "extension__allocation__tenant", "extension__requested_by")
+        .order_by("booking__starts_at", "pk")
     )
 
 

@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from allocations import booking_selectors, selectors
 from allocations.booking_forms import BookingForm
-from allocations.models import Booking
-from allocations.services import bookings
+from allocations.models import Booking, ExtensionConsent
+from allocations.services import bookings, extension_consents
 from tenants.errors import DomainError, InvalidInput, NotAllowed
 from tenants.forms import add_service_errors
 from tenants.views import signed_in_user, staff_required
@@ -32,6 +32,7 @@ def booking_list(request: HttpRequest) -> HttpResponse:
         {
             "bookings": booking_selectors.bookings_for_user(user)[:200],
             "to_decide": booking_selectors.bookings_to_decide(user),
+            "consents": booking_selectors.consents_to_decide(user),
         },
     )
 
@@ -128,3 +129,36 @@ def booking_calendar(request: HttpRequest) -> HttpResponse:
         "allocations/booking_calendar.html",
         {"pools": pools, "pool": pool, "week": week},
     )
+
+
+def _consent_action(request: HttpRequest, consent_id: int, verb: str) -> HttpResponse:
+    """A booking owner's answer to a lease extension that would take the booking's room."""
+    user = signed_in_user(request)
+    if not ExtensionConsent.objects.for_user(user).filter(pk=consent_id).exists():
+        raise Http404("No such question.")
+    reason = request.POST.get("reason", "")
+    try:
+        if verb == "agree":
+            consent = extension_consents.agree_to_extension(consent_id=consent_id, actor=user, reason=reason)
+        else:
+            consent = extension_consents.refuse_extension(consent_id=consent_id, actor=user, reason=reason)
+    except NotAllowed as exc:
+        raise PermissionDenied(exc.message) from exc
+    except DomainError as exc:
+        messages.error(request, f"Extension of booking #{consent_id}'s room: {exc.message}")
+    else:
+        verdict = "agreed to" if consent.status == ExtensionConsent.Status.AGREED else "refused"
+        messages.success(request, f"You {verdict} the extension that would use booking #{consent.booking_id}'s room.")
+    return redirect("bookings")
+
+
+@login_required
+@require_POST
+def consent_agree(request: HttpRequest, consent_id: int) -> HttpResponse:
+    return _consent_action(request, consent_id, "agree")
+
+
+@login_required
+@require_POST
+def consent_refuse(request: HttpRequest, consent_id: int) -> HttpResponse:
+    return _consent_action(request, consent_id, "refuse")

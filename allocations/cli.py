@@ -684,8 +684,16 @@ def cmd_extend(args: argparse.Namespace, out: Output) -> int:
     """200: the extension applied and the answer is the allocation; 202: it waits for a manager and the
     answer is the pending extension. Says which of the two happened."""
     api = client(args)
-    answer = _not_found_is_named(args.id, lambda: api.post(_allocation_path(args.id, "extend"), {"hours": args.hours}))
-    if api.last_status == 202:
+    body = {"hours": args.hours, "ask_booking_owner": bool(args.ask_booking_owner)}
+    answer = _not_found_is_named(args.id, lambda: api.post(_allocation_path(args.id, "extend"), body))
+    if api.last_status == 202 and answer.get("waiting_for_bookings"):
+        names = ", ".join(f"#{pk}" for pk in answer["waiting_for_bookings"])
+        message = (
+            f"Extension #{answer['id']} of allocation #{answer['allocation']} by {answer['hours']} h would use room "
+            f"booking {names} holds: its owner is asked to agree. `fatia show {answer['allocation']}` shows the "
+            "lease once it is decided."
+        )
+    elif api.last_status == 202:
         message = (
             f"Extension #{answer['id']} of allocation #{answer['allocation']} by {answer['hours']} h waits for a "
             f"manager: the whole lease would be {answer['lease_hours_after']} h, past what applies at once. "
@@ -894,6 +902,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("extend", cmd_extend, "lengthen an active lease (past the auto-approve lease, a manager decides)")
     sub.add_argument("id", type=_positive_int)
     sub.add_argument("--hours", required=True, type=_positive_int, help="hours to add")
+    sub.add_argument(
+        "--ask-booking-owner",
+        action="store_true",
+        help="if a booking needs these slots, ask its owner to agree instead of being refused",
+    )
 
     sub = command("approve", cmd_approve, "approve a pending request (tenant managers)")
     sub.add_argument("id", type=_positive_int)

@@ -97,6 +97,54 @@ def cmd_book_cancel(args: argparse.Namespace, out: cli.Output) -> int:
     return cli.EXIT_OK
 
 
+def cmd_book_asks(args: argparse.Namespace, out: cli.Output) -> int:
+    """Longer leases that ask to use your bookings' room (and those your tenants' leases asked)."""
+    api = cli.client(args)
+    results = api.get_all("/extension-consents/")
+    if args.status:
+        results = [c for c in results if c["status"] == args.status]
+
+    def human() -> str:
+        if not results:
+            return "No lease asks to use a booking's room."
+        rows = [
+            [str(c["id"]), c["status"], f"#{c['booking']}", f"#{c['allocation']}", f"{c['hours']} h", c["requested_by"]]
+            for c in results
+        ]
+        return cli.table(["ID", "STATUS", "BOOKING", "REQUEST", "MORE", "ASKED BY"], rows)
+
+    cli.emit(out, results, human)
+    return cli.EXIT_OK
+
+
+def _answer(args: argparse.Namespace, out: cli.Output, verb: str) -> int:
+    api = cli.client(args)
+    try:
+        consent = api.post(f"/extension-consents/{args.id}/{verb}/", {"reason": args.reason or ""})
+    except cli.ApiError as exc:
+        if exc.status == 404:
+            raise cli.ApiError(404, f"Question {args.id} not found.") from None
+        raise
+    said = "agreed to" if consent["status"] == "agreed" else "refused"
+    cli.emit(
+        out,
+        consent,
+        lambda: (
+            f"You {said} request #{consent['allocation']} running {consent['hours']} h longer into booking "
+            f"#{consent['booking']}'s room."
+        ),
+    )
+    return cli.EXIT_OK
+
+
+def cmd_book_agree(args: argparse.Namespace, out: cli.Output) -> int:
+    return _answer(args, out, "agree")
+
+
+def cmd_book_refuse(args: argparse.Namespace, out: cli.Output) -> int:
+    return _answer(args, out, "refuse")
+
+
 def add_book_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     common: argparse.ArgumentParser,
@@ -104,7 +152,9 @@ def add_book_commands(
 ) -> None:
     """`fatia book create|list|cancel` under the top-level parser's subcommands."""
     book = commands.add_parser(
-        "book", help="book slices ahead of time", description="Create, list and cancel bookings."
+        "book",
+        help="book slices ahead of time",
+        description="Create, list and cancel bookings; answer leases that ask for their room.",
     )
     actions = book.add_subparsers(dest="book_command", required=True, metavar="ACTION")
 
@@ -129,3 +179,14 @@ def add_book_commands(
     sub = action("cancel", cmd_book_cancel, "cancel a pending or approved booking")
     sub.add_argument("id", type=positive_int)
     sub.add_argument("--reason", help="optional note")
+
+    sub = action("asks", cmd_book_asks, "longer leases asking to use your bookings' room")
+    sub.add_argument("--status", choices=["pending", "agreed", "refused", "cancelled"], help="only this status")
+
+    sub = action("agree", cmd_book_agree, "let a lease run into your booking's room (the booking may get less)")
+    sub.add_argument("id", type=positive_int, help="the question's id (`fatia book asks`)")
+    sub.add_argument("--reason", help="optional note")
+
+    sub = action("refuse", cmd_book_refuse, "keep your booking's room: the longer lease is rejected")
+    sub.add_argument("id", type=positive_int, help="the question's id (`fatia book asks`)")
+    sub.add_argument("--reason", required=True, help="why the booking keeps its room")

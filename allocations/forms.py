@@ -203,6 +203,7 @@ class RejectionForm(forms.Form):
 
 class ExtendForm(forms.Form):
     hours = forms.IntegerField(min_value=1, label="Add hours")
+    ask_booking_owner = forms.BooleanField(required=False)
 
 
 class QuotaChangeForm(forms.Form):

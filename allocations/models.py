@@ -894,3 +894,4 @@ class SliceMove(models.Model):
 # Bookings live in their own module (issue 15); imported here so Django registers the model with this app.
 from allocations.booking_model import Booking as Booking  # noqa: E402
 from allocations.booking_model import BookingQuerySet as BookingQuerySet  # noqa: E402
+from allocations.booking_model import ExtensionConsent as ExtensionConsent  # noqa: E402

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
 
-from allocations.models import Allocation, LeaseExtension
+from allocations.models import Allocation, ExtensionConsent, LeaseExtension
 from tenants.models import Membership
 
 
@@ -79,6 +79,8 @@ def notify_managers_of_pending_extension(*, extension_id: int) -> int:
     allocation = extension.allocation
     if extension.status != LeaseExtension.Status.PENDING:
         return 0
+    if extension.consents.filter(status=ExtensionConsent.Status.PENDING).exists():
+        return 0  # the bookings' owners answer first; the managers are told once they have agreed
     recipients = [e for e in _manager_emails(allocation.tenant_id) if e != extension.requested_by.email]
     if not recipients:
         return 0
@@ -93,6 +95,38 @@ def notify_managers_of_pending_extension(*, extension_id: int) -> int:
             f"past the {allocation.tenant.auto_approve_max_lease_hours} h that apply without a manager.\n"
             f"Purpose: {allocation.purpose}\n\n"
             f"Approve or reject: {settings.SITE_URL}/approvals/\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+    return len(recipients)
+
+
+def notify_booking_owners_of_extension(*, consent_id: int) -> int:
+    """Ask a booking's requester and its tenant's managers (by e-mail) whether a lease may run into its room."""
+    consent = ExtensionConsent.objects.select_related(
+        "booking__pool", "booking__requested_by", "extension__allocation__tenant", "extension__requested_by"
+    ).get(pk=consent_id)
+    if consent.status != ExtensionConsent.Status.PENDING:
+        return 0
+    booking, extension = consent.booking, consent.extension
+    allocation = extension.allocation
+    asker = extension.requested_by
+    recipients = sorted(
+        {e for e in [booking.requested_by.email, *_manager_emails(booking.tenant_id)] if e and e != asker.email}
+    )
+    if not recipients:
+        return 0
+    send_mail(
+        subject=(
+            f"[Fatia] {asker.get_username()} asks to use booking #{booking.pk}'s room for {extension.hours} h more"
+        ),
+        message=(
+            f"Request #{allocation.pk} ({allocation.count} x {allocation.profile} in {booking.pool.name}, "
+            f"{allocation.tenant.name}) would run {extension.hours} h longer, into the room your booking "
+            f"#{booking.pk} ({booking.count} x {booking.profile}) holds from {booking.starts_at:%Y-%m-%d %H:%M} UTC.\n"
+            "If you agree, the booking may find less room at its start.\n\n"
+            f"Agree or refuse: {settings.SITE_URL}/bookings/#consent-{consent.pk}\n"
         ),
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=recipients,

@@ -53,6 +53,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("bookings/<int:booking_id>/approve/", booking_views.booking_approve, name="booking-approve"),
     path("bookings/<int:booking_id>/reject/", booking_views.booking_reject, name="booking-reject"),
     path("bookings/<int:booking_id>/cancel/", booking_views.booking_cancel, name="booking-cancel"),
+    path("bookings/consents/<int:consent_id>/agree/", booking_views.consent_agree, name="consent-agree"),
+    path("bookings/consents/<int:consent_id>/refuse/", booking_views.consent_refuse, name="consent-refuse"),
     path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
     # The queue (issue 15): allocations/queue_page.py.
     path("requests/<int:allocation_id>/priority/", queue_page.request_priority, name="request-priority"),

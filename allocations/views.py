@@ -32,7 +32,7 @@ from allocations.forms import (
     RejectionForm,
     SetQuotaForm,
 )
-from allocations.models import Allocation, LeaseExtension, NodePool, Notification, QuotaChangeRequest
+from allocations.models import Allocation, ExtensionConsent, LeaseExtension, NodePool, Notification, QuotaChangeRequest
 from allocations.overshare import over_share_of
 from allocations.queue_page import queue_context
 from allocations.services import reclaim
@@ -250,8 +250,11 @@ def request_extend(request: HttpRequest, allocation_id: int) -> HttpResponse:
     allocation = _allocation_or_404(user, allocation_id)
     form = ExtendForm(request.POST)
     hours = form.cleaned_data["hours"] if form.is_valid() else 0  # the service explains a bad value
+    ask = bool(form.cleaned_data.get("ask_booking_owner")) if form.is_valid() else False
     try:
-        extension = services.request_lease_extension(allocation_id=allocation.pk, hours=hours, actor=user)
+        extension = services.request_lease_extension(
+            allocation_id=allocation.pk, hours=hours, actor=user, ask_booking_owner=ask
+        )
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
@@ -264,6 +267,13 @@ def request_extend(request: HttpRequest, allocation_id: int) -> HttpResponse:
 
 def extension_message(extension: LeaseExtension, allocation: Allocation) -> str:
     n = f"request #{allocation.pk}"
+    asked = [c.booking_id for c in extension.consents.all() if c.status == ExtensionConsent.Status.PENDING]
+    if extension.status == LeaseExtension.Status.PENDING and asked:
+        names = ", ".join(f"#{pk}" for pk in asked)
+        return (
+            f"Extending the lease of {n} by {extension.hours} h would use room booking {names} holds: its owner is "
+            "asked to agree. You will be told of the answer."
+        )
     if extension.status == LeaseExtension.Status.PENDING:
         return (
             f"Extending the lease of {n} by {extension.hours} h to {extension.lease_hours_after} h needs a "

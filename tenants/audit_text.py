@@ -175,7 +175,14 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
         ),
         "request_extension": lambda: (
             f"{actor} asked to extend the lease by {after.get('hours', '?')} h, to {after.get('lease_hours', '?')} h "
-            "in all; a manager decides"
+            "in all; "
+            + (
+                "the owners of booking "
+                + ", ".join(f"#{pk}" for pk in after["bookings"])
+                + " whose room it would use are asked first"
+                if after.get("bookings")
+                else "a manager decides"
+            )
         ),
         "approve_extension": lambda: (
             f"{actor} approved extending the lease by {after.get('hours', '?')} h: lease extended to "

@@ -18,7 +18,16 @@ from django.utils import timezone
 from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.mig.reconfig import Operation
-from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
+from allocations.models import (
+    Allocation,
+    Booking,
+    ExtensionConsent,
+    LeaseExtension,
+    NodePool,
+    Notification,
+    Quota,
+    QuotaChangeRequest,
+)
 from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
 from allocations.nodeagent.commands import queue_agent_commands
 from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
@@ -49,6 +58,7 @@ class Ids:
     agent_command: int
     booking: int
     namespace: int
+    consent: int
 
 
 def objects(world: World) -> Ids:
@@ -102,6 +112,20 @@ def objects(world: World) -> Ids:
         node_id=node.pk, gpu_index=0, operations=[Operation("create", "1g.10gb", 0)], batch_key="matrix"
     )
     booking = request_booking(**booking_fields(world), actor=world.alice)  # past the policy: pending
+    # A third lease whose long extension waits for the booking's owner (alice) to agree; made directly, since the
+    # big pool has room for both (tests/bookings/test_extension_consents.py makes real conflicts).
+    consented, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="1g.10gb",
+        count=1,
+        lease_hours=8,
+        purpose="consented",
+        actor=world.alice,
+    )
+    services.provision_allocation(allocation_id=consented.pk)
+    waiting = services.request_lease_extension(allocation_id=consented.pk, hours=40, actor=world.alice)
+    consent = ExtensionConsent.objects.create(extension=waiting, booking=booking)
     return Ids(
         tenant=world.tenant_a.pk,
         membership=Membership.objects.get(user=world.alice).pk,
@@ -118,6 +142,7 @@ def objects(world: World) -> Ids:
         agent_command=command.pk,
         booking=booking.pk,
         namespace=TenantNamespace.objects.create(tenant=world.tenant_a, name="team-a-own").pk,
+        consent=consent.pk,
     )
 
 
@@ -138,6 +163,7 @@ def snapshot() -> tuple[Any, ...]:
         AgentStatus.objects.count(),
         list(AgentCommand.objects.order_by("pk").values_list("pk", "status")),
         list(Booking.objects.order_by("pk").values_list("pk", "status")),
+        list(ExtensionConsent.objects.order_by("pk").values_list("pk", "status")),
     )
 
 
@@ -249,6 +275,10 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/lease-extensions/{extension}/", "none", (200, 200, 404, 401)),
     ("post", "/api/v1/lease-extensions/{extension}/approve/", "reason", (403, 200, 404, 401)),
     ("post", "/api/v1/lease-extensions/{extension}/reject/", "reason", (403, 200, 404, 401)),
+    ("get", "/api/v1/extension-consents/", "none", (200, 200, 200, 401)),
+    ("get", "/api/v1/extension-consents/{consent}/", "none", (200, 200, 404, 401)),
+    ("post", "/api/v1/extension-consents/{consent}/agree/", "reason", (200, 200, 404, 401)),
+    ("post", "/api/v1/extension-consents/{consent}/refuse/", "reason", (200, 200, 404, 401)),
     # The queue (issue 15): every user sees their tenants' queued requests; managers set priority.
     ("get", "/api/v1/queue/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/queue/{pending}/priority/", "priority", (403, 200, 404, 401)),

@@ -9,7 +9,14 @@ from django.conf import settings
 from rest_framework import serializers
 
 from allocations.costs import gpu_equivalents, gpu_model_for
-from allocations.models import Allocation, LeaseExtension, NodePool, QuotaChangeRequest, SlicePlacement
+from allocations.models import (
+    Allocation,
+    ExtensionConsent,
+    LeaseExtension,
+    NodePool,
+    QuotaChangeRequest,
+    SlicePlacement,
+)
 from allocations.selectors import Balance
 from allocations.sharing.catalog import is_shared_model, shared_model
 from allocations.sharing.isolation import isolation_of, weaker_warning
@@ -247,6 +254,12 @@ class RejectionSerializer(serializers.Serializer[Any]):
 
 class ExtendSerializer(serializers.Serializer[Any]):
     hours = serializers.IntegerField(min_value=1, max_value=24 * 365)
+    ask_booking_owner = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="When the longer lease would use room a booking holds: ask the booking's owner to agree (the "
+        "extension waits, 202) instead of refusing it (400).",
+    )
 
 
 class LeaseExtensionSerializer(serializers.ModelSerializer[LeaseExtension]):
@@ -256,6 +269,9 @@ class LeaseExtensionSerializer(serializers.ModelSerializer[LeaseExtension]):
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True, default=None)
     lease_hours_after = serializers.IntegerField(
         read_only=True, help_text="The whole lease with this extension, as it stood when it was asked for or applied."
+    )
+    waiting_for_bookings = serializers.SerializerMethodField(
+        help_text="Bookings whose owners have not answered yet: the extension waits for them before a manager."
     )
 
     class Meta:
@@ -267,6 +283,36 @@ class LeaseExtensionSerializer(serializers.ModelSerializer[LeaseExtension]):
             "status",
             "auto_approved",
             "lease_hours_after",
+            "waiting_for_bookings",
+            "requested_by",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_waiting_for_bookings(self, obj: LeaseExtension) -> list[int]:
+        return sorted(c.booking_id for c in obj.consents.all() if c.status == ExtensionConsent.Status.PENDING)
+
+
+class ExtensionConsentSerializer(serializers.ModelSerializer[ExtensionConsent]):
+    """A booking owner's answer to a longer lease that would use the booking's room."""
+
+    allocation = serializers.IntegerField(source="extension.allocation_id", read_only=True)
+    hours = serializers.IntegerField(source="extension.hours", read_only=True)
+    requested_by = serializers.CharField(source="extension.requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = ExtensionConsent
+        fields = [
+            "id",
+            "extension",
+            "allocation",
+            "hours",
+            "booking",
+            "status",
             "requested_by",
             "decided_by",
             "decided_at",

@@ -11,6 +11,7 @@ router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("quota-changes", views.QuotaChangeViewSet, basename="quota-change")
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("lease-extensions", views.LeaseExtensionViewSet, basename="lease-extension")
+router.register("extension-consents", views.ExtensionConsentViewSet, basename="extension-consent")
 router.register("audit-events", views.AuditEventViewSet, basename="audit-event")
 # --- advisor (issue 17): manifests and attach for a request's claims; the right-sizing advisor ---
 router.register("allocations", workloads.WorkloadViewSet, basename="allocation-workload")

@@ -25,9 +25,17 @@ from allocations.api.filters import (
     QuotaChangeFilter,
     QuotaFilter,
 )
-from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
+from allocations.models import (
+    Allocation,
+    ExtensionConsent,
+    LeaseExtension,
+    NodePool,
+    Quota,
+    QuotaChangeRequest,
+    SlicePlacement,
+)
 from allocations.placement import pool_capacity
-from allocations.services import reclaim
+from allocations.services import extension_consents, reclaim
 from allocations.share_capacity import shared_capacity
 from allocations.static_capacity import static_pool_fits
 from tenants.api.auth import acting_user
@@ -330,7 +338,9 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             202: OpenApiResponse(
                 s.LeaseExtensionSerializer,
                 description="Past the tenant's auto-approve lease: the extension waits for a tenant manager "
-                "(GET /lease-extensions/{id}/ shows when it is decided). The body is the pending extension.",
+                "(GET /lease-extensions/{id}/ shows when it is decided); with ask_booking_owner, it may first wait "
+                "for the owners of the bookings whose room it would use (`waiting_for_bookings`). The body is the "
+                "pending extension.",
             ),
         },
     )
@@ -341,7 +351,10 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         data = s.ExtendSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         extension = services.request_lease_extension(
-            allocation_id=allocation.pk, actor=acting_user(request), hours=data.validated_data["hours"]
+            allocation_id=allocation.pk,
+            actor=acting_user(request),
+            hours=data.validated_data["hours"],
+            ask_booking_owner=data.validated_data["ask_booking_owner"],
         )
         if extension.status == LeaseExtension.Status.PENDING:
             return Response(
@@ -351,7 +364,9 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @staticmethod
     def _extension(pk: int) -> LeaseExtension:
-        return LeaseExtension.objects.select_related("requested_by", "decided_by").get(pk=pk)
+        return (
+            LeaseExtension.objects.select_related("requested_by", "decided_by").prefetch_related("consents").get(pk=pk)
+        )
 
 
 class LeaseExtensionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[LeaseExtension]):
@@ -361,7 +376,11 @@ class LeaseExtensionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     filterset_class = LeaseExtensionFilter
 
     def get_queryset(self) -> QuerySet[LeaseExtension]:
-        return LeaseExtension.objects.for_user(self.request.user).select_related("requested_by", "decided_by")
+        return (
+            LeaseExtension.objects.for_user(self.request.user)
+            .select_related("requested_by", "decided_by")
+            .prefetch_related("consents")
+        )
 
     @extend_schema(request=s.DecisionSerializer, responses={200: s.LeaseExtensionSerializer})
     @action(detail=True, methods=["post"])
@@ -393,3 +412,39 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
         return AuditEvent.objects.for_user(self.request.user)
+
+
+class ExtensionConsentViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[ExtensionConsent]
+):
+    """Longer leases that would use room a booking holds, asked of the booking's owner (issue 15): the booking's
+    requester or its tenant's managers agree or refuse. Members of either tenant can read them."""
+
+    serializer_class = s.ExtensionConsentSerializer
+
+    def get_queryset(self) -> QuerySet[ExtensionConsent]:
+        return (
+            ExtensionConsent.objects.for_user(self.request.user)
+            .select_related("extension__requested_by", "decided_by")
+            .order_by("-created_at", "-id")
+        )
+
+    @extend_schema(request=s.DecisionSerializer, responses={200: s.ExtensionConsentSerializer})
+    @action(detail=True, methods=["post"])
+    def agree(self, request: Request, pk: str | None = None) -> Response:
+        """Let the lease run into the booking's window (the booking may find less room at its start)."""
+        consent = self.get_object()
+        data = s.DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        extension_consents.agree_to_extension(consent_id=consent.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.ExtensionConsentSerializer(self.get_queryset().get(pk=consent.pk)).data)
+
+    @extend_schema(request=s.RejectionSerializer, responses={200: s.ExtensionConsentSerializer})
+    @action(detail=True, methods=["post"])
+    def refuse(self, request: Request, pk: str | None = None) -> Response:
+        """Keep the booking's room, with a reason: the extension is rejected."""
+        consent = self.get_object()
+        data = s.RejectionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        extension_consents.refuse_extension(consent_id=consent.pk, actor=acting_user(request), **data.validated_data)
+        return Response(s.ExtensionConsentSerializer(self.get_queryset().get(pk=consent.pk)).data)

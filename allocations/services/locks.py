@@ -13,7 +13,15 @@ waited for the quota row: a deadlock (issue 9).
 
 from __future__ import annotations
 
-from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Quota, QuotaChangeRequest
+from allocations.models import (
+    Allocation,
+    Booking,
+    ExtensionConsent,
+    LeaseExtension,
+    NodePool,
+    Quota,
+    QuotaChangeRequest,
+)
 
 
 def lock_allocation(*, allocation_id: int) -> Allocation:
@@ -49,6 +57,16 @@ def lock_pool(*, pool_id: int) -> NodePool:
 def lock_lease_extension(*, extension_id: int) -> LeaseExtension:
     """Lock one lease extension. Callers hold its allocation's lock first (allocation, then extension)."""
     return LeaseExtension.objects.select_for_update(no_key=True, of=("self",)).get(pk=extension_id)
+
+
+def lock_extension_consent(*, consent_id: int) -> ExtensionConsent:
+    """Lock one booking owner's consent to an extension: after the extension's allocation and the extension, before
+    the pool (services/extension_consents.py)."""
+    return (
+        ExtensionConsent.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("booking__tenant")
+        .get(pk=consent_id)
+    )
 
 
 def lock_booking(*, booking_id: int) -> Booking:

@@ -1,5 +1,5 @@
-"""`fatia book create|list|cancel` (issue 15) against a live server: output, and exit codes 0, 1 (the portal
-refused: over quota, no room) and 2 (bad arguments)."""
+"""`fatia book create|list|cancel|asks|agree|refuse` (issue 15) against a live server: output, and exit codes 0,
+1 (the portal refused: over quota, no room) and 2 (bad arguments)."""
 
 from __future__ import annotations
 
@@ -127,3 +127,27 @@ def test_bad_times_exit_2_and_another_tenants_booking_is_not_found(world: World,
     booking = Booking.objects.get()
     missing = fatia(tokens.charlie, "book", "cancel", str(booking.pk))
     assert missing == Outcome(1, "", f"fatia: error: Booking {booking.pk} not found. (HTTP 404)\n")
+
+
+def test_a_lease_asks_the_bookings_owner_who_answers_from_the_cli(world: World, tokens: Tokens, fatia):
+    from tests.bookings.helpers import active_lease, book, small_pool  # noqa: PLC0415 (the booking tests' set-up)
+
+    small = small_pool(world, gpus=1)
+    lease = active_lease(world, small.pool, profile="4g.40gb", hours=2)
+    booking = book(world, small.pool, profile="4g.40gb", start=3.1, end=5, actor=world.charlie)
+    refused = fatia(tokens.alice, "extend", str(lease.pk), "--hours", "2")
+    assert refused.code == 1 and "ask_booking_owner" in refused.err
+    asked = fatia(tokens.alice, "extend", str(lease.pk), "--hours", "2", "--ask-booking-owner")
+    assert asked.code == 0, asked.err
+    assert f"would use room booking #{booking.pk} holds: its owner is asked to agree" in asked.out
+    listed = fatia(tokens.charlie, "book", "asks", "--status", "pending")
+    assert listed.code == 0
+    question = listed.out.splitlines()[1].split()
+    assert question[1:4] == ["pending", f"#{booking.pk}", f"#{lease.pk}"]
+    no_reason = fatia(tokens.charlie, "book", "refuse", question[0])
+    assert no_reason.code == 2
+    agreed = fatia(tokens.charlie, "book", "agree", question[0])
+    assert agreed.code == 0, agreed.err
+    assert agreed.out.startswith(f"You agreed to request #{lease.pk} running 2 h longer into booking #{booking.pk}")
+    lease.refresh_from_db()
+    assert lease.lease_hours == 4

@@ -28,6 +28,8 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from allocations.cohorts.accounting import borrow_room
+from allocations.cohorts.members import cohort_admission, member_states
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import GpuModel, load_catalog
 from allocations.mig.figures import disagreements
@@ -163,12 +165,17 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
     free_memory = quota.memory_slices_limit - quota.memory_slices_used
     # Shared and MPS pools count percent of a GPU and GiB in the same two counters (allocations/sharing/units.py).
     names = unit_names(shared=allocation.pool.is_shared)
-    if allocation.compute_slices > free_compute:
+    over = allocation.compute_slices > free_compute or allocation.memory_slices > free_memory
+    if over and cohort_admission(quota, compute=allocation.compute_slices, memory=allocation.memory_slices):
+        over = False  # beyond the guarantee, within what the cohort lends (issue 15): borrowed
+    elif over and quota.cohort_id is not None:
+        free_compute, free_memory = _with_borrowable(quota, free_compute, free_memory)
+    if over and allocation.compute_slices > free_compute:
         return (
             f"Needs {allocation.compute_slices} {names.compute}; {max(free_compute, 0)} of "
             f"{quota.compute_slices_limit} are free."
         )
-    if allocation.memory_slices > free_memory:
+    if over and allocation.memory_slices > free_memory:
         return (
             f"Needs {allocation.memory_slices} {names.memory}; {max(free_memory, 0)} of "
             f"{quota.memory_slices_limit} are free."
@@ -185,6 +192,15 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
         if held + allocation.count > cap:
             return f"The tenant may hold at most {cap} x {allocation.profile}; {held} are held."
     return None
+
+
+def _with_borrowable(quota: Quota, free_compute: int, free_memory: int) -> tuple[int, int]:
+    """Free guarantee plus what the quota's cohort would lend now: the room a message should name."""
+    members = member_states(quota.cohort_id) if quota.cohort_id is not None else []
+    if all(m.tenant_id != quota.tenant_id for m in members):
+        return free_compute, free_memory
+    compute, memory = borrow_room(members, quota.tenant_id)
+    return max(free_compute, 0) + compute, max(free_memory, 0) + memory
 
 
 def pools_for_user(user: User) -> list[NodePool]:

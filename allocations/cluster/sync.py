@@ -31,6 +31,8 @@ from allocations.queue_reservation import blocks_reservation
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
+from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
+from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.queue_entry import enqueue_allocation
 from tenants.models import Tenant
 from tenants.services import record_audit_event
@@ -78,6 +80,9 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    if not pool.is_shared and wait_for_reclaim(allocation):  # a lender waits for what it lent (issue 15)
+        what = f"{allocation.count} x {allocation.profile}"
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
     if pool.is_shared:  # shares of whole GPUs by memory size (time-sliced or MPS), not MIG slices
         return shared_provisioning.provision_shared(allocation=allocation, pool=pool)
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first

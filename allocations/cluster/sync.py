@@ -18,7 +18,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
@@ -33,6 +32,7 @@ from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
+from allocations.cohorts.members import memory_ceiling
 from allocations.services.queue_entry import enqueue_allocation
 from tenants.models import Tenant
 from tenants.services import record_audit_event
@@ -42,8 +42,10 @@ Status = Allocation.Status
 
 def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
     """The tenant's namespace; its device quota is the sum of its memory-slot limits (a MIG device takes at
-    least one memory slot), so the cluster fence never binds before the portal's own quota does."""
-    memory = Quota.objects.filter(tenant=tenant).aggregate(total=Sum("memory_slices_limit"))["total"] or 0
+    least one memory slot), so the cluster fence never binds before the portal's own quota does. In a cohort
+    (issue 15) each pool counts its guarantee plus the most the cohort could ever lend the tenant
+    (cohorts/members.memory_ceiling), so borrowing is never refused by the cluster."""
+    memory = sum(memory_ceiling(quota) for quota in Quota.objects.filter(tenant=tenant).order_by("pk"))
     return kube.TenantSpec(
         namespace=tenant_namespace(tenant),
         tenant_slug=tenant.slug,

@@ -155,3 +155,18 @@ def reclaim_shortfall(members: Sequence[MemberState], tenant_id: int, compute: i
     before = cohort_overdraft(members)
     now = cohort_overdraft([after_me if m.tenant_id == tenant_id else m for m in members])
     return Shortfall(compute=max(0, now.compute - before.compute), memory=max(0, now.memory - before.memory))
+
+
+def borrow_ceiling(members: Sequence[MemberState], tenant_id: int) -> tuple[int, int]:
+    """The most the tenant could ever borrow (compute, memory), whatever the usage: its borrowing limit, or all the
+    others could lend (their guarantee, capped by their lending limit). Sizes fences that must never bind before
+    the portal's quota does (the Kubernetes device ResourceQuota, cluster/sync.tenant_spec)."""
+    me = _member(members, tenant_id)
+    others = [m for m in members if m.tenant_id != tenant_id]
+    compute = sum(_lends(m.guarantee_compute, 0, m.lending_compute_limit) for m in others)
+    memory = sum(_lends(m.guarantee_memory, 0, m.lending_memory_limit) for m in others)
+    if me.borrowing_compute_limit is not None:
+        compute = min(compute, me.borrowing_compute_limit)
+    if me.borrowing_memory_limit is not None:
+        memory = min(memory, me.borrowing_memory_limit)
+    return compute, memory

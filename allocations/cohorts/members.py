@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db.models import F
 
-from allocations.cohorts.accounting import Admission, MemberState, admit_within
+from allocations.cohorts.accounting import Admission, MemberState, admit_within, borrow_ceiling
 from allocations.models import Quota
 
 
@@ -43,3 +43,14 @@ def cohort_admission(quota: Quota, *, compute: int, memory: int) -> Admission | 
     if all(m.tenant_id != quota.tenant_id for m in members):
         return None
     return admit_within(members, quota.tenant_id, compute, memory)
+
+
+def memory_ceiling(quota: Quota) -> int:
+    """The most memory slots the quota's tenant may hold in its pool: its guarantee plus the most its cohort could
+    ever lend it (accounting.borrow_ceiling)."""
+    if quota.cohort_id is None:
+        return quota.memory_slices_limit
+    members = member_states(quota.cohort_id)
+    if all(m.tenant_id != quota.tenant_id for m in members):
+        return quota.memory_slices_limit
+    return quota.memory_slices_limit + borrow_ceiling(members, quota.tenant_id)[1]

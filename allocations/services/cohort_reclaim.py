@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
@@ -174,9 +174,9 @@ def _requeue_copy(allocation: Allocation) -> Allocation:
 def due_reclaims(*, now: datetime | None = None) -> list[int]:
     """The beat's sweep: ids of borrowed allocations whose notice is due (or whose lender stopped waiting)."""
     now = now or timezone.now()
+    lender_gone = Q(reclaimed_for__isnull=True) | ~Q(reclaimed_for__status__in=LENDER_WAITING)
     due = Allocation.objects.filter(status__in=RECLAIMABLE, reclaim_at__isnull=False)
-    due = due.filter(reclaim_at__lte=now) | due.exclude(reclaimed_for__status__in=LENDER_WAITING)
-    return list(due.order_by("pk").values_list("pk", flat=True))
+    return list(due.filter(Q(reclaim_at__lte=now) | lender_gone).order_by("pk").values_list("pk", flat=True))
 
 
 def reclaim_due_borrowed(*, now: datetime | None = None) -> dict[str, int]:

@@ -4,6 +4,7 @@ shown and freed, and what a queued request holds."""
 from __future__ import annotations
 
 from allocations import services
+from allocations.cluster.sync import tenant_spec
 from allocations.cohorts.accounting import MemberState
 from allocations.cohorts.members import member_states
 from allocations.models import Allocation, Cohort, Quota
@@ -111,3 +112,13 @@ def test_member_state_reads_the_quota_rows(world: World):
         MemberState(world.tenant_a.pk, 7, 8, 0, 0, None, None, 3, None),
         MemberState(world.tenant_b.pk, 2, 2, 0, 0, None, None, None, None),
     ]
+
+
+def test_the_kubernetes_device_quota_leaves_room_for_what_the_cohort_could_lend(world: World):
+    # given: in the cohort's pool B has no guarantee and A lends 8 memory slots; elsewhere (world.pool) 16 each
+    pool, _ = cohort_pool(world)
+    assert tenant_spec(world.tenant_b).max_devices == 16 + 8
+    # when: A lends at most 2 memory slots
+    Quota.objects.filter(pool=pool, tenant=world.tenant_a).update(lending_memory_limit=2)
+    assert tenant_spec(world.tenant_b).max_devices == 16 + 2
+    assert tenant_spec(world.tenant_a).max_devices == 16 + 8

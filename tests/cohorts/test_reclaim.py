@@ -162,5 +162,13 @@ def test_a_lender_queued_for_room_in_a_full_pool_reclaims_borrowed_slices_there(
     # then: it waits for room, and one of B's borrowed GPUs (the youngest) is given notice for it
     assert lender.status == Status.QUEUED
     assert "no free layout fits" in lender.status_message
+    older, younger = sorted(borrowed, key=lambda a: a.pk)
     noticed = list(Allocation.objects.exclude(reclaim_at=None).values_list("pk", "reclaimed_for_id"))
-    assert noticed == [(max(a.pk for a in borrowed), lender.pk)]
+    assert noticed == [(younger.pk, lender.pk)]
+    # when: room frees up otherwise (B releases the other GPU) and the queue is admitted
+    release(world, older)
+    assert [a.pk for a in admit_queued(pool_id=pool.pk)] == [lender.pk]
+    # then: the notice is called off: the younger one keeps running, told so
+    younger.refresh_from_db()
+    assert (younger.status, younger.reclaim_at) == (Status.ACTIVE, None)
+    assert verbs(younger)[-1] == "reclaim_cancel"

@@ -28,6 +28,7 @@ from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import (
     bookings,
+    cohort_reclaim,
     compaction,
     leases,
     moves,
@@ -37,7 +38,6 @@ from allocations.services import (
     reclaim,
     requeue,
 )
-from allocations.services import cohort_reclaim
 from allocations.services import queue as admission
 from portal.metrics import events as metric_events
 

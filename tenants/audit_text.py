@@ -215,7 +215,9 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
             f"Runs on borrowed slices that a lender needs back (request #{after.get('for', '?')}): taken back at "
             f"{human_when(after.get('reclaim_at'))}"
         ),
-        "reclaim_cancel": lambda: f"The notice to take its borrowed slices back was called off: {after.get('why', '?')}",
+        "reclaim_cancel": lambda: (
+            f"The notice to take its borrowed slices back was called off: {after.get('why', '?')}"
+        ),
         "reclaim": lambda: (
             f"Its borrowed slices were taken back for request #{after.get('for', '?')}; it waits again as request "
             f"#{after.get('requeued_as', '?')}"

@@ -22,17 +22,17 @@ from django.utils import timezone
 
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
+from allocations.cohorts.members import memory_ceiling
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
 from allocations.queue_reservation import blocks_reservation
+from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
+from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
-from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
-from allocations.services.cohort_reclaim import wait_for_reclaim
-from allocations.cohorts.members import memory_ceiling
 from allocations.services.queue_entry import enqueue_allocation
 from tenants.models import Tenant
 from tenants.services import record_audit_event

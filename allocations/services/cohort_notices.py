@@ -128,9 +128,7 @@ def _tell_owner(allocation: Allocation, *, cohort: Cohort, reclaim_at: datetime)
         )
     else:
         logger.info("allocation %s: requester has no email address; reclaim notice in the inbox only", allocation.pk)
-    notify_users(
-        recipient_ids=[user.pk], kind=Notification.Kind.BORROW_RECLAIM, text=text, link=link, actor=None
-    )
+    notify_users(recipient_ids=[user.pk], kind=Notification.Kind.BORROW_RECLAIM, text=text, link=link, actor=None)
 
 
 def clear_notice(allocation: Allocation, *, why: str) -> None:

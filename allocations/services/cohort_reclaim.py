@@ -65,9 +65,10 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
         return False
     compute, memory = held_quota(allocation)
     members = [
-        member_state(q, less_compute=compute, less_memory=memory) if q.tenant_id == allocation.tenant_id else
-        member_state(q)
-        for q in Quota.objects.filter(cohort_id=quota.cohort_id, pool_id=allocation.pool_id).order_by("tenant_id")
+        member_state(q, less_compute=compute, less_memory=memory)
+        if q.tenant_id == allocation.tenant_id
+        else member_state(q)
+        for q in Quota.objects.filter(cohort=quota.cohort, pool_id=allocation.pool_id).order_by("tenant_id")
     ]
     need = reclaim_shortfall(members, allocation.tenant_id, compute, memory)
     if not need.any:

@@ -10,10 +10,10 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from allocations.models import Allocation, NodePool, Notification, Quota, QuotaChangeRequest
-from allocations.selectors import quota_shortfall
 from allocations.cohorts.accounting import Admission
 from allocations.cohorts.members import cohort_admission
+from allocations.models import Allocation, NodePool, Notification, Quota, QuotaChangeRequest
+from allocations.selectors import quota_shortfall
 from allocations.services.cohorts import held_quota, record_borrowed
 from allocations.services.locks import lock_cohort, lock_quota, lock_quota_change
 from allocations.services.notifications import notify_users

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.core import mail
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from allocations import services
@@ -59,6 +61,16 @@ def test_a_lender_within_its_guarantee_waits_while_the_youngest_borrowed_request
     # and: everyone sees the deadline
     row = world.client(world.charlie).get(f"/api/v1/allocations/{younger.pk}/").json()
     assert row["is_borrowed"] and row["reclaim_at"] is not None
+    # and: the request page and the request list show the badge and the deadline
+    browser = Client()
+    browser.force_login(world.charlie)
+    for page in (reverse("request-detail", args=[younger.pk]), reverse("home")):
+        html = browser.get(page).content.decode()
+        assert "badge--borrowed" in html and f"{younger.reclaim_at:%Y-%m-%d %H:%M} UTC" in html, page
+    older_page = browser.get(reverse("request-detail", args=[older.pk])).content.decode()
+    assert "badge--borrowed" in older_page and "reclaim at" not in older_page
+    browser.force_login(world.alice)
+    assert "badge--borrowed" not in browser.get(reverse("request-detail", args=[a_first.pk])).content.decode()
     # when: another admission pass runs (a release elsewhere), the lender still waits and no new notice is given
     assert admit_queued(pool_id=pool.pk) == []
     assert Allocation.objects.exclude(reclaim_at=None).count() == 1

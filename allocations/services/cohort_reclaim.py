@@ -84,10 +84,10 @@ def reclaim_room_for(allocation: Allocation) -> int:
     """A request within guarantee waits for room in a full pool: notice to other members' borrowed allocations
     there, enough slices to hold it (by count: the layout they free may still not fit, and then the next pass asks
     again). How many were marked. Caller holds the allocation's lock (and the pool's)."""
-    if _borrows(allocation) or _pending(allocation):
+    if _borrows(allocation):
         return 0
     quota = _cohort_quota(allocation)
-    if quota is None or quota.cohort is None:
+    if quota is None or quota.cohort is None or _pending(allocation):
         return 0
     if quota.compute_slices_used > quota.compute_slices_limit or quota.memory_slices_used > quota.memory_slices_limit:
         return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent

@@ -451,6 +451,12 @@ class Allocation(models.Model):
         return f"#{self.pk} {self.count}x {self.profile} for {self.tenant}"
 
     @property
+    def is_borrowed(self) -> bool:
+        """Holds slices borrowed from its cohort now (issue 15); a queued request gave its borrowed part back."""
+        holding = self.status in self.QUOTA_HOLDING and self.status != self.Status.QUEUED
+        return holding and bool(self.borrowed_compute_slices or self.borrowed_memory_slices)
+
+    @property
     def kube_name(self) -> str:
         """Deterministic Kubernetes name for this allocation's holder pod, and its claim when it has one."""
         return f"mig-alloc-{self.uuid}"
@@ -696,6 +702,8 @@ class Notification(models.Model):
         QUOTA_CHANGE_DECIDED = "quota_change_decided", "A quota change was decided"
         # Compaction (issue 14): a movable request's slice is about to move, or has moved.
         ALLOCATION_MOVE = "allocation_move", "A slice moves to make room"
+        # Cohorts (issue 15): borrowed slices are taken back for a lender, or the notice is called off.
+        BORROW_RECLAIM = "borrow_reclaim", "Borrowed slices are taken back"
 
     recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=32, choices=Kind.choices)

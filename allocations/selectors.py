@@ -28,6 +28,8 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from allocations.cohorts.accounting import borrow_room
+from allocations.cohorts.members import cohort_admission, member_states
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.mig.catalog import GpuModel, load_catalog
 from allocations.mig.figures import disagreements
@@ -163,15 +165,23 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
     free_memory = quota.memory_slices_limit - quota.memory_slices_used
     # Shared and MPS pools count percent of a GPU and GiB in the same two counters (allocations/sharing/units.py).
     names = unit_names(shared=allocation.pool.is_shared)
-    if allocation.compute_slices > free_compute:
+    over = allocation.compute_slices > free_compute or allocation.memory_slices > free_memory
+    lent = (0, 0)
+    if over and cohort_admission(quota, compute=allocation.compute_slices, memory=allocation.memory_slices):
+        over = False  # beyond the guarantee, within what the cohort lends (issue 15): borrowed
+    elif over and quota.cohort_id is not None:
+        lent = _borrowable(quota)
+    # In a cohort, what could still be borrowed is named too: "...; 0 of 0 are free, and 3 more can be borrowed".
+    more = ", and {} more can be borrowed from the cohort" if quota.cohort_id is not None else ""
+    if over and allocation.compute_slices > max(free_compute, 0) + lent[0]:
         return (
             f"Needs {allocation.compute_slices} {names.compute}; {max(free_compute, 0)} of "
-            f"{quota.compute_slices_limit} are free."
+            f"{quota.compute_slices_limit} are free{more.format(lent[0])}."
         )
-    if allocation.memory_slices > free_memory:
+    if over and allocation.memory_slices > max(free_memory, 0) + lent[1]:
         return (
             f"Needs {allocation.memory_slices} {names.memory}; {max(free_memory, 0)} of "
-            f"{quota.memory_slices_limit} are free."
+            f"{quota.memory_slices_limit} are free{more.format(lent[1])}."
         )
     cap = quota.profile_caps.get(allocation.profile)
     if cap is not None:
@@ -185,6 +195,14 @@ def quota_shortfall(*, quota: Quota | None, allocation: Allocation) -> str | Non
         if held + allocation.count > cap:
             return f"The tenant may hold at most {cap} x {allocation.profile}; {held} are held."
     return None
+
+
+def _borrowable(quota: Quota) -> tuple[int, int]:
+    """What the quota's cohort would lend its tenant now (compute, memory), for the message."""
+    members = member_states(quota.cohort_id) if quota.cohort_id is not None else []
+    if all(m.tenant_id != quota.tenant_id for m in members):
+        return 0, 0
+    return borrow_room(members, quota.tenant_id)
 
 
 def pools_for_user(user: User) -> list[NodePool]:

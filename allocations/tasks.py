@@ -28,6 +28,7 @@ from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import (
     bookings,
+    cohort_reclaim,
     compaction,
     leases,
     moves,
@@ -237,6 +238,18 @@ def compact_pools_task() -> None:
 def run_due_bookings_task() -> None:
     """Bookings (issue 15): start those whose window began, settle those whose request is over. Idempotent."""
     bookings.run_due_bookings()
+
+
+@shared_task(acks_late=True, **DB_RETRY)
+def reclaim_borrowed_task(allocation_id: int) -> None:
+    """Cohorts (issue 15): take one borrowed allocation back if its notice is due (grace 0: queued at notice)."""
+    cohort_reclaim.reclaim_borrowed(allocation_id=allocation_id)
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def reclaim_due_borrowed_task() -> None:
+    """Cohorts (issue 15): the minute sweep that takes back borrowed allocations whose grace is over."""
+    cohort_reclaim.reclaim_due_borrowed()
 
 
 # The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change

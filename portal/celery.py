@@ -69,6 +69,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.admit_all_queued_task",
         "schedule": float(settings.FATIA_QUEUE_SWEEP_S),
     },
+    # Cohorts (issue 15): borrowed allocations whose grace is over are taken back (services/cohort_reclaim.py).
+    "reclaim-due-borrowed": {
+        "task": "allocations.tasks.reclaim_due_borrowed_task",
+        "schedule": crontab(minute="*"),
+    },
     # Kubernetes backend: the cluster against the database, both ways.
     "reconcile-cluster": {
         "task": "allocations.tasks.reconcile_cluster_task",

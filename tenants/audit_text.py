@@ -217,6 +217,18 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
         # The queue (issue 15, allocations/services/queue.py)
         "queue": lambda: "No free layout fits it yet: it waits in the pool's queue, its quota held",
         "admit": lambda: f"Admitted from the queue after {_waited(after.get('waited_s'))}",
+        # Cohorts (issue 15, allocations/services/cohort_notices.py, cohort_reclaim.py)
+        "reclaim_notice": lambda: (
+            f"Runs on borrowed slices that a lender needs back (request #{after.get('for', '?')}): taken back at "
+            f"{human_when(after.get('reclaim_at'))}"
+        ),
+        "reclaim_cancel": lambda: (
+            f"The notice to take its borrowed slices back was called off: {after.get('why', '?')}"
+        ),
+        "reclaim": lambda: (
+            f"Its borrowed slices were taken back for request #{after.get('for', '?')}; it waits again as request "
+            f"#{after.get('requeued_as', '?')}"
+        ),
         "set_priority": lambda: (
             f"{actor} set its priority in the tenant's queue from {before.get('priority', '?')} to "
             f"{after.get('priority', '?')}"

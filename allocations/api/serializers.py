@@ -362,6 +362,9 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     isolation_warning = serializers.SerializerMethodField(
         help_text="What the pool does not isolate, for requests in time-sliced and MPS pools; empty for MIG."
     )
+    is_borrowed = serializers.SerializerMethodField(
+        help_text="Holds slices borrowed from its cohort (issue 15): the borrowed_* part above its tenant's guarantee."
+    )
 
     class Meta:
         model = Allocation
@@ -385,6 +388,10 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "gpu_equivalents",
             "pool_kind",
             "isolation_warning",
+            "is_borrowed",
+            "borrowed_compute_slices",
+            "borrowed_memory_slices",
+            "reclaim_at",
             "status",
             "status_message",
             "auto_approved",
@@ -410,6 +417,9 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
 
     def get_isolation_warning(self, instance: Allocation) -> str:
         return weaker_warning(instance.pool.kind)
+
+    def get_is_borrowed(self, instance: Allocation) -> bool:
+        return instance.is_borrowed
 
     def to_representation(self, instance: Allocation) -> dict[str, Any]:
         return allocation_row(
@@ -439,6 +449,9 @@ ROW_FIELDS = (
     "movable",
     "compute_slices",
     "memory_slices",
+    "borrowed_compute_slices",
+    "borrowed_memory_slices",
+    "reclaim_at",
     "status",
     "status_message",
     "auto_approved",
@@ -498,6 +511,10 @@ def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
         ),
         "pool_kind": v["pool__kind"],
         "isolation_warning": weaker_warning(v["pool__kind"]),
+        "is_borrowed": is_borrowed(v["status"], v["borrowed_compute_slices"], v["borrowed_memory_slices"]),
+        "borrowed_compute_slices": v["borrowed_compute_slices"],
+        "borrowed_memory_slices": v["borrowed_memory_slices"],
+        "reclaim_at": _iso(v["reclaim_at"]),
         "status": v["status"],
         "status_message": v["status_message"],
         "auto_approved": v["auto_approved"],
@@ -510,6 +527,12 @@ def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
         "created_at": _iso(v["created_at"]),
         "updated_at": _iso(v["updated_at"]),
     }
+
+
+def is_borrowed(status: str, borrowed_compute: int, borrowed_memory: int) -> bool:
+    """Holds a borrowed part now: a queued request gave its back while it waits (allocations/services/cohorts.py)."""
+    holding = status in Allocation.QUOTA_HOLDING and status != Allocation.Status.QUEUED
+    return holding and bool(borrowed_compute or borrowed_memory)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -18,16 +18,18 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
+from allocations.cohorts.members import memory_ceiling
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
 from allocations.queue_reservation import blocks_reservation
+from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
+from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -40,8 +42,10 @@ Status = Allocation.Status
 
 def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
     """The tenant's namespace; its device quota is the sum of its memory-slot limits (a MIG device takes at
-    least one memory slot), so the cluster fence never binds before the portal's own quota does."""
-    memory = Quota.objects.filter(tenant=tenant).aggregate(total=Sum("memory_slices_limit"))["total"] or 0
+    least one memory slot), so the cluster fence never binds before the portal's own quota does. In a cohort
+    (issue 15) each pool counts its guarantee plus the most the cohort could ever lend the tenant
+    (cohorts/members.memory_ceiling), so borrowing is never refused by the cluster."""
+    memory = sum(memory_ceiling(quota) for quota in Quota.objects.filter(tenant=tenant).order_by("pk"))
     return kube.TenantSpec(
         namespace=tenant_namespace(tenant),
         tenant_slug=tenant.slug,
@@ -78,6 +82,9 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    if not pool.is_shared and wait_for_reclaim(allocation):  # a lender waits for what it lent (issue 15)
+        what = f"{allocation.count} x {allocation.profile}"
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
     if pool.is_shared:  # shares of whole GPUs by memory size (time-sliced or MPS), not MIG slices
         return shared_provisioning.provision_shared(allocation=allocation, pool=pool)
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first

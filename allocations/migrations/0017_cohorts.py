@@ -91,6 +91,25 @@ class Migration(migrations.Migration):
                 to="allocations.cohort",
             ),
         ),
+        # Reclaim notices to borrowers (issue 15): a new kind of inbox message.
+        migrations.AlterField(
+            model_name="notification",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("request_pending", "A request waits for approval"),
+                    ("request_decided", "A request was decided"),
+                    ("extension_pending", "A lease extension waits for approval"),
+                    ("extension_decided", "A lease extension was decided"),
+                    ("lease_expiring", "A lease ends soon"),
+                    ("idle_reclaim", "Idle slices will be released"),
+                    ("quota_change_decided", "A quota change was decided"),
+                    ("allocation_move", "A slice moves to make room"),
+                    ("borrow_reclaim", "Borrowed slices are taken back"),
+                ],
+                max_length=32,
+            ),
+        ),
         migrations.AddConstraint(
             model_name="cohort",
             constraint=models.UniqueConstraint(

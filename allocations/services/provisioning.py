@@ -18,6 +18,8 @@ from django.utils import timezone
 from allocations.models import Allocation
 from allocations.placement import plan_slices
 from allocations.queue_reservation import blocks_reservation
+from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
+from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
@@ -82,6 +84,8 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     else:
         slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
         what = f"{allocation.count} x {allocation.profile}"
+    if not pool.is_shared and wait_for_reclaim(allocation):  # a lender waits for what it lent (issue 15)
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
     if not pool.is_shared and (slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices)):

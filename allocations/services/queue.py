@@ -20,6 +20,9 @@ from django.utils import timezone
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
+from allocations.services.cohort_notices import cancel_notices_for
+from allocations.services.cohort_reclaim import reclaim_room_for, wait_for_reclaim
+from allocations.services.cohorts import borrow_again
 from allocations.services.locks import lock_pool
 from allocations.services.outbox import enqueue_task
 from allocations.services.provisioning import start_allocation
@@ -50,9 +53,13 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     pool = lock_pool(pool_id=pool_id)
     admitted = []
     for allocation in queued_in_order(pool):  # read under the locks: only what is still QUEUED
+        if wait_for_reclaim(allocation):
+            continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
         placed = _try_admit(allocation, pool)
         if placed is not None:
             admitted.append(placed)
+        elif not pool.is_shared:
+            reclaim_room_for(allocation)  # within guarantee in a full pool: borrowed slices of the cohort make room
     return admitted
 
 
@@ -60,6 +67,9 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     """Place one queued request, or leave it exactly as it was (savepoint rolled back)."""
     savepoint = transaction.savepoint()
     Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED)
+    if not borrow_again(allocation):  # its borrowed part, given back while queued, is no longer lent (issue 15)
+        transaction.savepoint_rollback(savepoint)
+        return None
     try:
         placed = start_allocation(allocation_id=allocation.pk)
     except PoolBusy:
@@ -79,6 +89,7 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         before={"status": Status.QUEUED},
         after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1)},
     )
+    cancel_notices_for(placed, why=f"request #{placed.pk} it was taken back for started without it")
     if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
     return placed

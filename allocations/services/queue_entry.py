@@ -11,18 +11,21 @@ from django.utils import timezone
 from allocations.models import Allocation, NodePool
 from allocations.placement import read_pool
 from allocations.queue_eta import fits_when_empty
+from allocations.services.cohort_reclaim import reclaim_room_for
+from allocations.services.cohorts import return_borrowed_part
 from allocations.services.lifecycle import fail_locked_allocation
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
 
 
-def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> Allocation:
+def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, waiting_for: str = "") -> Allocation:
     """APPROVED -> QUEUED: no layout of the pool fits the request now. The quota stays held (docs/queue.md), so
     admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
     after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
     free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
-    locks."""
+    locks. `waiting_for` replaces "no free layout fits" in the message (a lender waiting for borrowed slices to come
+    back, issue 15). A request that borrowed gives its borrowed part back while it waits (services/cohorts.py)."""
     if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
         return fail_locked_allocation(
             allocation,
@@ -30,12 +33,15 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> 
             "Try fewer slices or a smaller profile.",
         )
     previous = allocation.status
+    return_borrowed_part(allocation)
     allocation.status = Status.QUEUED
     allocation.queued_at = allocation.queued_at or timezone.now()
     allocation.status_message = (
-        f"Waiting in {pool.name}'s queue: no free layout fits {what} right now. It starts as soon as a release, "
-        "an expiry or a new node makes room; the quota stays held meanwhile."
+        f"Waiting in {pool.name}'s queue: {waiting_for or f'no free layout fits {what} right now'}. It starts as soon "
+        "as a release, an expiry or a new node makes room; the quota stays held meanwhile."
     )
+    if allocation.borrowed_compute_slices or allocation.borrowed_memory_slices:
+        allocation.status_message += " Its borrowed part is borrowed again from the cohort when it starts."
     allocation.save(update_fields=["status", "queued_at", "status_message", "updated_at"])
     record_audit_event(
         actor=None,
@@ -45,4 +51,6 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str) -> 
         before={"status": previous},
         after={"status": Status.QUEUED, "pool": pool.slug},
     )
+    if not waiting_for:
+        reclaim_room_for(allocation)  # within guarantee: borrowed slices of its cohort make room (issue 15)
     return allocation

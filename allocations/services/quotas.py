@@ -10,9 +10,12 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from allocations.cohorts.accounting import Admission
+from allocations.cohorts.members import cohort_admission
 from allocations.models import Allocation, NodePool, Notification, Quota, QuotaChangeRequest
 from allocations.selectors import quota_shortfall
-from allocations.services.locks import lock_quota, lock_quota_change
+from allocations.services.cohorts import held_quota, record_borrowed
+from allocations.services.locks import lock_cohort, lock_quota, lock_quota_change
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
 from tenants.errors import IdempotencyConflict, InvalidInput, InvalidTransition, NotAllowed, QuotaExceeded
@@ -100,25 +103,35 @@ def set_tenant_quota(
 
 
 def reserve_quota(*, quota: Quota | None, allocation: Allocation) -> None:
-    """Charge the allocation to the locked quota row, or raise QuotaExceeded. Caller holds the lock."""
+    """Charge the allocation to the locked quota row, or raise QuotaExceeded. Caller holds the lock.
+
+    In a cohort (issue 15) the part above the tenant's guarantee is borrowed when the cohort lends it: the cohort
+    is locked (quota, then cohort), the whole usage is charged to the counters as always, and the borrowed part is
+    recorded on the allocation (`borrowed_*`)."""
+    if quota is not None and quota.cohort_id is not None:
+        lock_cohort(cohort_id=quota.cohort_id)
     reason = quota_shortfall(quota=quota, allocation=allocation)
     if reason is not None or quota is None:
         raise QuotaExceeded(reason or "No quota.")
+    admission = cohort_admission(quota, compute=allocation.compute_slices, memory=allocation.memory_slices)
     Quota.objects.filter(pk=quota.pk).update(
         compute_slices_used=F("compute_slices_used") + allocation.compute_slices,
         memory_slices_used=F("memory_slices_used") + allocation.memory_slices,
     )
+    record_borrowed(allocation, admission or Admission(0, 0))
 
 
 def free_quota(*, allocation: Allocation) -> None:
     """Give back what the allocation held. Caller holds the allocation lock and moves it out of a
-    quota-holding state in the same transaction, so this runs once per allocation."""
+    quota-holding state in the same transaction, so this runs once per allocation. A queued request holds only
+    the part within its guarantee (its borrowed part is borrowed again at admission: services/cohorts.py)."""
     quota = lock_quota(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id)
     if quota is None:
         return
+    compute, memory = held_quota(allocation)
     Quota.objects.filter(pk=quota.pk).update(
-        compute_slices_used=F("compute_slices_used") - allocation.compute_slices,
-        memory_slices_used=F("memory_slices_used") - allocation.memory_slices,
+        compute_slices_used=F("compute_slices_used") - compute,
+        memory_slices_used=F("memory_slices_used") - memory,
     )
 
 

@@ -1,0 +1,168 @@
+"""Notice to borrowers (issue 15): mark borrowed allocations to be taken back for a lender, or call it off.
+
+A lender's request within its guarantee that cannot be admitted (its cohort lent that guarantee away, or the
+pool is full while other members' borrowed slices occupy it) picks borrowed allocations of other members of the
+cohort in the same pool (allocations/cohorts/reclaim.py: least used, then youngest first), enough to make room,
+and gives their owners notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaimed_for` the
+lender's request; inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due.
+
+Called while the lender's allocation and its pool are locked: the borrowed allocations are taken with SKIP LOCKED
+(services/locks.py), so a busy one is passed over rather than waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from allocations.cohorts.accounting import Shortfall
+from allocations.cohorts.reclaim import Candidate, pick_reclaims
+from allocations.models import Allocation, Cohort, Notification, Quota
+from allocations.nodeagent.usage import used_slice_hours
+from allocations.services.notifications import notify_users
+from allocations.services.outbox import enqueue_task
+from tenants.services import record_audit_event
+
+logger = logging.getLogger(__name__)
+
+Status = Allocation.Status
+RECLAIM_TASK = "allocations.tasks.reclaim_borrowed_task"
+# Only slices that run can be taken back; queued ones hold no borrowed part (services/cohorts.py).
+RECLAIMABLE = (Status.PROVISIONING, Status.ACTIVE)
+USE_WINDOW = timedelta(hours=1)
+
+
+def _used_fractions(rows: list[Allocation], now: datetime) -> dict[int, float]:
+    """Share of observed slice-time in use over the last hour, per allocation the agents report on."""
+    windows = {a.pk: (max(a.activated_at or a.created_at, now - USE_WINDOW), now) for a in rows}
+    fractions = {}
+    for allocation_id, by_hour in used_slice_hours(windows).items():
+        observed = sum(h.observed for h in by_hour.values())
+        if observed > 0:
+            fractions[allocation_id] = sum(h.used for h in by_hour.values()) / observed
+    return fractions
+
+
+def give_notice(
+    *, lender: Allocation, cohort: Cohort, need: Shortfall, whole: bool, now: datetime | None = None
+) -> list[Allocation]:
+    """Mark enough borrowed allocations of the cohort's other members in its pool for `lender`; the marked.
+    `whole`: each counts for all its slices (room in the pool), else for its borrowed part (the cohort's balance).
+    Grace 0 queues the taking back at once (through the outbox); otherwise the beat's sweep takes them when due."""
+    now = now or timezone.now()
+    members = Quota.objects.filter(cohort=cohort, pool_id=cohort.pool_id).values_list("tenant_id", flat=True)
+    rows = list(
+        Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
+        .filter(pool_id=cohort.pool_id, tenant_id__in=list(members), status__in=RECLAIMABLE)
+        .filter(reclaimed_for__isnull=True, reclaim_at__isnull=True)
+        .filter(Q(borrowed_compute_slices__gt=0) | Q(borrowed_memory_slices__gt=0))
+        .exclude(tenant_id=lender.tenant_id)
+        .order_by("pk")
+    )
+    if not rows:
+        return []
+    used = _used_fractions(rows, now)
+    candidates = [
+        Candidate(
+            allocation_id=a.pk,
+            compute=a.compute_slices if whole else a.borrowed_compute_slices,
+            memory=a.memory_slices if whole else a.borrowed_memory_slices,
+            started_at=a.activated_at or a.created_at,
+            used_fraction=used.get(a.pk),
+        )
+        for a in rows
+    ]
+    by_id = {a.pk: a for a in rows}
+    marked = [by_id[c.allocation_id] for c in pick_reclaims(candidates, need)]
+    reclaim_at = now + timedelta(minutes=cohort.reclaim_grace_minutes)
+    for allocation in marked:
+        allocation.reclaim_notice_at = now
+        allocation.reclaim_at = reclaim_at
+        allocation.reclaimed_for = lender
+        allocation.save(update_fields=["reclaim_notice_at", "reclaim_at", "reclaimed_for", "updated_at"])
+        record_audit_event(
+            actor=None,
+            verb="reclaim_notice",
+            obj=allocation,
+            tenant_id=allocation.tenant_id,
+            after={
+                "reclaim_at": reclaim_at.isoformat(),
+                "for": lender.pk,
+                "cohort": cohort.name,
+                "borrowed_compute_slices": allocation.borrowed_compute_slices,
+            },
+        )
+        _tell_owner(allocation, cohort=cohort, reclaim_at=reclaim_at)
+        if cohort.reclaim_grace_minutes == 0:
+            enqueue_task(RECLAIM_TASK, allocation.pk)
+    return marked
+
+
+def _what(allocation: Allocation) -> str:
+    return f"{allocation.count} × {allocation.profile} in {allocation.pool.name}"
+
+
+def _tell_owner(allocation: Allocation, *, cohort: Cohort, reclaim_at: datetime) -> None:
+    user = allocation.requested_by
+    link = reverse("request-detail", args=[allocation.pk])
+    text = (
+        f"Request #{allocation.pk} ({_what(allocation)}) runs on slices borrowed from cohort {cohort.name}; a "
+        f"tenant that lent them needs its guarantee back. They will be taken back at {reclaim_at:%Y-%m-%d %H:%M} "
+        "UTC and the request put back in the queue."
+    )
+    if user.email:
+        send_mail(
+            subject=f"[Fatia] Request #{allocation.pk} runs on borrowed slices: taken back at {reclaim_at:%H:%M} UTC",
+            message=(
+                f"Hello {user.get_username()},\n\n{text}\nSave your work before then.\n\n"
+                f"The request: {settings.SITE_URL}{link}\n"
+            ),
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=[user.email],
+        )
+    else:
+        logger.info("allocation %s: requester has no email address; reclaim notice in the inbox only", allocation.pk)
+    notify_users(recipient_ids=[user.pk], kind=Notification.Kind.BORROW_RECLAIM, text=text, link=link, actor=None)
+
+
+def clear_notice(allocation: Allocation, *, why: str) -> None:
+    """Call off the notice on one locked allocation and tell its owner."""
+    lender_id = allocation.reclaimed_for_id
+    allocation.reclaim_notice_at = None
+    allocation.reclaim_at = None
+    allocation.reclaimed_for = None
+    allocation.save(update_fields=["reclaim_notice_at", "reclaim_at", "reclaimed_for", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="reclaim_cancel",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"for": lender_id, "why": why},
+    )
+    notify_users(
+        recipient_ids=[allocation.requested_by_id],
+        kind=Notification.Kind.BORROW_RECLAIM,
+        text=f"Request #{allocation.pk} ({_what(allocation)}) keeps its borrowed slices: {why}.",
+        link=reverse("request-detail", args=[allocation.pk]),
+        actor=None,
+    )
+
+
+def cancel_notices_for(lender: Allocation, *, why: str) -> int:
+    """The lender's request was withdrawn or admitted otherwise: call off the notices given for it. One held by
+    another transaction is passed over; the due step checks the lender again before taking anything back."""
+    rows = list(
+        Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
+        .filter(reclaimed_for=lender, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+        .select_related("pool")
+        .order_by("pk")
+    )
+    for allocation in rows:
+        clear_notice(allocation, why=why)
+    return len(rows)

@@ -1,0 +1,189 @@
+"""Reclaim with grace (issue 15): a lender's request waits for the slices it lent, and they come back when due.
+
+- `wait_for_reclaim(allocation)`: at the placement step (each backend's, and each admission pass), a request
+  within its tenant's guarantee whose cohort lent that guarantee away (`accounting.reclaim_shortfall`) waits in the
+  queue while borrowed allocations are given notice for it (services/cohort_notices.py) and until they are gone.
+- `reclaim_room_for(allocation)`: a request within guarantee queued because the pool has no room gives notice to
+  other members' borrowed allocations in the pool, counted by their whole size.
+- `reclaim_borrowed(allocation_id)`: when `reclaim_at` has passed (the beat's minute sweep, or at once through the
+  outbox for grace 0), the borrowed allocation is released and a copy of the request goes back to the queue with
+  the place it had (its first `queued_at`, else its creation time): FIFO within its tenant is kept, while the
+  fair order across tenants (queue_order.py) counts the usage it had. Its release makes room and asks for an
+  admission pass; the lender is admitted by that pass, once (services/queue.py locks).
+
+A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for); the
+due step checks the lender again under the lock, so a notice it could not clear is never carried out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
+from allocations.cohorts.members import member_state
+from allocations.models import Allocation, Quota
+from allocations.services.cohort_notices import RECLAIMABLE, clear_notice, give_notice
+from allocations.services.cohorts import held_quota
+from allocations.services.locks import lock_allocation, lock_quota
+from allocations.services.requests import release_allocation
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+WAITING = "its tenant's guarantee was lent in its cohort, and the borrowed slices are being taken back"
+# The lender still needs what was lent while it is in one of these states.
+LENDER_WAITING = (Status.APPROVED, Status.QUEUED)
+
+
+def _cohort_quota(allocation: Allocation) -> Quota | None:
+    quota = Quota.objects.select_related("cohort").filter(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id)
+    row = quota.first()
+    if row is None or row.cohort is None or row.cohort.pool_id != allocation.pool_id:
+        return None
+    return row
+
+
+def _borrows(allocation: Allocation) -> bool:
+    return bool(allocation.borrowed_compute_slices or allocation.borrowed_memory_slices)
+
+
+def _pending(allocation: Allocation) -> bool:
+    return Allocation.objects.filter(reclaimed_for=allocation, status__in=Allocation.QUOTA_HOLDING).exists()
+
+
+def wait_for_reclaim(allocation: Allocation) -> bool:
+    """True: the request must wait for borrowed slices to come back (notices given now or before). Caller holds
+    the allocation's lock and its pool's. The request's quota is charged already (approval), so the shortfall is
+    what its own charge adds to the cohort's overdraft."""
+    if _borrows(allocation):
+        return False  # a request that borrows never reclaims (Kueue's reclaimWithinCohort)
+    quota = _cohort_quota(allocation)
+    if quota is None or quota.cohort is None:
+        return False
+    compute, memory = held_quota(allocation)
+    members = [
+        member_state(q, less_compute=compute, less_memory=memory)
+        if q.tenant_id == allocation.tenant_id
+        else member_state(q)
+        for q in Quota.objects.filter(cohort=quota.cohort, pool_id=allocation.pool_id).order_by("tenant_id")
+    ]
+    need = reclaim_shortfall(members, allocation.tenant_id, compute, memory)
+    if not need.any:
+        return False
+    if _pending(allocation):
+        return True
+    # Nothing left to take back (every borrowed slice already under notice for another lender, or none runs):
+    # waiting would be for ever, so the request goes on as any other; the cohort balances as those come back.
+    return bool(give_notice(lender=allocation, cohort=quota.cohort, need=need, whole=False))
+
+
+def reclaim_room_for(allocation: Allocation) -> int:
+    """A request within guarantee waits for room in a full pool: notice to other members' borrowed allocations
+    there, enough slices to hold it (by count: the layout they free may still not fit, and then the next pass asks
+    again). How many were marked. Caller holds the allocation's lock (and the pool's)."""
+    if _borrows(allocation):
+        return 0
+    quota = _cohort_quota(allocation)
+    if quota is None or quota.cohort is None or _pending(allocation):
+        return 0
+    if quota.compute_slices_used > quota.compute_slices_limit or quota.memory_slices_used > quota.memory_slices_limit:
+        return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent
+    need = Shortfall(compute=allocation.compute_slices, memory=allocation.memory_slices)
+    return len(give_notice(lender=allocation, cohort=quota.cohort, need=need, whole=True))
+
+
+@transaction.atomic
+def reclaim_borrowed(*, allocation_id: int, now: datetime | None = None) -> str:
+    """Take one borrowed allocation back if its notice is due. Returns "reclaimed", "cancelled" (its lender no
+    longer waits) or "unchanged" (not due, not running, no notice). Idempotent: locks the allocation first; a
+    second run finds it RELEASING and its notice spent."""
+    now = now or timezone.now()
+    allocation = lock_allocation(allocation_id=allocation_id)
+    if allocation.reclaim_at is None or allocation.status not in RECLAIMABLE:
+        return "unchanged"
+    lender = allocation.reclaimed_for
+    if lender is None or lender.status not in LENDER_WAITING:
+        clear_notice(allocation, why="the request it was taken back for no longer waits")
+        return "cancelled"
+    if allocation.reclaim_at > now:
+        return "unchanged"
+    copy = _requeue_copy(allocation)
+    release_allocation(
+        allocation_id=allocation.pk,
+        actor=None,
+        reason=f"Borrowed slices taken back for request #{lender.pk}; request #{copy.pk} waits in the queue.",
+    )
+    record_audit_event(
+        actor=None,
+        verb="reclaim",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"for": lender.pk, "requeued_as": copy.pk},
+    )
+    return "reclaimed"
+
+
+def _requeue_copy(allocation: Allocation) -> Allocation:
+    """The reclaimed request again, QUEUED, holding its part within the guarantee (its borrowed part is borrowed
+    again at admission, services/cohorts.py), with the place in the queue it first had."""
+    copy = Allocation.objects.create(
+        tenant_id=allocation.tenant_id,
+        pool_id=allocation.pool_id,
+        requested_by_id=allocation.requested_by_id,
+        profile=allocation.profile,
+        count=allocation.count,
+        lease_hours=allocation.lease_hours,
+        purpose=allocation.purpose,
+        compute_slices=allocation.compute_slices,
+        memory_slices=allocation.memory_slices,
+        memory_mib=allocation.memory_mib,
+        thread_percentage=allocation.thread_percentage,
+        movable=allocation.movable,
+        namespace_name=allocation.namespace_name,
+        priority=allocation.priority,
+        auto_approved=allocation.auto_approved,
+        decided_by_id=allocation.decided_by_id,
+        decided_at=allocation.decided_at,
+        borrowed_compute_slices=allocation.borrowed_compute_slices,
+        borrowed_memory_slices=allocation.borrowed_memory_slices,
+        status=Status.QUEUED,
+        queued_at=allocation.queued_at or allocation.created_at,
+        status_message=(
+            f"Back in {allocation.pool.name}'s queue: request #{allocation.pk} ran on borrowed slices, taken back "
+            "for a tenant that lent them. It starts again when the cohort lends again or room frees up."
+        ),
+    )
+    compute, memory = held_quota(copy)
+    quota = lock_quota(tenant_id=copy.tenant_id, pool_id=copy.pool_id)
+    if quota is not None:
+        Quota.objects.filter(pk=quota.pk).update(
+            compute_slices_used=F("compute_slices_used") + compute, memory_slices_used=F("memory_slices_used") + memory
+        )
+    record_audit_event(
+        actor=None,
+        verb="queue",
+        obj=copy,
+        tenant_id=copy.tenant_id,
+        after={"status": Status.QUEUED, "pool": allocation.pool.slug, "requeued_from": allocation.pk},
+    )
+    return copy
+
+
+def due_reclaims(*, now: datetime | None = None) -> list[int]:
+    """The beat's sweep: ids of borrowed allocations whose notice is due (or whose lender stopped waiting)."""
+    now = now or timezone.now()
+    lender_gone = Q(reclaimed_for__isnull=True) | ~Q(reclaimed_for__status__in=LENDER_WAITING)
+    due = Allocation.objects.filter(status__in=RECLAIMABLE, reclaim_at__isnull=False)
+    return list(due.filter(Q(reclaim_at__lte=now) | lender_gone).order_by("pk").values_list("pk", flat=True))
+
+
+def reclaim_due_borrowed(*, now: datetime | None = None) -> dict[str, int]:
+    """Run `reclaim_borrowed` for every due one, each in its own transaction; counts per outcome."""
+    counts: dict[str, int] = {}
+    for pk in due_reclaims(now=now):
+        outcome = reclaim_borrowed(allocation_id=pk, now=now)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts

@@ -9,7 +9,8 @@ from django.conf import settings
 from rest_framework import serializers
 
 from allocations.costs import gpu_equivalents, gpu_model_for
-from allocations.models import Allocation, LeaseExtension, NodePool, QuotaChangeRequest, SlicePlacement
+from allocations.cohorts.config import Limits
+from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
 from allocations.sharing.catalog import is_shared_model, shared_model
 from allocations.sharing.isolation import isolation_of, weaker_warning
@@ -194,6 +195,40 @@ class BalanceSerializer(serializers.Serializer[Balance]):
     gpu_equivalents_used = serializers.FloatField()
     gpu_equivalents_free = serializers.FloatField()
     profile_caps = serializers.DictField(child=serializers.IntegerField())
+    # Cohort membership (issue 15): null when the quota is in no cohort; null limits: no limit.
+    cohort = serializers.IntegerField(source="cohort_id", allow_null=True)
+    cohort_name = serializers.CharField()
+    borrowing_compute_limit = serializers.IntegerField(allow_null=True)
+    borrowing_memory_limit = serializers.IntegerField(allow_null=True)
+    lending_compute_limit = serializers.IntegerField(allow_null=True)
+    lending_memory_limit = serializers.IntegerField(allow_null=True)
+
+
+def _limit_field(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=0, max_value=100_000, allow_null=True, required=False, help_text=help_text + "; null: no limit"
+    )
+
+
+class QuotaCohortSerializer(serializers.Serializer[Any]):
+    """PATCH /quotas/<id>/ (issue 15): the cohort of the quota's pool it belongs to, and its limits."""
+
+    cohort = serializers.IntegerField(min_value=1, allow_null=True, required=False, help_text="null: leave it")
+    borrowing_compute_limit = _limit_field("compute slices it may hold above its guarantee")
+    borrowing_memory_limit = _limit_field("memory slots it may hold above its guarantee")
+    lending_compute_limit = _limit_field("compute slices of its unused guarantee others may borrow")
+    lending_memory_limit = _limit_field("memory slots of its unused guarantee others may borrow")
+
+
+def cohort_membership(quota: Quota, given: dict[str, Any]) -> dict[str, Any]:
+    """The full membership a PATCH asks for: what it gives, the rest as it is (limits cleared when leaving)."""
+    cohort_id = given.get("cohort", quota.cohort_id)
+    names = ("borrowing_compute_limit", "borrowing_memory_limit", "lending_compute_limit", "lending_memory_limit")
+    default = (lambda name: None) if cohort_id is None else (lambda name: getattr(quota, name))
+    return {
+        "cohort_id": cohort_id,
+        "limits": Limits(**{name: given[name] if name in given else default(name) for name in names}),
+    }
 
 
 class QuotaSetSerializer(serializers.Serializer[Any]):

@@ -1,6 +1,10 @@
 """One locking function per model; rows are always locked in this order: a tenant's namespace row (issue 17,
 services/tenant_namespaces.py), then allocation (or quota change, or booking: issue 15), then pool, then quota (or a
-move plan, issue 14: services/moves.py).
+move plan, issue 14: services/moves.py), then the quota's cohort (issue 15, lock_cohort).
+
+Cohort reclaim (issue 15, services/cohort_notices.py) marks other tenants' borrowed allocations while holding a
+lender's allocation and its pool: it takes them with SKIP LOCKED (never waits, so it cannot deadlock against the
+order above) and passes over any that another transaction holds.
 
 Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
 `select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key
@@ -13,7 +17,7 @@ waited for the quota row: a deadlock (issue 9).
 
 from __future__ import annotations
 
-from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Quota, QuotaChangeRequest
+from allocations.models import Allocation, Booking, Cohort, LeaseExtension, NodePool, Quota, QuotaChangeRequest
 
 
 def lock_allocation(*, allocation_id: int) -> Allocation:
@@ -56,3 +60,9 @@ def lock_booking(*, booking_id: int) -> Booking:
     return (
         Booking.objects.select_for_update(no_key=True, of=("self",)).select_related("tenant", "pool").get(pk=booking_id)
     )
+
+
+def lock_cohort(*, cohort_id: int) -> Cohort:
+    """Lock a cohort (issue 15). Taken after the charging member's quota row: quota, then cohort. It serialises
+    every charge that may borrow or lend within the cohort, so the members' rows read under it gain no usage."""
+    return Cohort.objects.select_for_update(no_key=True, of=("self",)).get(pk=cohort_id)

@@ -18,11 +18,12 @@ from django.utils import timezone
 from allocations import services
 from allocations.api.urls import router as allocations_router
 from allocations.mig.reconfig import Operation
-from allocations.models import Allocation, Booking, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
+from allocations.models import Allocation, Booking, Cohort, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
 from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
 from allocations.nodeagent.commands import queue_agent_commands
 from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
 from allocations.nodeagent.services import issue_agent_credential
+from allocations.cohorts.config import create_cohort
 from allocations.services.bookings import request_booking
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant, TenantNamespace
@@ -49,6 +50,7 @@ class Ids:
     agent_command: int
     booking: int
     namespace: int
+    cohort: int
 
 
 def objects(world: World) -> Ids:
@@ -118,6 +120,7 @@ def objects(world: World) -> Ids:
         agent_command=command.pk,
         booking=booking.pk,
         namespace=TenantNamespace.objects.create(tenant=world.tenant_a, name="team-a-own").pk,
+        cohort=create_cohort(pool_id=world.pool.pk, name="research", actor=world.root).pk,
     )
 
 
@@ -138,6 +141,8 @@ def snapshot() -> tuple[Any, ...]:
         AgentStatus.objects.count(),
         list(AgentCommand.objects.order_by("pk").values_list("pk", "status")),
         list(Booking.objects.order_by("pk").values_list("pk", "status")),
+        list(Cohort.objects.order_by("pk").values_list("pk", "name", "reclaim_grace_minutes")),
+        list(Quota.objects.order_by("pk").values_list("pk", "cohort_id", "borrowing_compute_limit")),
     )
 
 
@@ -191,6 +196,9 @@ def payload(world: World, name: str) -> dict[str, Any]:
         },
         "priority": {"priority": 1},
         "namespace": {"tenant": a, "name": "team-a-more"},
+        "cohort": {"pool": pool, "name": "more"},
+        "cohort-edit": {"reclaim_grace_minutes": 0},
+        "membership": {"cohort": None},
         "none": {},
     }[name]
 
@@ -222,6 +230,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/quotas/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quotas/", "quota", (403, 403, 400, 401)),
     ("get", "/api/v1/quotas/{quota}/", "none", (200, 200, 404, 401)),
+    # Cohort membership and limits on the quota (issue 15): platform admins only.
+    ("patch", "/api/v1/quotas/{quota}/", "membership", (403, 403, 404, 401)),
     ("get", "/api/v1/quota-changes/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quota-changes/", "change", (403, 201, 400, 401)),
     ("get", "/api/v1/quota-changes/{change}/", "none", (200, 200, 404, 401)),
@@ -289,6 +299,13 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/namespaces/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/namespaces/", "namespace", (403, 403, 403, 401)),
     ("delete", "/api/v1/namespaces/{namespace}/", "none", (403, 403, 403, 401)),
+    # Cohorts (issue 15): platform admins write; members read those of pools where their tenants have quota
+    # (tests/cohorts/test_config_api.py covers them as root and with a pool charlie's tenant alone uses).
+    ("get", "/api/v1/cohorts/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/cohorts/", "cohort", (403, 403, 403, 401)),
+    ("get", "/api/v1/cohorts/{cohort}/", "none", (200, 200, 200, 401)),
+    ("patch", "/api/v1/cohorts/{cohort}/", "cohort-edit", (403, 403, 403, 401)),
+    ("delete", "/api/v1/cohorts/{cohort}/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -203,6 +203,12 @@ def notify_requester_of_extension_task(extension_id: int) -> None:
     notifications.notify_requester_of_extension_decision(extension_id=extension_id)
 
 
+@shared_task(acks_late=True, **DB_RETRY)
+def notify_requester_of_booking_task(booking_id: int) -> None:
+    """A booking's decision by e-mail (issue 15)."""
+    notifications.notify_requester_of_booking_decision(booking_id=booking_id)
+
+
 @shared_task(acks_late=True, soft_time_limit=check_runs.SOFT_TIME_LIMIT_S, time_limit=check_runs.TIME_LIMIT_S)
 def check_cluster_task() -> None:
     """The admin page's cluster check. Not retried: a cluster that does not answer is what the report says."""

@@ -308,13 +308,3 @@ def room_left_for_bookings(
         planned=slices,
         planned_profile=profile,
     )
-
-
-def request_squeezes_booking(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> str | None:
-    """For the provisioning paths: why placing `slices` for this approved request now would take a booking's room
-    (its lease runs into the booking's window), as a message for the request's failure; None when it does not."""
-    until = allocation.lease_expires_at or timezone.now() + timedelta(hours=allocation.lease_hours)
-    squeezed = room_left_for_bookings(
-        pool=pool, profile=allocation.profile, slices=slices, until=until, allocation_id=allocation.pk
-    )
-    return None if squeezed is None else f"{squeezed} The quota was given back; a shorter lease may fit."

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
-from allocations.queue_reservation import blocks_reservation
+from allocations.queue_reservation import reservation_blocker
 from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, finish_release, planned_where, record_placements
 from allocations.services.locks import lock_allocation, lock_pool
@@ -84,8 +84,10 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         what = f"{allocation.count} x {allocation.profile}"
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
-    if not pool.is_shared and (slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices)):
-        return enqueue_allocation(allocation, pool=pool, what=what)
+    if not pool.is_shared:
+        blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
+        if slices is None or blocker is not None:
+            return enqueue_allocation(allocation, pool=pool, what=what, blocked_by=blocker)
     if slices is None:
         return fail_locked_allocation(
             allocation,

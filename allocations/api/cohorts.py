@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -25,7 +25,12 @@ from allocations.cohorts.config import MAX_GRACE_MINUTES, create_cohort, delete_
 from allocations.cohorts.overview import CohortView, MemberRow, cohort_views, cohorts_for_user
 from allocations.models import Cohort
 from tenants.api.auth import acting_user
+from tenants.api.schema import ErrorSerializer
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
+
+
+# A member holds borrowed slices (allocations/cohorts/config.py CohortInUse).
+IN_USE = OpenApiResponse(ErrorSerializer, description="A member holds borrowed slices: release or wait for the reclaim.")
 
 
 class MemberSerializer(serializers.Serializer[MemberRow]):
@@ -124,7 +129,7 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
         cohort = update_cohort(cohort_id=cohort.pk, actor=acting_user(request), **data.validated_data)
         return Response(self._one(cohort))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, 409: IN_USE})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         cohort = self.get_object()
         delete_cohort(cohort_id=cohort.pk, actor=acting_user(request))

@@ -9,7 +9,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from allocations.costs import gpu_equivalents, gpu_model_for
-from allocations.cohorts.config import Limits
+from allocations.cohorts.config import LIMIT_FIELDS, Limits
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
 from allocations.sharing.catalog import is_shared_model, shared_model
@@ -223,12 +223,13 @@ class QuotaCohortSerializer(serializers.Serializer[Any]):
 def cohort_membership(quota: Quota, given: dict[str, Any]) -> dict[str, Any]:
     """The full membership a PATCH asks for: what it gives, the rest as it is (limits cleared when leaving)."""
     cohort_id = given.get("cohort", quota.cohort_id)
-    names = ("borrowing_compute_limit", "borrowing_memory_limit", "lending_compute_limit", "lending_memory_limit")
-    default = (lambda name: None) if cohort_id is None else (lambda name: getattr(quota, name))
-    return {
-        "cohort_id": cohort_id,
-        "limits": Limits(**{name: given[name] if name in given else default(name) for name in names}),
-    }
+    limits: dict[str, int | None] = {}
+    for name in LIMIT_FIELDS:
+        if name in given:
+            limits[name] = given[name]
+        else:
+            limits[name] = None if cohort_id is None else getattr(quota, name)
+    return {"cohort_id": cohort_id, "limits": Limits(**limits)}
 
 
 class QuotaSetSerializer(serializers.Serializer[Any]):

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocations import selectors, services
+from allocations.api import cohorts
 from allocations.api import serializers as s
 from allocations.cohorts.config import set_quota_cohort
 from allocations.api.filters import (
@@ -170,7 +171,7 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
         )
         return Response(s.BalanceSerializer(selectors.balance_of(self.get_queryset().get(pk=quota.pk))).data)
 
-    @extend_schema(request=s.QuotaCohortSerializer, responses={200: s.BalanceSerializer})
+    @extend_schema(request=s.QuotaCohortSerializer, responses={200: s.BalanceSerializer, 409: cohorts.IN_USE})
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         """Platform admins: join or leave a cohort of the quota's pool, set the borrowing and lending limits (issue
         15). Fields left out keep their value; leaving the cohort (`"cohort": null`) clears the limits."""

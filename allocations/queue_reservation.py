@@ -19,7 +19,7 @@ from allocations.models import Allocation, NodePool
 from allocations.placement import POLICY, PlannedSlice, read_pool
 from allocations.queue_eta import estimate_starts
 from allocations.queue_state import ask_of, pool_leases, queued_in_order
-from allocations.services.booking_window import room_left_for_bookings
+from allocations.services.booking_window import bookings_during, room_left_for_bookings
 
 Status = Allocation.Status
 
@@ -57,8 +57,8 @@ def blocks_reservation(*, pool: NodePool, allocation: Allocation, slices: list[P
 
 
 def reservation_blocker(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> str | None:
-    """What `blocks_reservation` finds in the way, as a sentence for the queued request's message (it names the
-    request the node is held for, or the booking whose room the lease would run into), or None."""
+    """What `blocks_reservation` finds in the way, as words for the queued request's message (they name the request
+    the node is held for, or the bookings whose room the lease would run into), or None."""
     reservation = pool_reservation(pool)
     if (
         reservation is not None
@@ -67,7 +67,7 @@ def reservation_blocker(*, pool: NodePool, allocation: Allocation, slices: list[
     ):
         return (
             f"a free layout fits it, but on {reservation.node}, which is held for request #{reservation.allocation_id} "
-            "(it has waited longest and does not fit anywhere else)."
+            "(it has waited longest and fits nowhere else)"
         )
     until = allocation.lease_expires_at or timezone.now() + timedelta(hours=allocation.lease_hours)
     squeezed = room_left_for_bookings(
@@ -75,4 +75,5 @@ def reservation_blocker(*, pool: NodePool, allocation: Allocation, slices: list[
     )
     if squeezed is None:
         return None
-    return f"a free layout fits it, but its lease would run into a booking's room. {squeezed}"
+    rooms = bookings_during(pool=pool, until=until, allocation_id=allocation.pk)
+    return f"a free layout fits it, but its lease would run into the room of {rooms}; a shorter lease may fit now"

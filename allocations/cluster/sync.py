@@ -88,7 +88,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
     if slices is None or blocker is not None:
         what = f"{allocation.count} x {allocation.profile}"
-        return enqueue_allocation(allocation, pool=pool, what=what, blocked_by=blocker)
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=blocker or "")
     start_claiming(
         allocation=allocation,
         slices=slices,

@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
 from allocations.models import Allocation, Cohort, NodePool, Quota
 from allocations.services.locks import lock_cohort, lock_pool, lock_quota
+from allocations.services.outbox import enqueue_task
 from tenants.errors import DomainError, InvalidInput, NotAllowed
 from tenants.services import record_audit_event
 
@@ -102,6 +104,19 @@ def _membership_fields(quota: Quota) -> dict[str, Any]:
         "cohort_name": cohort.name if cohort is not None else "",
         **{name: getattr(quota, name) for name in LIMIT_FIELDS},
     }
+
+
+def _refresh_cluster_fences(tenant_ids: set[int]) -> None:
+    """On Kubernetes each tenant's device ResourceQuota counts what its cohort could lend it (cluster/sync.py
+    tenant_spec), so a change of membership or limits re-applies it for every member it touches, as a quota change
+    does (services/quotas.set_tenant_quota)."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        for tenant_id in sorted(tenant_ids):
+            enqueue_task("allocations.tasks.onboard_tenant_task", tenant_id)
+
+
+def _member_tenants(cohort_ids: set[int]) -> set[int]:
+    return set(Quota.objects.filter(cohort_id__in=cohort_ids).values_list("tenant_id", flat=True))
 
 
 def borrowed_by(*, tenant_id: int, pool_id: int) -> tuple[int, int]:
@@ -217,13 +232,15 @@ def delete_cohort(*, cohort_id: int, actor: User) -> None:
         )
     record_audit_event(actor=actor, verb="delete_cohort", obj=cohort, before=_cohort_fields(cohort))
     cohort.delete()
+    _refresh_cluster_fences({quota.tenant_id for quota in members})
 
 
 @transaction.atomic
 def set_quota_cohort(*, quota_id: int, cohort_id: int | None, limits: Limits, actor: User) -> Quota:
     """Put a tenant's quota into a cohort of its own pool with these limits, or take it out (cohort_id None: the
     limits must then be None). Refused (409) when the tenant holds borrowed slices and would change cohort. Locks the
-    quota, then the cohorts it leaves and joins (pk order). Audited `set_quota_cohort`. Raises NotAllowed, InvalidInput (cohort of
+    quota, then the cohorts it leaves and joins (pk order). Audited `set_quota_cohort`. On Kubernetes, queues
+    onboard_tenant_task for every member of both cohorts after commit. Raises NotAllowed, InvalidInput (cohort of
     another pool or unknown, limits out of range), CohortInUse."""
     _require_admin(actor)
     current = Quota.objects.filter(pk=quota_id).select_related("pool").first()
@@ -275,4 +292,5 @@ def set_quota_cohort(*, quota_id: int, cohort_id: int | None, limits: Limits, ac
         before=before,
         after=_membership_fields(quota),
     )
+    _refresh_cluster_fences({quota.tenant_id} | _member_tenants(wanted_ids))
     return quota

@@ -308,3 +308,17 @@ def room_left_for_bookings(
         planned=slices,
         planned_profile=profile,
     )
+
+
+def bookings_during(*, pool: NodePool, until: datetime, allocation_id: int | None = None) -> str:
+    """The bookings of the pool whose window overlaps from now to `until`, named for a message (at most three):
+    those a request's lease would squeeze (issue 15). Its own booking is left out."""
+    now = timezone.now()
+    own = (
+        Booking.objects.filter(allocation_id=allocation_id).values_list("pk", flat=True).first()
+        if allocation_id
+        else None
+    )
+    rooms = [r for r in booked_rooms(pool, exclude_booking_id=own) if r.ends_at > now and r.starts_at < until]
+    named = ", ".join(r.label for r in rooms[:3])
+    return named + (f" and {len(rooms) - 3} more" if len(rooms) > 3 else "") if rooms else "a booking"

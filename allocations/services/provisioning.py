@@ -87,7 +87,7 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     if not pool.is_shared:
         blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
         if slices is None or blocker is not None:
-            return enqueue_allocation(allocation, pool=pool, what=what, blocked_by=blocker)
+            return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=blocker or "")
     if slices is None:
         return fail_locked_allocation(
             allocation,

@@ -17,15 +17,13 @@ from tenants.services import record_audit_event
 Status = Allocation.Status
 
 
-def enqueue_allocation(
-    allocation: Allocation, *, pool: NodePool, what: str, blocked_by: str | None = None
-) -> Allocation:
+def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, waiting_for: str = "") -> Allocation:
     """APPROVED -> QUEUED: no layout of the pool fits the request now. The quota stays held (docs/queue.md), so
     admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
     after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
     free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
-    locks. `blocked_by` says what held room is in the way when a layout fits (queue_reservation.reservation_blocker).
-    """
+    locks. `waiting_for` replaces "no free layout fits" in the message (room held for a booking or a starving
+    request, queue_reservation.reservation_blocker; issue 15)."""
     if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
         return fail_locked_allocation(
             allocation,
@@ -35,11 +33,9 @@ def enqueue_allocation(
     previous = allocation.status
     allocation.status = Status.QUEUED
     allocation.queued_at = allocation.queued_at or timezone.now()
-    # `blocked_by`: a layout fits, but room held for someone else is in the way (queue_reservation.py says whom).
-    why = blocked_by or f"no free layout fits {what} right now."
     allocation.status_message = (
-        f"Waiting in {pool.name}'s queue: {why} It starts as soon as a release, an expiry or a new node makes "
-        "room; the quota stays held meanwhile."
+        f"Waiting in {pool.name}'s queue: {waiting_for or f'no free layout fits {what} right now'}. It starts as soon "
+        "as a release, an expiry or a new node makes room; the quota stays held meanwhile."
     )
     allocation.save(update_fields=["status", "queued_at", "status_message", "updated_at"])
     record_audit_event(

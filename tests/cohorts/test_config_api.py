@@ -248,3 +248,21 @@ def test_renaming_and_changing_the_grace(world: World):
 def test_the_pool_filter_takes_a_number(world: World):
     response = world.client(world.alice).get("/api/v1/cohorts/", {"pool": "h100"})
     assert (response.status_code, list(response.json()["errors"])) == (400, ["pool"])
+
+
+def test_on_kubernetes_a_change_of_membership_reapplies_every_members_cluster_fence(
+    world: World, settings, django_capture_on_commit_callbacks
+):
+    # given: tenant B in a cohort; the cluster's device quota counts what the cohort could lend each member
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    cohort = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
+    set_quota_cohort(quota_id=quota_of(world, world.tenant_b).pk, cohort_id=cohort.pk, limits=Limits(), actor=world.root)
+    # when: tenant A joins
+    with django_capture_on_commit_callbacks() as callbacks:
+        set_quota_cohort(
+            quota_id=quota_of(world, world.tenant_a).pk, cohort_id=cohort.pk, limits=Limits(), actor=world.root
+        )
+    # then: both tenants' namespaces are onboarded again, once each
+    assert [(c.func.__self__.name, c.args) for c in callbacks] == [
+        ("allocations.tasks.onboard_tenant_task", (t,)) for t in sorted([world.tenant_a.pk, world.tenant_b.pk])
+    ]

@@ -134,7 +134,7 @@ def _name_taken(pool: NodePool, name: str) -> InvalidInput:
 @transaction.atomic
 def create_cohort(*, pool_id: int, name: str, actor: User, reclaim_grace_minutes: int = 30) -> Cohort:
     """A new, empty cohort in a pool. Locks the pool (so two admins do not race on the name). Audited
-    `create_cohort`. Raises NotAllowed, InvalidInput (name, grace; pool for a shared pool or a missing one)."""
+    `create_cohort`. Raises NotAllowed, InvalidInput (name, grace, an unknown pool)."""
     _require_admin(actor)
     pool = NodePool.objects.filter(pk=pool_id).first()
     if pool is None:

@@ -460,7 +460,9 @@ def pending_approvals_with_balances(user: User) -> list[PendingApproval]:
     )
     quotas = {
         (q.tenant_id, q.pool_id): q
-        for q in Quota.objects.filter(tenant_id__in={a.tenant_id for a in pending}).select_related("tenant", "pool", "cohort")
+        for q in Quota.objects.filter(tenant_id__in={a.tenant_id for a in pending}).select_related(
+            "tenant", "pool", "cohort"
+        )
     }
     rows = []
     for allocation in pending:

@@ -195,7 +195,9 @@ class Result:
 
 
 class Sim:
-    def __init__(self, policy: str, model: GpuModel, reqs: list[Req], days: float, grace_min: float = GRACE_MIN) -> None:
+    def __init__(
+        self, policy: str, model: GpuModel, reqs: list[Req], days: float, grace_min: float = GRACE_MIN
+    ) -> None:
         self.policy = policy
         self.quota = [t.quota for t in TENANTS]
         self.memory_quota = [t.memory_quota for t in TENANTS]
@@ -238,7 +240,9 @@ class Sim:
         self.usage = [u * keep + h * (1 - keep) for u, h in zip(self.usage, self.held, strict=True)]
         self.last_t = t
 
-    def place(self, r: Req, t: float, avoid: str | None = None, avoid_gpus: frozenset[tuple[str, int]] = frozenset()) -> bool:
+    def place(
+        self, r: Req, t: float, avoid: str | None = None, avoid_gpus: frozenset[tuple[str, int]] = frozenset()
+    ) -> bool:
         decision = self.engine.place(PlacementRequest(r.profile), str(r.pk))
         if decision is None:
             return False
@@ -400,7 +404,8 @@ class Sim:
                     over[x.tenant][1] -= x.memory
                     notices.append((x, r))
                 decision = self.engine.choose(PlacementRequest(r.profile))
-                assert decision is not None
+                if decision is None:  # victims() found a set only if the request then fits
+                    raise RuntimeError(f"request {r.pk} does not fit after its victims are freed")
             self.engine.commit(decision, f"planned-{r.pk}")  # this room is spoken for
             self.planned.add((decision.node, decision.gpu_index))
         self.restore(saved)

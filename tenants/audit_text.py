@@ -246,7 +246,8 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("quota", "set_quota"): lambda: f"{actor} set the quota to {limits(after)}",
         # Cohorts (issue 15, allocations/cohorts/config.py).
         ("quota", "set_quota_cohort"): lambda: (
-            f"{actor} put the quota in cohort {after['cohort_name']}" if after.get("cohort_name")
+            f"{actor} put the quota in cohort {after['cohort_name']}"
+            if after.get("cohort_name")
             else f"{actor} took the quota out of cohort {before.get('cohort_name') or '?'}"
         ),
         ("cohort", "create_cohort"): lambda: (

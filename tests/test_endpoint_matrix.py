@@ -17,13 +17,22 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.api.urls import router as allocations_router
+from allocations.cohorts.config import create_cohort
 from allocations.mig.reconfig import Operation
-from allocations.models import Allocation, Booking, Cohort, LeaseExtension, NodePool, Notification, Quota, QuotaChangeRequest
+from allocations.models import (
+    Allocation,
+    Booking,
+    Cohort,
+    LeaseExtension,
+    NodePool,
+    Notification,
+    Quota,
+    QuotaChangeRequest,
+)
 from allocations.nodeagent.api.urls import urlpatterns as nodeagent_urls
 from allocations.nodeagent.commands import queue_agent_commands
 from allocations.nodeagent.models import AgentCommand, AgentCredential, AgentStatus
 from allocations.nodeagent.services import issue_agent_credential
-from allocations.cohorts.config import create_cohort
 from allocations.services.bookings import request_booking
 from tenants.api.urls import router as tenants_router
 from tenants.models import ApiToken, AuditEvent, Membership, SsoGroupMapping, Tenant, TenantNamespace

@@ -28,9 +28,10 @@ from tenants.api.auth import acting_user
 from tenants.api.schema import ErrorSerializer
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
 
-
 # A member holds borrowed slices (allocations/cohorts/config.py CohortInUse).
-IN_USE = OpenApiResponse(ErrorSerializer, description="A member holds borrowed slices: release or wait for the reclaim.")
+IN_USE = OpenApiResponse(
+    ErrorSerializer, description="A member holds borrowed slices: release or wait for the reclaim."
+)
 
 
 class MemberSerializer(serializers.Serializer[MemberRow]):
@@ -86,7 +87,7 @@ class CohortUpdateSerializer(serializers.Serializer[Any]):
 class CohortViewSet(viewsets.GenericViewSet[Cohort]):
     """Cohorts per pool: admins write, members read those of their pools."""
 
-    serializer_class = CohortSerializer  # type: ignore[assignment]  # serializes CohortView rows
+    serializer_class = CohortSerializer  # type: ignore[assignment]  # serializes CohortView rows, not Cohort
     permission_classes = [IsAuthenticated, TokenScopeAllows, IsPlatformAdminOrReadOnly]
     pagination_class = None  # a handful per pool
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
@@ -96,7 +97,7 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
 
     def _one(self, cohort: Cohort) -> dict[str, Any]:
         (view,) = cohort_views([cohort], self.request.user)
-        return CohortSerializer(view).data  # type: ignore[return-value]
+        return CohortSerializer(view).data
 
     @extend_schema(
         parameters=[OpenApiParameter("pool", int, required=False, description="only this pool's")],
@@ -109,7 +110,8 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
             if not wanted.isdigit():
                 raise serializers.ValidationError({"pool": ["A pool id (a number)."]})
             cohorts = cohorts.filter(pool_id=int(wanted))
-        return Response(CohortSerializer(cohort_views(cohorts, request.user), many=True).data)
+        views = cohort_views(cohorts, request.user)
+        return Response(CohortSerializer(views, many=True).data)  # type: ignore[arg-type]
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(self._one(self.get_object()))
@@ -118,7 +120,13 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
     def create(self, request: Request) -> Response:
         data = CohortCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        cohort = create_cohort(actor=acting_user(request), **data.validated_data)
+        v = data.validated_data
+        cohort = create_cohort(
+            pool_id=v["pool"],
+            name=v["name"],
+            reclaim_grace_minutes=v["reclaim_grace_minutes"],
+            actor=acting_user(request),
+        )
         return Response(self._one(cohort), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CohortUpdateSerializer, responses={200: CohortSerializer})

@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.cohorts.config import LIMIT_FIELDS, Limits
+from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.selectors import Balance
 from allocations.sharing.catalog import is_shared_model, shared_model

@@ -19,7 +19,6 @@ from rest_framework.response import Response
 from allocations import selectors, services
 from allocations.api import cohorts
 from allocations.api import serializers as s
-from allocations.cohorts.config import set_quota_cohort
 from allocations.api.filters import (
     AllocationFilter,
     AuditEventFilter,
@@ -27,6 +26,7 @@ from allocations.api.filters import (
     QuotaChangeFilter,
     QuotaFilter,
 )
+from allocations.cohorts.config import set_quota_cohort
 from allocations.models import Allocation, LeaseExtension, NodePool, Quota, QuotaChangeRequest, SlicePlacement
 from allocations.placement import pool_capacity
 from allocations.services import reclaim

@@ -268,8 +268,7 @@ def set_quota_cohort(*, quota_id: int, cohort_id: int | None, limits: Limits, ac
                 if value is not None
             }
         )
-    quota = lock_quota(tenant_id=current.tenant_id, pool_id=current.pool_id)
-    assert quota is not None  # a quota row is never deleted
+    quota = lock_quota(tenant_id=current.tenant_id, pool_id=current.pool_id) or current  # never deleted
     # Then the cohorts it leaves and joins (pk order): no charge in either reads the member rows meanwhile.
     wanted_ids = {c for c in (quota.cohort_id, cohort_id) if c is not None}
     locked = {c: _lock_cohort_or_invalid(c) for c in sorted(wanted_ids)}

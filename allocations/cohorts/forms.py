@@ -25,10 +25,17 @@ def _limit(label: str) -> forms.IntegerField:
     return forms.IntegerField(min_value=0, max_value=100_000, required=False, label=label, help_text=LIMIT_HELP)
 
 
+class TenantQuotaField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A quota of the page's pool, named by its tenant."""
+
+    def label_from_instance(self, obj: Quota) -> str:
+        return obj.tenant.name
+
+
 class MembershipForm(forms.Form):
     """A tenant's quota of the pool: its cohort (none: it leaves) and its four limits."""
 
-    quota = forms.ModelChoiceField(queryset=Quota.objects.none(), label="Tenant", empty_label=None)
+    quota = TenantQuotaField(queryset=Quota.objects.none(), label="Tenant", empty_label=None)
     cohort = forms.ModelChoiceField(queryset=Cohort.objects.none(), required=False, empty_label="(no cohort)")
     borrowing_compute_limit = _limit("May borrow (compute slices)")
     borrowing_memory_limit = _limit("May borrow (memory slots)")
@@ -38,13 +45,11 @@ class MembershipForm(forms.Form):
     def __init__(self, *args: Any, quotas: QuerySet[Quota], cohorts: QuerySet[Cohort], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         quota_field = self.fields["quota"]
-        assert isinstance(quota_field, forms.ModelChoiceField)
+        assert isinstance(quota_field, forms.ModelChoiceField)  # noqa: S101 (declared above)
         quota_field.queryset = quotas
-        quota_field.label_from_instance = lambda q: q.tenant.name  # type: ignore[method-assign]
         cohort_field = self.fields["cohort"]
-        assert isinstance(cohort_field, forms.ModelChoiceField)
+        assert isinstance(cohort_field, forms.ModelChoiceField)  # noqa: S101
         cohort_field.queryset = cohorts
-        cohort_field.label_from_instance = lambda c: c.name  # type: ignore[method-assign]
 
     def limits(self) -> Limits:
         data = self.cleaned_data

@@ -74,16 +74,18 @@ class CohortView:
 def cohort_views(cohorts: Iterable[Cohort], user: User | AnonymousUser) -> list[CohortView]:
     """Each cohort with its members: two queries for any number of cohorts."""
     cohorts = list(cohorts)
-    quotas = list(
-        Quota.objects.filter(cohort__in=cohorts).select_related("tenant").order_by("tenant__name", "pk")
+    quotas = list(Quota.objects.filter(cohort__in=cohorts).select_related("tenant").order_by("tenant__name", "pk"))
+    borrowed = (
+        {
+            (row["tenant_id"], row["pool_id"]): (row["compute"] or 0, row["memory"] or 0)
+            for row in Allocation.objects.filter(status__in=Allocation.QUOTA_HOLDING)
+            .filter(_any_of((q.tenant_id, q.pool_id) for q in quotas))
+            .values("tenant_id", "pool_id")
+            .annotate(compute=Sum("borrowed_compute_slices"), memory=Sum("borrowed_memory_slices"))
+        }
+        if quotas
+        else {}
     )
-    borrowed = {
-        (row["tenant_id"], row["pool_id"]): (row["compute"] or 0, row["memory"] or 0)
-        for row in Allocation.objects.filter(status__in=Allocation.QUOTA_HOLDING)
-        .filter(_any_of((q.tenant_id, q.pool_id) for q in quotas))
-        .values("tenant_id", "pool_id")
-        .annotate(compute=Sum("borrowed_compute_slices"), memory=Sum("borrowed_memory_slices"))
-    } if quotas else {}
     visible = None if user.is_staff else set(Quota.objects.for_user(user).values_list("pk", flat=True))
     views = []
     for cohort in cohorts:

@@ -101,7 +101,10 @@ def cohort_edit(request: HttpRequest, cohort_id: int) -> HttpResponse:
     cohort = _cohort_or_404(cohort_id)
     form = CohortForm(request.POST, prefix=f"cohort-{cohort.pk}")
     if not form.is_valid():
-        errors = "; ".join(f"{form.fields[name].label or name}: {' '.join(e)}" for name, e in form.errors.items())
+        errors = "; ".join(
+            f"{form.fields[name].label or name}: {' '.join(str(m) for m in messages_)}"
+            for name, messages_ in form.errors.items()
+        )
         messages.error(request, f"Cohort {cohort.name} is unchanged. {errors}")
         return redirect("manage-pool-cohorts", pool_id=cohort.pool_id)
     try:

@@ -15,7 +15,9 @@ def task_names(callbacks) -> list[str]:
     return [c.func.__self__.name for c in callbacks]
 
 
-def test_a_managers_decision_is_queued_once_and_mailed_with_its_reason(world: World, django_capture_on_commit_callbacks):
+def test_a_managers_decision_is_queued_once_and_mailed_with_its_reason(
+    world: World, django_capture_on_commit_callbacks
+):
     # given: a booking past the auto-approve policy (3 compute slices > 2) waits for a manager
     booking = book(world, world.pool, profile="3g.40gb")
     assert booking.status == "pending"

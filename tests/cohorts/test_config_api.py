@@ -160,9 +160,7 @@ def test_a_member_sees_only_the_cohorts_of_its_pools_and_only_its_own_tenants_ro
     shared = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
     hidden = create_cohort(pool_id=other_pool(world).pk, name="elsewhere", actor=world.root)
     for tenant in (world.tenant_a, world.tenant_b):
-        set_quota_cohort(
-            quota_id=quota_of(world, tenant).pk, cohort_id=shared.pk, limits=Limits(), actor=world.root
-        )
+        set_quota_cohort(quota_id=quota_of(world, tenant).pk, cohort_id=shared.pk, limits=Limits(), actor=world.root)
     alice = world.client(world.alice)
     # when
     listed = alice.get("/api/v1/cohorts/").json()
@@ -173,7 +171,10 @@ def test_a_member_sees_only_the_cohorts_of_its_pools_and_only_its_own_tenants_ro
     ]
     assert hidden_one.status_code == 404
     # and charlie (tenant B) sees both
-    assert [c["name"] for c in world.client(world.charlie).get("/api/v1/cohorts/").json()] == ["elsewhere", "research"]
+    assert [c["name"] for c in world.client(world.charlie).get("/api/v1/cohorts/").json()] == [
+        "research",
+        "elsewhere",
+    ]  # by pool name: H100 pool, Other pool
 
 
 @pytest.mark.parametrize("who", ["alice", "mallory", "charlie"])
@@ -256,7 +257,9 @@ def test_on_kubernetes_a_change_of_membership_reapplies_every_members_cluster_fe
     # given: tenant B in a cohort; the cluster's device quota counts what the cohort could lend each member
     settings.FATIA_CLUSTER_BACKEND = "kubernetes"
     cohort = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
-    set_quota_cohort(quota_id=quota_of(world, world.tenant_b).pk, cohort_id=cohort.pk, limits=Limits(), actor=world.root)
+    set_quota_cohort(
+        quota_id=quota_of(world, world.tenant_b).pk, cohort_id=cohort.pk, limits=Limits(), actor=world.root
+    )
     # when: tenant A joins
     with django_capture_on_commit_callbacks() as callbacks:
         set_quota_cohort(

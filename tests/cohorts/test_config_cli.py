@@ -25,7 +25,10 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_platform_admin_runs_the_cohort_commands(
-    transactional_db: None, live_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    transactional_db: None,
+    live_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     world: World,
 ) -> None:
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)

@@ -20,9 +20,7 @@ def test_the_page_lists_members_with_guarantee_use_and_limits_and_the_pools_page
     # given
     cohort = create_cohort(pool_id=world.pool.pk, name="research", reclaim_grace_minutes=15, actor=world.root)
     quota = Quota.objects.get(tenant=world.tenant_a, pool=world.pool)
-    set_quota_cohort(
-        quota_id=quota.pk, cohort_id=cohort.pk, limits=Limits(borrowing_compute_limit=7), actor=world.root
-    )
+    set_quota_cohort(quota_id=quota.pk, cohort_id=cohort.pk, limits=Limits(borrowing_compute_limit=7), actor=world.root)
     root = browser(world.root)
     # when
     page = root.get(f"/manage/pools/{world.pool.pk}/cohorts/").content.decode()
@@ -67,11 +65,19 @@ def test_bad_input_comes_back_next_to_its_field(world: World):
     taken = root.post(url, {"form": "create", "create-name": "research", "create-reclaim_grace_minutes": "5"})
     negative = root.post(
         url,
-        {"form": "member", "member-quota": Quota.objects.filter(pool=world.pool).first().pk, "member-borrowing_compute_limit": "-2"},
+        {
+            "form": "member",
+            "member-quota": Quota.objects.filter(pool=world.pool).first().pk,
+            "member-borrowing_compute_limit": "-2",
+        },
     )
     limits_alone = root.post(
         url,
-        {"form": "member", "member-quota": Quota.objects.filter(pool=world.pool).first().pk, "member-lending_memory_limit": "2"},
+        {
+            "form": "member",
+            "member-quota": Quota.objects.filter(pool=world.pool).first().pk,
+            "member-lending_memory_limit": "2",
+        },
     )
     # then
     assert taken.status_code == 400

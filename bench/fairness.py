@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         "guarantee. The greedy shape has that most of the time; bursty and diurnal demand at about 60 % of the pool "
         "has it only at times, and how often depends on the seed.",
         "",
-        "Where the waits past the bound come from (traced with a debug run of the greedy shape): about half never "
+        "Where the waits past the bound come from (traced once, greedy shape of the default run): about half never "
         "had a notice, because nothing borrowed stood in the way of the slots their profile needs (guaranteed use "
         "held them, as under fair and fifo, which show such waits too); most of the others got their first notice "
         "late, after first counting on room that notices given for earlier requests would free or on such a "

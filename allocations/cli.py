@@ -193,6 +193,9 @@ class Api:
     def delete(self, path: str) -> Any:
         return self.call("DELETE", path)
 
+    def patch(self, path: str, body: JsonObject) -> Any:
+        return self.call("PATCH", path, body=body)
+
     def get_all(self, path: str, params: Sequence[tuple[str, str]] = ()) -> list[Any]:
         """Every result of a paginated list, following `next` page by page."""
         results: list[Any] = []
@@ -927,6 +930,10 @@ def build_parser() -> argparse.ArgumentParser:
     from allocations import cli_queue  # here, not at the top: it imports this module
 
     cli_queue.add_commands(command)
+    # Cohorts (issue 15), platform admins: allocations/cohorts/cli.py (it imports this module too).
+    from allocations.cohorts.cli import add_cohort_commands
+
+    add_cohort_commands(commands, common, _positive_int)
 
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")

@@ -1,4 +1,4 @@
-"""Emails about requests and lease extensions: managers hear about what waits for them, requesters about
+"""Emails about requests, lease extensions and bookings: managers hear about what waits for them, requesters about
 decisions. (The in-app inbox is written by the services themselves: services/notifications.py.)
 
 Sent from Celery tasks after the change committed, so a slow mail server never holds a row lock and a
@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
 
-from allocations.models import Allocation, ExtensionConsent, LeaseExtension
+from allocations.models import Allocation, Booking, ExtensionConsent, LeaseExtension
 from tenants.models import Membership
 
 
@@ -147,6 +147,31 @@ def notify_requester_of_extension_decision(*, extension_id: int) -> int:
         message=(
             f"Your lease extension of request #{extension.allocation_id} by {extension.hours} h was {verdict}.{reason}"
             f"\n\n{_link(extension.allocation)}\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[user.email],
+    )
+    return 1
+
+
+def notify_requester_of_booking_decision(*, booking_id: int) -> int:
+    """Tell whoever booked that a manager approved or rejected the booking (issue 15), as for a request. A booking
+    approved automatically sends nothing (the requester saw it on the spot), nor one its requester decided."""
+    booking = Booking.objects.select_related("pool", "requested_by", "decided_by").get(pk=booking_id)
+    user = booking.requested_by
+    if not user.email or booking.decided_by_id is None or booking.decided_by_id == user.pk:
+        return 0
+    if booking.status not in (Booking.Status.APPROVED, Booking.Status.REJECTED):
+        return 0
+    verdict = "rejected" if booking.status == Booking.Status.REJECTED else "approved"
+    reason = f"\nReason: {booking.decision_reason}" if booking.decision_reason else ""
+    window = f"{booking.starts_at:%Y-%m-%d %H:%M} to {booking.ends_at:%Y-%m-%d %H:%M} UTC"
+    send_mail(
+        subject=f"[Fatia] Your booking #{booking.pk} ({booking.count} x {booking.profile}) was {verdict}",
+        message=(
+            f"Booking #{booking.pk} in {booking.pool.name}, {window}, was {verdict} by "
+            f"{booking.decided_by.get_username() if booking.decided_by else 'a manager'}.{reason}\n\n"
+            f"{settings.SITE_URL}/bookings/#booking-{booking.pk}\n"
         ),
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=[user.email],

@@ -19,7 +19,7 @@ from allocations.models import Allocation, NodePool
 from allocations.placement import POLICY, PlannedSlice, read_pool
 from allocations.queue_eta import estimate_starts
 from allocations.queue_state import ask_of, pool_leases, queued_in_order
-from allocations.services.booking_window import request_squeezes_booking
+from allocations.services.booking_window import bookings_during, room_left_for_bookings
 
 Status = Allocation.Status
 
@@ -53,11 +53,27 @@ def blocks_reservation(*, pool: NodePool, allocation: Allocation, slices: list[P
     """True when placing `slices` for `allocation` would take room the pool holds for another request: the node
     reserved for a starving head of line, or a booking's room during this request's lease (issue 15's bookings,
     services/booking_window.py). Fresh and queued requests both pass here, so neither takes a booking's room."""
+    return reservation_blocker(pool=pool, allocation=allocation, slices=slices) is not None
+
+
+def reservation_blocker(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> str | None:
+    """What `blocks_reservation` finds in the way, as words for the queued request's message (they name the request
+    the node is held for, or the bookings whose room the lease would run into), or None."""
     reservation = pool_reservation(pool)
     if (
         reservation is not None
         and reservation.allocation_id != allocation.pk
         and any(s.node_name == reservation.node for s in slices)
     ):
-        return True
-    return request_squeezes_booking(pool=pool, allocation=allocation, slices=slices) is not None
+        return (
+            f"a free layout fits it, but on {reservation.node}, which is held for request #{reservation.allocation_id} "
+            "(it has waited longest and fits nowhere else)"
+        )
+    until = allocation.lease_expires_at or timezone.now() + timedelta(hours=allocation.lease_hours)
+    squeezed = room_left_for_bookings(
+        pool=pool, profile=allocation.profile, slices=slices, until=until, allocation_id=allocation.pk
+    )
+    if squeezed is None:
+        return None
+    rooms = bookings_during(pool=pool, until=until, allocation_id=allocation.pk)
+    return f"a free layout fits it, but its lease would run into the room of {rooms}; a shorter lease may fit now"

@@ -107,6 +107,13 @@ class Balance:
     compute_used: int
     memory_used: int
     profile_caps: dict[str, int]
+    # Its cohort and borrowing / lending limits (issue 15; None: no cohort, no limit).
+    cohort_id: int | None = None
+    cohort_name: str = ""
+    borrowing_compute_limit: int | None = None
+    borrowing_memory_limit: int | None = None
+    lending_compute_limit: int | None = None
+    lending_memory_limit: int | None = None
 
     @property
     def units(self) -> UnitNames:
@@ -147,11 +154,17 @@ def balance_of(quota: Quota) -> Balance:
         compute_used=quota.compute_slices_used,
         memory_used=quota.memory_slices_used,
         profile_caps=dict(quota.profile_caps),
+        cohort_id=quota.cohort_id,
+        cohort_name=quota.cohort.name if quota.cohort is not None else "",
+        borrowing_compute_limit=quota.borrowing_compute_limit,
+        borrowing_memory_limit=quota.borrowing_memory_limit,
+        lending_compute_limit=quota.lending_compute_limit,
+        lending_memory_limit=quota.lending_memory_limit,
     )
 
 
 def balances_for_user(user: User, tenant_id: int | None = None) -> list[Balance]:
-    quotas = Quota.objects.for_user(user).select_related("tenant", "pool")
+    quotas = Quota.objects.for_user(user).select_related("tenant", "pool", "cohort")
     if tenant_id is not None:
         quotas = quotas.filter(tenant_id=tenant_id)
     return [balance_of(q) for q in quotas]
@@ -241,7 +254,7 @@ def quota_change_reviews(user: User) -> list[QuotaChangeReview]:
     tenant_ids = {c.tenant_id for c in changes}
     quotas = {
         (q.tenant_id, q.pool_id): q
-        for q in Quota.objects.filter(tenant_id__in=tenant_ids).select_related("tenant", "pool").order_by()
+        for q in Quota.objects.filter(tenant_id__in=tenant_ids).select_related("tenant", "pool", "cohort").order_by()
     }
     held: dict[tuple[int, int, str], int] = {
         (row["tenant_id"], row["pool_id"], row["profile"]): row["n"]
@@ -465,7 +478,9 @@ def pending_approvals_with_balances(user: User) -> list[PendingApproval]:
     )
     quotas = {
         (q.tenant_id, q.pool_id): q
-        for q in Quota.objects.filter(tenant_id__in={a.tenant_id for a in pending}).select_related("tenant", "pool")
+        for q in Quota.objects.filter(tenant_id__in={a.tenant_id for a in pending}).select_related(
+            "tenant", "pool", "cohort"
+        )
     }
     rows = []
     for allocation in pending:

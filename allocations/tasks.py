@@ -209,6 +209,12 @@ def notify_booking_owners_of_extension_task(consent_id: int) -> None:
     notifications.notify_booking_owners_of_extension(consent_id=consent_id)
 
 
+@shared_task(acks_late=True, **DB_RETRY)
+def notify_requester_of_booking_task(booking_id: int) -> None:
+    """A booking's decision by e-mail (issue 15)."""
+    notifications.notify_requester_of_booking_decision(booking_id=booking_id)
+
+
 @shared_task(acks_late=True, soft_time_limit=check_runs.SOFT_TIME_LIMIT_S, time_limit=check_runs.TIME_LIMIT_S)
 def check_cluster_task() -> None:
     """The admin page's cluster check. Not retried: a cluster that does not answer is what the report says."""

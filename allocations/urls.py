@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
+from allocations.cohorts import pages as cohort_pages
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -58,4 +59,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
     # The queue (issue 15): allocations/queue_page.py.
     path("requests/<int:allocation_id>/priority/", queue_page.request_priority, name="request-priority"),
+    # Cohorts (issue 15): allocations/cohorts/pages.py, platform admins.
+    path("manage/pools/<int:pool_id>/cohorts/", cohort_pages.pool_cohorts, name="manage-pool-cohorts"),
+    path("manage/cohorts/<int:cohort_id>/", cohort_pages.cohort_edit, name="manage-cohort-edit"),
+    path("manage/cohorts/<int:cohort_id>/delete/", cohort_pages.cohort_delete, name="manage-cohort-delete"),
 ]

@@ -263,6 +263,20 @@ def _other(actor: str, object_type: str, verb: str, before: dict[str, Any], afte
         ("quotachangerequest", "approve"): lambda: f"{actor} approved the quota change{_reason(after)}",
         ("quotachangerequest", "reject"): lambda: f"{actor} rejected the quota change{_reason(after)}",
         ("quota", "set_quota"): lambda: f"{actor} set the quota to {limits(after)}",
+        # Cohorts (issue 15, allocations/cohorts/config.py).
+        ("quota", "set_quota_cohort"): lambda: (
+            f"{actor} put the quota in cohort {after['cohort_name']}"
+            if after.get("cohort_name")
+            else f"{actor} took the quota out of cohort {before.get('cohort_name') or '?'}"
+        ),
+        ("cohort", "create_cohort"): lambda: (
+            f"{actor} created cohort {after.get('name', '?')} in {after.get('pool', '?')} "
+            f"(grace {after.get('reclaim_grace_minutes', '?')} min)"
+        ),
+        ("cohort", "update_cohort"): lambda: (
+            f"{actor} changed cohort {after.get('name', '?')} (grace {after.get('reclaim_grace_minutes', '?')} min)"
+        ),
+        ("cohort", "delete_cohort"): lambda: f"{actor} deleted cohort {before.get('name', '?')}",
         ("tenant", "create"): lambda: f"{actor} created tenant {after.get('name', '?')}",
         ("tenant", "update"): lambda: f"{actor} changed the policy of tenant {after.get('name', '?')}",
         ("tenant", "set_idle_reclaim"): lambda: (

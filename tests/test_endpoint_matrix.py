@@ -17,10 +17,12 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.api.urls import router as allocations_router
+from allocations.cohorts.config import create_cohort
 from allocations.mig.reconfig import Operation
 from allocations.models import (
     Allocation,
     Booking,
+    Cohort,
     ExtensionConsent,
     LeaseExtension,
     NodePool,
@@ -59,6 +61,7 @@ class Ids:
     booking: int
     namespace: int
     consent: int
+    cohort: int
 
 
 def objects(world: World) -> Ids:
@@ -143,6 +146,7 @@ def objects(world: World) -> Ids:
         booking=booking.pk,
         namespace=TenantNamespace.objects.create(tenant=world.tenant_a, name="team-a-own").pk,
         consent=consent.pk,
+        cohort=create_cohort(pool_id=world.pool.pk, name="research", actor=world.root).pk,
     )
 
 
@@ -164,6 +168,8 @@ def snapshot() -> tuple[Any, ...]:
         list(AgentCommand.objects.order_by("pk").values_list("pk", "status")),
         list(Booking.objects.order_by("pk").values_list("pk", "status")),
         list(ExtensionConsent.objects.order_by("pk").values_list("pk", "status")),
+        list(Cohort.objects.order_by("pk").values_list("pk", "name", "reclaim_grace_minutes")),
+        list(Quota.objects.order_by("pk").values_list("pk", "cohort_id", "borrowing_compute_limit")),
     )
 
 
@@ -217,6 +223,9 @@ def payload(world: World, name: str) -> dict[str, Any]:
         },
         "priority": {"priority": 1},
         "namespace": {"tenant": a, "name": "team-a-more"},
+        "cohort": {"pool": pool, "name": "more"},
+        "cohort-edit": {"reclaim_grace_minutes": 0},
+        "membership": {"cohort": None},
         "none": {},
     }[name]
 
@@ -248,6 +257,8 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/quotas/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quotas/", "quota", (403, 403, 400, 401)),
     ("get", "/api/v1/quotas/{quota}/", "none", (200, 200, 404, 401)),
+    # Cohort membership and limits on the quota (issue 15): platform admins only.
+    ("patch", "/api/v1/quotas/{quota}/", "membership", (403, 403, 404, 401)),
     ("get", "/api/v1/quota-changes/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quota-changes/", "change", (403, 201, 400, 401)),
     ("get", "/api/v1/quota-changes/{change}/", "none", (200, 200, 404, 401)),
@@ -319,6 +330,13 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/namespaces/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/namespaces/", "namespace", (403, 403, 403, 401)),
     ("delete", "/api/v1/namespaces/{namespace}/", "none", (403, 403, 403, 401)),
+    # Cohorts (issue 15): platform admins write; members read those of pools where their tenants have quota
+    # (tests/cohorts/test_config_api.py covers them as root and with a pool charlie's tenant alone uses).
+    ("get", "/api/v1/cohorts/", "none", (200, 200, 200, 401)),
+    ("post", "/api/v1/cohorts/", "cohort", (403, 403, 403, 401)),
+    ("get", "/api/v1/cohorts/{cohort}/", "none", (200, 200, 200, 401)),
+    ("patch", "/api/v1/cohorts/{cohort}/", "cohort-edit", (403, 403, 403, 401)),
+    ("delete", "/api/v1/cohorts/{cohort}/", "none", (403, 403, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -8,12 +8,14 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from allocations.cohorts.config import LIMIT_FIELDS, Limits
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import (
     Allocation,
     ExtensionConsent,
     LeaseExtension,
     NodePool,
+    Quota,
     QuotaChangeRequest,
     SlicePlacement,
 )
@@ -201,6 +203,41 @@ class BalanceSerializer(serializers.Serializer[Balance]):
     gpu_equivalents_used = serializers.FloatField()
     gpu_equivalents_free = serializers.FloatField()
     profile_caps = serializers.DictField(child=serializers.IntegerField())
+    # Cohort membership (issue 15): null when the quota is in no cohort; null limits: no limit.
+    cohort = serializers.IntegerField(source="cohort_id", allow_null=True)
+    cohort_name = serializers.CharField()
+    borrowing_compute_limit = serializers.IntegerField(allow_null=True)
+    borrowing_memory_limit = serializers.IntegerField(allow_null=True)
+    lending_compute_limit = serializers.IntegerField(allow_null=True)
+    lending_memory_limit = serializers.IntegerField(allow_null=True)
+
+
+def _limit_field(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=0, max_value=100_000, allow_null=True, required=False, help_text=help_text + "; null: no limit"
+    )
+
+
+class QuotaCohortSerializer(serializers.Serializer[Any]):
+    """PATCH /quotas/<id>/ (issue 15): the cohort of the quota's pool it belongs to, and its limits."""
+
+    cohort = serializers.IntegerField(min_value=1, allow_null=True, required=False, help_text="null: leave it")
+    borrowing_compute_limit = _limit_field("compute slices it may hold above its guarantee")
+    borrowing_memory_limit = _limit_field("memory slots it may hold above its guarantee")
+    lending_compute_limit = _limit_field("compute slices of its unused guarantee others may borrow")
+    lending_memory_limit = _limit_field("memory slots of its unused guarantee others may borrow")
+
+
+def cohort_membership(quota: Quota, given: dict[str, Any]) -> dict[str, Any]:
+    """The full membership a PATCH asks for: what it gives, the rest as it is (limits cleared when leaving)."""
+    cohort_id = given.get("cohort", quota.cohort_id)
+    limits: dict[str, int | None] = {}
+    for name in LIMIT_FIELDS:
+        if name in given:
+            limits[name] = given[name]
+        else:
+            limits[name] = None if cohort_id is None else getattr(quota, name)
+    return {"cohort_id": cohort_id, "limits": Limits(**limits)}
 
 
 class QuotaSetSerializer(serializers.Serializer[Any]):

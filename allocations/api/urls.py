@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import compaction, namespaces, queue, views, workloads
+from allocations.api import cohorts, compaction, namespaces, queue, views, workloads
 from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
@@ -24,5 +24,7 @@ router.register("bookings", BookingViewSet, basename="booking")
 router.register("queue", queue.QueueViewSet, basename="queue")
 # --- namespaces (issue 17): the namespaces tenants own; platform admins assign and remove them ---
 router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
+# --- cohorts (issue 15): allocations/api/cohorts.py; joining one is PATCH /quotas/<id>/ ---
+router.register("cohorts", cohorts.CohortViewSet, basename="cohort")
 
 urlpatterns = router.urls

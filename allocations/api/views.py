@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocations import selectors, services
+from allocations.api import cohorts
 from allocations.api import serializers as s
 from allocations.api.filters import (
     AllocationFilter,
@@ -25,6 +26,7 @@ from allocations.api.filters import (
     QuotaChangeFilter,
     QuotaFilter,
 )
+from allocations.cohorts.config import set_quota_cohort
 from allocations.models import (
     Allocation,
     ExtensionConsent,
@@ -148,7 +150,7 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
     ordering_fields = ["tenant", "pool", "updated_at"]
 
     def get_queryset(self) -> QuerySet[Quota]:
-        return Quota.objects.for_user(self.request.user).select_related("tenant", "pool")
+        return Quota.objects.for_user(self.request.user).select_related("tenant", "pool", "cohort")
 
     def list(self, request: Request) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
@@ -174,6 +176,18 @@ class QuotaViewSet(viewsets.GenericViewSet[Quota]):
             memory_slices_limit=v["memory_slices_limit"],
             profile_caps=v["profile_caps"],
             actor=acting_user(request),
+        )
+        return Response(s.BalanceSerializer(selectors.balance_of(self.get_queryset().get(pk=quota.pk))).data)
+
+    @extend_schema(request=s.QuotaCohortSerializer, responses={200: s.BalanceSerializer, 409: cohorts.IN_USE})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Platform admins: join or leave a cohort of the quota's pool, set the borrowing and lending limits (issue
+        15). Fields left out keep their value; leaving the cohort (`"cohort": null`) clears the limits."""
+        quota = self.get_object()
+        data = s.QuotaCohortSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        set_quota_cohort(
+            quota_id=quota.pk, actor=acting_user(request), **s.cohort_membership(quota, data.validated_data)
         )
         return Response(s.BalanceSerializer(selectors.balance_of(self.get_queryset().get(pk=quota.pk))).data)
 

@@ -27,7 +27,7 @@ from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
-from allocations.queue_reservation import blocks_reservation
+from allocations.queue_reservation import reservation_blocker
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
@@ -92,8 +92,10 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
     )
-    if slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices):
-        return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile}")
+    blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
+    if slices is None or blocker is not None:
+        what = f"{allocation.count} x {allocation.profile}"
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=blocker or "")
     start_claiming(
         allocation=allocation,
         slices=slices,

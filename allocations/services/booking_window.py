@@ -310,11 +310,15 @@ def room_left_for_bookings(
     )
 
 
-def request_squeezes_booking(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> str | None:
-    """For the provisioning paths: why placing `slices` for this approved request now would take a booking's room
-    (its lease runs into the booking's window), as a message for the request's failure; None when it does not."""
-    until = allocation.lease_expires_at or timezone.now() + timedelta(hours=allocation.lease_hours)
-    squeezed = room_left_for_bookings(
-        pool=pool, profile=allocation.profile, slices=slices, until=until, allocation_id=allocation.pk
+def bookings_during(*, pool: NodePool, until: datetime, allocation_id: int | None = None) -> str:
+    """The bookings of the pool whose window overlaps from now to `until`, named for a message (at most three):
+    those a request's lease would squeeze (issue 15). Its own booking is left out."""
+    now = timezone.now()
+    own = (
+        Booking.objects.filter(allocation_id=allocation_id).values_list("pk", flat=True).first()
+        if allocation_id
+        else None
     )
-    return None if squeezed is None else f"{squeezed} The quota was given back; a shorter lease may fit."
+    rooms = [r for r in booked_rooms(pool, exclude_booking_id=own) if r.ends_at > now and r.starts_at < until]
+    named = ", ".join(r.label for r in rooms[:3])
+    return named + (f" and {len(rooms) - 3} more" if len(rooms) > 3 else "") if rooms else "a booking"

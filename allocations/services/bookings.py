@@ -211,6 +211,8 @@ def _decide(booking: Booking, actor: User, status: str, reason: str) -> None:
         link=_link(booking),
         actor=actor,
     )
+    # And by e-mail after commit, like a request's decision (allocations/notifications.py).
+    enqueue_task("allocations.tasks.notify_requester_of_booking_task", booking.pk)
 
 
 @transaction.atomic

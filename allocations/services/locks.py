@@ -1,6 +1,7 @@
 """One locking function per model; rows are always locked in this order: a tenant's namespace row (issue 17,
 services/tenant_namespaces.py), then allocation (or quota change, or booking: issue 15; an allocation's lease
-extension and a booking owner's consent to it come right after it), then pool, then quota (or a move plan, issue 14: services/moves.py), then the quota's cohort (issue 15, lock_cohort).
+extension and a booking owner's consent to it come right after it), then pool, then quota (or a move plan, issue 14:
+services/moves.py), then the quota's cohort (issue 15, lock_cohort).
 
 Cohort reclaim (issue 15, services/cohort_notices.py) marks other tenants' borrowed allocations while holding a
 lender's allocation and its pool: it takes them with SKIP LOCKED (never waits, so it cannot deadlock against the

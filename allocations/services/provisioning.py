@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.placement import plan_slices
-from allocations.queue_reservation import blocks_reservation
+from allocations.queue_reservation import reservation_blocker
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.compaction import rescue_with_moves
@@ -88,8 +88,10 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
-    if not pool.is_shared and (slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices)):
-        return enqueue_allocation(allocation, pool=pool, what=what)
+    if not pool.is_shared:
+        blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
+        if slices is None or blocker is not None:
+            return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=blocker or "")
     if slices is None:
         return fail_locked_allocation(
             allocation,

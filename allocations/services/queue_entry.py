@@ -24,8 +24,9 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, wai
     admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
     after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
     free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
-    locks. `waiting_for` replaces "no free layout fits" in the message (a lender waiting for borrowed slices to come
-    back, issue 15). A request that borrowed gives its borrowed part back while it waits (services/cohorts.py)."""
+    locks. `waiting_for` replaces "no free layout fits" in the message: room held for a booking or a starving
+    request (queue_reservation.reservation_blocker), or a lender waiting for borrowed slices to come back (issue 15).
+    A request that borrowed gives its borrowed part back while it waits (services/cohorts.py)."""
     if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
         return fail_locked_allocation(
             allocation,

@@ -107,6 +107,13 @@ def test_a_new_request_does_not_take_a_booked_room(world: World):
     # then: it is not placed in the booking's room: it waits in the pool's queue (issue 15) instead
     assert long.status == "queued"
     assert not long.placements.exists()
+    # and its message names the booking in the way
+    window = f"{booking.starts_at:%Y-%m-%d %H:%M}-{booking.ends_at:%H:%M}"
+    assert long.status_message == (
+        f"Waiting in {small.pool.name}'s queue: a free layout fits it, but its lease would run into the room of "
+        f"booking #{booking.pk} (1 x 7g.80gb, {window} UTC); a shorter lease may fit now. It starts as soon as a "
+        "release, an expiry or a new node makes room; the quota stays held meanwhile."
+    )
     assert Booking.objects.get(pk=booking.pk).status == Booking.Status.PENDING  # a pending booking holds its room too
     # while a 1 h lease, over before the booking starts, is placed
     assert active_lease(world, small.pool, profile="1g.10gb", hours=1).status == "active"

@@ -29,6 +29,10 @@ def test_the_request_page_shows_position_and_estimated_start(world: World):
     # then
     assert 'id="queue-position">Position <strong>1</strong> of 1 in Queue pool q1' in page
     assert "Estimated start: <time" in page
+    # and: it offers to withdraw the request, not to release slices it does not have
+    assert "Leave the queue; no slice has been created yet" in page
+    assert ">Withdraw request</button>" in page
+    assert "Release slices" not in page
     # and: a member has no priority form; a manager has
     assert 'name="priority"' not in page
     assert 'name="priority"' in browser(world.mallory).get(f"/requests/{waiting.pk}/").content.decode()

@@ -28,6 +28,7 @@ from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, No
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
 from allocations.queue_reservation import blocks_reservation
+from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -85,6 +86,8 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
     )
+    if slices is None and rescue_with_moves(allocation):
+        return allocation  # compaction moves other slices first (issue 14); the plan's end provisions this again
     if slices is None or blocks_reservation(pool=pool, allocation=allocation, slices=slices):
         return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile}")
     start_claiming(

@@ -167,21 +167,21 @@ def _place(move: SliceMove) -> Advance:
         )
     plan = _placed(move_id=move.pk, device=f"{result.node_name}/{device}")
     if reservation.blocked_starts:
-        kube.delete_steering(str(allocation.uuid))  # a crash before this: reconcile deletes them once DONE
+        kube.delete_steering(str(allocation.uuid))  # a crash before this: the next step deletes them
     return Advance(plan)
 
 
 def _lock(move_id: int) -> tuple[Allocation, MovePlan, SliceMove]:
-    """The allocation, then its pool, then the plan and the move (services/locks.py)."""
-    allocation_id = SliceMove.objects.values_list("allocation_id", flat=True).get(pk=move_id)
+    """The allocation, then its pool, then the plan, then the move (services/locks.py; services/moves.py)."""
+    allocation_id, plan_id = SliceMove.objects.values_list("allocation_id", "plan_id").get(pk=move_id)
     allocation = lock_allocation(allocation_id=allocation_id)
     lock_pool(pool_id=allocation.pool_id)
+    plan = MovePlan.objects.select_for_update(no_key=True, of=("self",)).select_related("pool").get(pk=plan_id)
     move = (
         SliceMove.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("plan__pool", "to_gpu__node", "from_gpu__node")
+        .select_related("to_gpu__node", "from_gpu__node")
         .get(pk=move_id)
     )
-    plan = MovePlan.objects.select_for_update(no_key=True, of=("self",)).select_related("pool").get(pk=move.plan_id)
     return allocation, plan, move
 
 
@@ -362,6 +362,7 @@ def _complete(move: SliceMove) -> Advance:
     kube.delete_holder_pod(allocation.namespace, old_pod)
     for name in old_claims:
         kube.delete_resource_claim(allocation.namespace, name)
+    kube.delete_steering(str(allocation.uuid))  # left by a worker that died right after PLACED; none is fine
     return Advance(_completed(move_id=move.pk))
 
 

@@ -105,7 +105,7 @@ def reconcile_cluster() -> ReconcileReport:
         _record_orphan(namespace, name, report)
 
     waiting = {str(u) for u in Allocation.objects.filter(status=Status.PROVISIONING).values_list("uuid", flat=True)}
-    waiting |= {str(u) for u in Allocation.objects.filter(pk__in=moving).values_list("uuid", flat=True)}
+    waiting |= {str(u) for u in Allocation.objects.filter(pk__in=list(moving)).values_list("uuid", flat=True)}
     for allocation_uuid in sorted(kube.list_steering() - waiting):
         kube.delete_steering(allocation_uuid)  # left by a worker that died between activation and cleanup
         report.steering_deleted.append(allocation_uuid)

@@ -21,6 +21,7 @@ class FakeKube:
     pods: dict[Key, kube.HolderPodSpec] = field(default_factory=dict)
     allocated: dict[Key, kube.ClaimAllocation] = field(default_factory=dict)
     steering: dict[str, tuple[str, ...]] = field(default_factory=dict)  # allocation uuid -> tainted devices
+    nodes: tuple[str, ...] = ()
     calls: Counter[str] = field(default_factory=Counter)
     # function name -> the error it raises on its next call
     fail_on: dict[str, kube.KubeError] = field(default_factory=dict)
@@ -71,6 +72,25 @@ class FakeKube:
         self.claims.pop((namespace, name), None)
         self.allocated.pop((namespace, name), None)
 
+    def list_claims(self, label_selector: str) -> list[kube.ClaimState]:
+        self._call("list_claims")
+        return [c for ns, name in sorted(self.claims) if (c := self.read_claim(ns, name)) is not None]
+
+    def list_holder_pods(self, label_selector: str) -> list[kube.HolderPodState]:
+        self._call("list_holder_pods")
+        return [
+            kube.HolderPodState(namespace=ns, name=name, labels={kube.LABEL_ALLOCATION: pod.allocation_uuid}, phase="Running")
+            for (ns, name), pod in sorted(self.pods.items())
+        ]
+
+    def list_node_names(self) -> set[str]:
+        self._call("list_node_names")
+        return set(self.nodes)
+
+    def list_steering(self) -> set[str]:
+        self._call("list_steering")
+        return set(self.steering)
+
     # --- the scheduler's part -------------------------------------------------------------------------------
 
     def allocate(self, namespace: str, name: str, node: str, device: str) -> None:
@@ -80,8 +100,12 @@ class FakeKube:
             node_name=node, devices=(kube.AllocatedDevice(request="mig-0", driver=kube.DRIVER, pool=node, device=device),)
         )
 
-    def names(self) -> tuple[list[str], list[str]]:
-        return sorted(n for _, n in self.claims), sorted(n for _, n in self.pods)
+    def names(self, prefix: str) -> tuple[list[str], list[str]]:
+        """The claims and holder pods whose names start with `prefix` (one allocation's: mig-alloc-<uuid>)."""
+        return (
+            sorted(n for _, n in self.claims if n.startswith(prefix)),
+            sorted(n for _, n in self.pods if n.startswith(prefix)),
+        )
 
 
 FUNCTIONS = (
@@ -92,6 +116,10 @@ FUNCTIONS = (
     "read_claim",
     "delete_holder_pod",
     "delete_resource_claim",
+    "list_claims",
+    "list_holder_pods",
+    "list_node_names",
+    "list_steering",
 )
 
 

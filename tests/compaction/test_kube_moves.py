@@ -15,7 +15,8 @@ from allocations import services
 from allocations.cluster import kube
 from allocations.cluster import moves as cluster_moves
 from allocations.cluster import sync as kube_sync
-from allocations.models import Allocation, Gpu, MovePlan, NodePool, Notification, SliceMove, SlicePlacement
+from allocations.cluster.reconcile import ReconcileReport, reconcile_cluster
+from allocations.models import Allocation, Gpu, MovePlan, Node, NodePool, Notification, SliceMove, SlicePlacement
 from allocations.services.compaction import preview_compaction, start_compaction
 from allocations.services.moves import step_move_plan
 from allocations.tasks import advance_move_plan_task
@@ -40,7 +41,9 @@ def cluster(small: Small, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Fak
     once the test's requests are active (they are provisioned by the simulated backend, then given their claims)."""
     for gpu in Gpu.objects.filter(node__pool=small.pool):
         Gpu.objects.filter(pk=gpu.pk).update(uuid=f"GPU-{gpu.index}")
-    return install(monkeypatch)
+    fake = install(monkeypatch)
+    fake.nodes = tuple(Node.objects.values_list("name", flat=True))  # every node is in the cluster
+    return fake
 
 
 def on_cluster(fake: FakeKube, settings: Any, *allocations: Allocation) -> None:
@@ -95,7 +98,7 @@ def test_a_move_makes_the_new_claim_at_the_destination_before_the_old_one_goes(
         "mig-0: device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-1'",
     )
     assert (cluster.pods[(ns, new)].node_name, cluster.pods[(ns, new)].claim_names) == (NODE, (new,))
-    assert cluster.names() == ([old, new], [old, new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old, new], [old, new])
     # the slot is pinned by steering: the devices the scheduler would take before the destination are tainted
     first_fit = 1  # GPU 1 holds a 1g.10gb at 0
     expected = tuple(device_at(s) for s in range(first_fit, move.to_start))
@@ -114,7 +117,7 @@ def test_a_move_makes_the_new_claim_at_the_destination_before_the_old_one_goes(
     assert step(plan) is False
 
     # then: the old claim and holder pod are gone, the allocation points to the new claim
-    assert cluster.names() == ([new], [new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([new], [new])
     lone.refresh_from_db()
     assert (lone.claim_generation, lone.claim_name, lone.kube_name) == (1, new, new)
     assert lone.claim_names == [new]
@@ -157,7 +160,7 @@ def test_every_step_run_twice_does_its_work_once(small: Small, cluster: FakeKube
     step(plan)
     assert cluster_moves.advance_move_on_cluster(move_id=move.pk).plan.status == MovePlan.Status.DONE
     # then
-    assert cluster.names() == ([new], [new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([new], [new])
     assert AuditEvent.objects.filter(object_id=str(lone.pk), verb__startswith="move").count() == 4
     assert Notification.objects.filter(kind=Notification.Kind.ALLOCATION_MOVE).count() == 2
     assert where(lone) == [(1, move.to_start)]
@@ -174,22 +177,22 @@ def test_a_worker_that_died_mid_step_resumes_where_the_cluster_is(small: Small, 
     cluster.fail_on["apply_holder_pod"] = kube.KubeUnavailable("connection reset")
     with pytest.raises(kube.KubeUnavailable):
         step(plan)
-    assert cluster.names() == ([old, new], [old])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old, new], [old])
     # when: the task runs again: the claim exists already, the pod is applied
     assert step(plan) is True
-    assert cluster.names() == ([old, new], [old, new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old, new], [old, new])
     cluster.allocate(ns, new, NODE, device_at(move.to_start))
     step(plan)
     # and: the last step dies after the old pod was deleted, before the old claim was
     cluster.fail_on["delete_resource_claim"] = kube.KubeUnavailable("timed out")
     with pytest.raises(kube.KubeUnavailable):
         step(plan)
-    assert cluster.names() == ([old, new], [new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old, new], [new])
     move.refresh_from_db()
     assert move.step == Step.PLACED
     # then: the next run deletes what is left and records the move once
     step(plan)
-    assert cluster.names() == ([new], [new])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([new], [new])
     assert step_move_plan(plan_id=plan.pk).plan.status == MovePlan.Status.DONE
     assert AuditEvent.objects.filter(object_id=str(lone.pk), verb="move").count() == 1
 
@@ -208,12 +211,14 @@ def test_a_new_claim_allocated_elsewhere_is_rolled_back_and_the_move_fails(
     cluster.allocate(ns, new, NODE, device_at(elsewhere))
     step(plan)
     # then: the new claim, its pod and steering are deleted, the old claim kept, the move and plan FAILED
-    assert cluster.names() == ([old], [old])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old], [old])
     assert str(lone.uuid) not in cluster.steering
     move.refresh_from_db()
     plan.refresh_from_db()
     assert move.step == Step.FAILED
-    assert move.reason == f"The scheduler allocated the new claim at {NODE}/{device_at(elsewhere)}, not at {NODE}/gpu-1:{move.to_start}."
+    assert move.reason == (
+        f"The scheduler allocated the new claim at {NODE}/{device_at(elsewhere)}, not at {NODE}/gpu-1:{move.to_start}."
+    )
     assert plan.status == MovePlan.Status.FAILED
     assert plan.status_message == f"Moving request #{lone.pk} failed: {move.reason}"
     assert where(lone) == [(0, 0)]
@@ -223,7 +228,7 @@ def test_a_new_claim_allocated_elsewhere_is_rolled_back_and_the_move_fails(
     assert failed.after["reason"] == move.reason
     # a late copy of the step changes nothing
     step(plan)
-    assert cluster.names() == ([old], [old])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old], [old])
 
 
 def test_a_new_claim_the_cluster_refuses_fails_the_move(small: Small, cluster: FakeKube, settings: Any) -> None:
@@ -234,7 +239,7 @@ def test_a_new_claim_the_cluster_refuses_fails_the_move(small: Small, cluster: F
     assert step(plan) is False
     move.refresh_from_db()
     assert (move.step, move.reason) == (Step.FAILED, "The cluster refused the new claim: exceeded quota: fatia-devices")
-    assert cluster.names() == ([old], [old])
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old], [old])
     assert where(lone) == [(0, 0)]
 
 
@@ -252,7 +257,7 @@ def test_a_new_claim_never_allocated_fails_the_move_after_the_timeout(
     move.refresh_from_db()
     assert move.step == Step.FAILED
     assert "did not allocate the new claim" in move.reason
-    assert cluster.names() == ([f"mig-alloc-{lone.uuid}"],) * 2
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([f"mig-alloc-{lone.uuid}"],) * 2
 
 
 def test_a_request_that_stops_being_movable_before_its_new_claim_is_placed_is_skipped(
@@ -265,9 +270,31 @@ def test_a_request_that_stops_being_movable_before_its_new_claim_is_placed_is_sk
     step(plan)
     move.refresh_from_db()
     assert move.step == Step.SKIPPED
-    assert cluster.names() == ([f"mig-alloc-{lone.uuid}"],) * 2
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([f"mig-alloc-{lone.uuid}"],) * 2
     assert where(lone) == [(0, 0)]
     assert step_move_plan(plan_id=plan.pk).plan.status == MovePlan.Status.DONE
+
+
+def test_the_reconcile_pass_leaves_a_move_under_way_alone(small: Small, cluster: FakeKube, settings: Any) -> None:
+    # given: the new claim is applied and steered, the allocation has two placements meanwhile
+    lone, plan, move = fragmented(small, cluster, settings)
+    ns = lone.namespace
+    old, new = f"mig-alloc-{lone.uuid}", f"mig-alloc-{lone.uuid}-m1"
+    step(plan)
+    step(plan)
+    steered = dict(cluster.steering)
+    # when
+    report = reconcile_cluster()
+    # then: nothing deleted, re-created or followed
+    assert report == ReconcileReport()
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([old, new], [old, new])
+    assert cluster.steering == steered
+    # and once the move is done, the new claim is the allocation's own: nothing to fix either
+    cluster.allocate(ns, new, NODE, device_at(move.to_start))
+    step(plan)
+    step(plan)
+    assert reconcile_cluster() == ReconcileReport()
+    assert cluster.names(f"mig-alloc-{lone.uuid}") == ([new], [new])
 
 
 def test_the_task_waits_for_the_scheduler_with_a_retry(small: Small, cluster: FakeKube, settings: Any) -> None:
@@ -304,7 +331,7 @@ def test_on_kubernetes_only_requests_of_one_slice_move_and_static_pools_are_refu
     assert preview_compaction(pool=small.pool).moves == []
     # and a static-MIG pool is not compacted
     static = services.create_node_pool(
-        name="Static", slug="static", gpu_model=H100, actor=world.root, mig_mode=NodePool.MigMode.STATIC
+        name="Static", slug="static", gpu_model=H100, actor=world.root, mig_mode=NodePool.MigMode.STATIC_AGENT
     )
     with pytest.raises(InvalidInput, match="static MIG"):
         start_compaction(pool_id=static.pk, actor=world.root)

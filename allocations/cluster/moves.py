@@ -104,7 +104,7 @@ def moving_names() -> dict[int, str]:
         claim_generation__isnull=False,
         allocation__status=Allocation.Status.ACTIVE,
     ).values_list("allocation_id", "allocation__uuid", "claim_generation")
-    return {allocation_id: kube_name_for(u, g) for allocation_id, u, g in moves}
+    return {allocation_id: kube_name_for(u, g) for allocation_id, u, g in moves if g is not None}
 
 
 # --- NOTIFIED -> PLACED ------------------------------------------------------------------------------------------
@@ -291,9 +291,7 @@ def _placed(*, move_id: int, device: str) -> MovePlan:
     allocation, plan, move = _lock(move_id)
     if plan.status != MovePlan.Status.APPLYING or move.step != Step.NOTIFIED:
         return plan
-    SlicePlacement.objects.filter(allocation=allocation, gpu=move.to_gpu, start=move.to_start).update(
-        blocked_starts=[]
-    )
+    SlicePlacement.objects.filter(allocation=allocation, gpu=move.to_gpu, start=move.to_start).update(blocked_starts=[])
     move.step = Step.PLACED
     move.save(update_fields=["step", "updated_at"])
     record_audit_event(
@@ -301,7 +299,12 @@ def _placed(*, move_id: int, device: str) -> MovePlan:
         verb="move_placed",
         obj=allocation,
         tenant_id=allocation.tenant_id,
-        after={"plan": move.plan_id, "at": destination_of(move), "claim": new_kube_name(allocation, move), "device": device},
+        after={
+            "plan": move.plan_id,
+            "at": destination_of(move),
+            "claim": new_kube_name(allocation, move),
+            "device": device,
+        },
     )
     enqueue_task(ADVANCE_TASK, plan.pk)
     return plan

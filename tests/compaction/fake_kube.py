@@ -79,7 +79,9 @@ class FakeKube:
     def list_holder_pods(self, label_selector: str) -> list[kube.HolderPodState]:
         self._call("list_holder_pods")
         return [
-            kube.HolderPodState(namespace=ns, name=name, labels={kube.LABEL_ALLOCATION: pod.allocation_uuid}, phase="Running")
+            kube.HolderPodState(
+                namespace=ns, name=name, labels={kube.LABEL_ALLOCATION: pod.allocation_uuid}, phase="Running"
+            )
             for (ns, name), pod in sorted(self.pods.items())
         ]
 
@@ -97,7 +99,8 @@ class FakeKube:
         """kube-scheduler allocated claim `name` (which must exist, with a pod) at `node`/`device`."""
         assert (namespace, name) in self.claims and (namespace, name) in self.pods
         self.allocated[(namespace, name)] = kube.ClaimAllocation(
-            node_name=node, devices=(kube.AllocatedDevice(request="mig-0", driver=kube.DRIVER, pool=node, device=device),)
+            node_name=node,
+            devices=(kube.AllocatedDevice(request="mig-0", driver=kube.DRIVER, pool=node, device=device),),
         )
 
     def names(self, prefix: str) -> tuple[list[str], list[str]]:

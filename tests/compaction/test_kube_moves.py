@@ -128,14 +128,18 @@ def test_a_move_makes_the_new_claim_at_the_destination_before_the_old_one_goes(
     assert step_move_plan(plan_id=plan.pk).plan.status == MovePlan.Status.DONE
     # audited step by step; the owner told before and after, with the new claim's name
     verbs = list(
-        AuditEvent.objects.filter(object_id=str(lone.pk), verb__startswith="move").order_by("pk").values_list(
-            "verb", flat=True
-        )
+        AuditEvent.objects.filter(object_id=str(lone.pk), verb__startswith="move")
+        .order_by("pk")
+        .values_list("verb", flat=True)
     )
     assert verbs == ["move_announced", "move_claimed", "move_placed", "move"]
     moved = AuditEvent.objects.get(object_id=str(lone.pk), verb="move")
     assert (moved.before["claim"], moved.after["claim"]) == (old, new)
-    texts = list(Notification.objects.filter(kind=Notification.Kind.ALLOCATION_MOVE).order_by("pk").values_list("text", flat=True))
+    texts = list(
+        Notification.objects.filter(kind=Notification.Kind.ALLOCATION_MOVE)
+        .order_by("pk")
+        .values_list("text", flat=True)
+    )
     assert len(texts) == 2
     assert f"claim {new} (it was {old})" in texts[1]
     # and the allocation's specs are the new claim's, as the reconcile pass will compare them
@@ -168,7 +172,9 @@ def test_every_step_run_twice_does_its_work_once(small: Small, cluster: FakeKube
     assert lone.claim_generation == 1
 
 
-def test_a_worker_that_died_mid_step_resumes_where_the_cluster_is(small: Small, cluster: FakeKube, settings: Any) -> None:
+def test_a_worker_that_died_mid_step_resumes_where_the_cluster_is(
+    small: Small, cluster: FakeKube, settings: Any
+) -> None:
     # given: the new claim is applied, then the worker dies before it could apply the holder pod
     lone, plan, move = fragmented(small, cluster, settings)
     ns = lone.namespace

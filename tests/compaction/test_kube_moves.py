@@ -341,3 +341,34 @@ def test_on_kubernetes_only_requests_of_one_slice_move_and_static_pools_are_refu
     )
     with pytest.raises(InvalidInput, match="static MIG"):
         start_compaction(pool_id=static.pk, actor=world.root)
+
+
+def test_a_request_refused_for_scattered_slots_on_kubernetes_waits_for_a_rescue_plan(
+    small: Small, cluster: FakeKube, settings: Any, world: World
+) -> None:
+    # given: GPU 0 holds a busy 3g.40gb at 0 and a movable 1g.10gb at 4; GPU 1 is full; GPU 2 has room for the 1g
+    small.active("3g.40gb", gpu=0, start=0)
+    blocker = small.active("1g.10gb", gpu=0, start=4, movable=True)
+    small.active("4g.40gb", gpu=1, start=0)
+    small.active("3g.40gb", gpu=1, start=4)
+    small.active("1g.10gb", gpu=2, start=0)
+    small.active("3g.40gb", gpu=2, start=4)
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    refused, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=small.pool.pk,
+        profile="3g.40gb",
+        count=1,
+        lease_hours=4,
+        purpose="needs room",
+        actor=world.alice,
+    )
+    if refused.status == Allocation.Status.PENDING:
+        services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
+    # when
+    waiting = kube_sync.start_provisioning(allocation_id=refused.pk)
+    # then: it waits APPROVED for a plan that moves the blocker, instead of queueing
+    assert waiting.status == Allocation.Status.APPROVED
+    plan = MovePlan.objects.get(for_allocation=refused)
+    assert plan.trigger == MovePlan.Trigger.RESCUE
+    assert [(m.allocation_id, m.from_gpu.index, m.to_gpu.index) for m in plan.moves.all()] == [(blocker.pk, 0, 2)]

@@ -424,6 +424,9 @@ class Allocation(models.Model):
     reclaim_notice_at = models.DateTimeField(null=True, blank=True)
     reclaim_at = models.DateTimeField(null=True, blank=True)
     reclaimed_for = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Kubernetes compaction (issue 14): how many times a move replaced its claim and holder pod. A move makes the
+    # new claim before deleting the old one, so the two need different names: generation n > 0 adds "-m<n>".
+    claim_generation = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -459,7 +462,7 @@ class Allocation(models.Model):
     @property
     def kube_name(self) -> str:
         """Deterministic Kubernetes name for this allocation's holder pod, and its claim when it has one."""
-        return f"mig-alloc-{self.uuid}"
+        return kube_name_for(self.uuid, self.claim_generation)
 
     @property
     def kube_claim_names(self) -> list[str]:
@@ -478,6 +481,11 @@ class Allocation(models.Model):
         """The Kubernetes namespace of this allocation's claim: the one the request named from its tenant's list
         (tenants.TenantNamespace), else the tenant's portal-made one."""
         return self.namespace_name or tenant_namespace(self.tenant)
+
+
+def kube_name_for(allocation_uuid: uuid.UUID | str, generation: int) -> str:
+    """`mig-alloc-<uuid>`, then `mig-alloc-<uuid>-m<n>` once n moves (issue 14) replaced the claim."""
+    return f"mig-alloc-{allocation_uuid}" + (f"-m{generation}" if generation else "")
 
 
 #: A ResourceClaim holds at most this many device requests (resource.k8s.io/v1 DeviceRequestsMaxSize; the API
@@ -875,6 +883,8 @@ class SliceMove(models.Model):
         PLACED = "placed", "Placed at the destination"
         DONE = "done", "Done"
         SKIPPED = "skipped", "Skipped"
+        # Kubernetes: the new claim failed or landed elsewhere; it was deleted and the old one kept (`reason`).
+        FAILED = "failed", "Failed"
 
     plan = models.ForeignKey(MovePlan, on_delete=models.CASCADE, related_name="moves")
     position = models.PositiveSmallIntegerField()
@@ -887,6 +897,10 @@ class SliceMove(models.Model):
     to_gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
     to_start = models.PositiveSmallIntegerField()
     step = models.CharField(max_length=16, choices=Step.choices, default=Step.PENDING)
+    reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+    # Kubernetes: the claim generation (Allocation.claim_generation) of the new claim, fixed when the destination
+    # is reserved, so that every step names the old and the new claim the same way whatever ran before.
+    claim_generation = models.PositiveSmallIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

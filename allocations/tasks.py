@@ -225,9 +225,12 @@ def check_cluster_task() -> None:
 
 
 # Compaction (issue 14; services/compaction.py, services/moves.py): one step per run, the next queued by the step.
-@shared_task(acks_late=True, **DB_RETRY)
-def advance_move_plan_task(plan_id: int) -> None:
-    moves.advance_move_plan(plan_id=plan_id)
+# Kubernetes: a step waiting for the scheduler to allocate the move's new claim looks again shortly (the service
+# bounds the wait with FATIA_KUBE_ALLOCATION_TIMEOUT_S).
+@shared_task(bind=True, acks_late=True, **{**KUBE_RETRY, "max_retries": 1000})
+def advance_move_plan_task(self: Any, plan_id: int) -> None:
+    if moves.step_move_plan(plan_id=plan_id).wait:
+        raise self.retry(countdown=kube_sync.poll_delay(self.request.retries))
 
 
 @shared_task(acks_late=True, **DB_RETRY)

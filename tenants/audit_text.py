@@ -210,6 +210,14 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
         "move_placed": lambda: f"The moving slice is placed at {after.get('at', '?')}",
         "move": lambda: f"A slice moved from {before.get('at', '?')} to {after.get('at', '?')}; the owner was told",
         "move_skipped": lambda: f"Not moved: the request is {after.get('status', '?')} or no longer movable",
+        # Kubernetes moves (allocations/cluster/moves.py)
+        "move_claimed": lambda: (
+            f"A new claim {after.get('claim', '?')} was made for the moving slice at {after.get('at', '?')}"
+        ),
+        "move_failed": lambda: (
+            f"Not moved from {after.get('from', '?')} to {after.get('to', '?')}: {after.get('reason', '?')}; the new "
+            "claim was deleted and the old one kept"
+        ),
         "rescue": lambda: (
             f"No room as the free slots lie; compaction #{after.get('plan', '?')} moves {after.get('moves', '?')} "
             "slice(s) of movable requests to make room"

@@ -32,7 +32,7 @@ class SliceMoveSerializer(serializers.ModelSerializer[SliceMove]):
 
     class Meta:
         model = SliceMove
-        fields = ["position", "allocation", "profile", "from_slot", "to_slot", "step"]
+        fields = ["position", "allocation", "profile", "from_slot", "to_slot", "step", "reason"]
         read_only_fields = fields
 
     def get_from_slot(self, move: SliceMove) -> str:

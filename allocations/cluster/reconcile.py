@@ -16,6 +16,8 @@ transaction as the change it describes:
   node is marked gone (and ready again when it comes back);
 * claims and holder pods labelled as ours whose allocation is over or unknown: deleted; so are steering
   DeviceTaintRules of allocations no longer waiting for the scheduler;
+* an ACTIVE allocation with a compaction move under way (issue 14, cluster/moves.py) is the move's business: its
+  new claim, pod and steering are kept, and nothing else is checked until the move is done or rolled back;
 
 Requests stuck APPROVED, PROVISIONING or RELEASING (a lost message) are not this pass's business: the outbox sweep
 (services/requeue.py, tasks.sweep_outbox_task) requeues them without asking the cluster, so also while it is down.
@@ -35,6 +37,7 @@ from django.conf import settings
 from django.db import transaction
 
 from allocations.cluster import discovery, kube
+from allocations.cluster import moves as cluster_moves
 from allocations.cluster import placements as cluster_placements
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation, Node
@@ -82,11 +85,16 @@ def reconcile_cluster() -> ReconcileReport:
     live = Allocation.objects.filter(status__in=CLAIM_WANTED).select_related("tenant", "pool")
     wanted_claims: set[tuple[str, str]] = set()
     wanted_pods: set[tuple[str, str]] = set()
+    # Compaction moves under way keep their new claim (and its steering), and are left to the move meanwhile.
+    moving = cluster_moves.moving_names()
     for allocation in live:
         namespace = allocation.namespace
         wanted_claims |= {(namespace, name) for name in allocation.kube_claim_names}
         wanted_pods.add((namespace, allocation.kube_name))
-        if allocation.status == Status.ACTIVE:
+        if allocation.pk in moving:
+            wanted_claims.add((namespace, moving[allocation.pk]))
+            wanted_pods.add((namespace, moving[allocation.pk]))
+        elif allocation.status == Status.ACTIVE:
             _reconcile_active(allocation, claims, pods.get((namespace, allocation.kube_name)), cluster_nodes, report)
 
     orphans = {key for key in claims if key not in wanted_claims}
@@ -97,6 +105,7 @@ def reconcile_cluster() -> ReconcileReport:
         _record_orphan(namespace, name, report)
 
     waiting = {str(u) for u in Allocation.objects.filter(status=Status.PROVISIONING).values_list("uuid", flat=True)}
+    waiting |= {str(u) for u in Allocation.objects.filter(pk__in=list(moving)).values_list("uuid", flat=True)}
     for allocation_uuid in sorted(kube.list_steering() - waiting):
         kube.delete_steering(allocation_uuid)  # left by a worker that died between activation and cleanup
         report.steering_deleted.append(allocation_uuid)

@@ -30,6 +30,7 @@ from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for
 from allocations.queue_reservation import reservation_blocker
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
+from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import finish_release, mark_allocation_failed, start_claiming
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.pools import register_node
@@ -92,6 +93,8 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
     )
+    if slices is None and rescue_with_moves(allocation):
+        return allocation  # compaction moves other slices first (issue 14); the plan's end provisions this again
     blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)
     if slices is None or blocker is not None:
         what = f"{allocation.count} x {allocation.profile}"

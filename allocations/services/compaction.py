@@ -6,10 +6,10 @@ tenant's `movable_by_default`), and slices idle reclaim has flagged (`idle_since
 ever moves. The planner is allocations/mig/defrag.py; this module turns its plan into MovePlan and SliceMove rows,
 and services/moves.py applies them one step at a time.
 
-Where compaction runs: MIG pools with DynamicMIG on the simulated backend. On Kubernetes a move is a new claim pinned
-to the destination device, then the old claim and holder deleted; that backend is not wired yet, so there every
-entry point here refuses (InvalidInput) or does nothing (the beat, the rescue). Static-MIG pools would need a layout
-change of the node first (services/reconfiguration.py): not compacted.
+Where compaction runs: MIG pools with DynamicMIG, on the simulated backend and on Kubernetes. There a move is a new
+claim pinned at the destination (GPU by UUID, slot by steering), then the old claim and holder pod deleted
+(allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools would need a layout change of
+the node first (services/reconfiguration.py): not compacted.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).
@@ -48,18 +48,19 @@ def compaction_refusal(pool: NodePool) -> str:
         return f"{pool.name} shares whole GPUs: there are no MIG slots to compact."
     if pool.mig_mode != NodePool.MigMode.DYNAMIC:
         return f"{pool.name} uses static MIG: moving a slice there needs a layout change of the GPU first."
-    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
-        return "Compaction is not wired to the Kubernetes backend yet."
     return ""
 
 
 def movable_allocation_ids(pool: NodePool) -> set[int]:
-    """ACTIVE requests of the pool that may move: movable by their owner, or idle."""
-    return set(
-        Allocation.objects.filter(pool=pool, status=Allocation.Status.ACTIVE)
-        .filter(Q(movable=True) | Q(idle_since__isnull=False))
-        .values_list("pk", flat=True)
+    """ACTIVE requests of the pool that may move: movable by their owner, or idle. On Kubernetes only requests of
+    one slice: a move makes the new claim before deleting the old one, and a claim of several slices made anew
+    would ask for the devices its unmoved slices hold."""
+    movable = Allocation.objects.filter(pool=pool, status=Allocation.Status.ACTIVE).filter(
+        Q(movable=True) | Q(idle_since__isnull=False)
     )
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        movable = movable.filter(count=1)
+    return set(movable.values_list("pk", flat=True))
 
 
 def movable_fleet(pool: NodePool) -> tuple[PoolLayout, Fleet]:

@@ -14,18 +14,25 @@ A move whose request ended or stopped being movable before it was placed is SKIP
 ends the plan FAILED (the moves done so far stay: each left every layout valid). When the plan ends, a rescued
 request is provisioned again.
 
+On the Kubernetes backend the NOTIFIED and PLACED steps talk to the cluster (allocations/cluster/moves.py): a new
+claim pinned at the destination, allocated by kube-scheduler, then the old claim and holder pod deleted. The
+PENDING step and the plan's end are the same for both backends and stay here.
+
 Locks: the move's request, then the pool, then the plan (allocation, then pool, as everywhere). Quota never changes:
 a moved slice is the same slice.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from allocations.mig.layout import geometry
 from allocations.models import Allocation, MovePlan, Notification, SliceMove, SlicePlacement
-from allocations.placement import dra_device_name, read_pool
+from allocations.placement import PoolLayout, dra_device_name, read_pool
 from allocations.services.compaction import ADVANCE_TASK
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.notifications import notify_users
@@ -54,25 +61,62 @@ def may_move(allocation: Allocation) -> bool:
     return allocation.status == Allocation.Status.ACTIVE and (allocation.movable or allocation.idle_since is not None)
 
 
-@transaction.atomic
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """What one step did: the plan as it is now, and `wait` when nothing changed because the cluster has not
+    allocated the move's new claim yet (Kubernetes): the caller looks again after a short delay."""
+
+    plan: MovePlan
+    wait: bool = False
+
+
 def advance_move_plan(*, plan_id: int) -> MovePlan:
     """Take plan `plan_id` one step further (see the module docstring) and queue the next step. Idempotent."""
+    return step_move_plan(plan_id=plan_id).plan
+
+
+def step_move_plan(*, plan_id: int) -> Advance:
+    """advance_move_plan, saying whether the step waits for the cluster (see Advance). On the Kubernetes backend
+    the NOTIFIED and PLACED steps make cluster calls outside any transaction; raises KubeUnavailable (retry)."""
+    if settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        move = current_move(plan_id)
+        if move is not None and move.step in (Step.NOTIFIED, Step.PLACED):
+            from allocations.cluster import moves as cluster_moves
+
+            return cluster_moves.advance_move_on_cluster(move_id=move.pk)
+    return Advance(_advance_in_database(plan_id=plan_id))
+
+
+def current_move(plan_id: int) -> SliceMove | None:
+    """The first unfinished move of an APPLYING plan (read without locks: the step re-checks under them)."""
+    return (
+        SliceMove.objects.filter(plan_id=plan_id, plan__status=MovePlan.Status.APPLYING)
+        .exclude(step__in=(Step.DONE, Step.SKIPPED, Step.FAILED))
+        .order_by("position")
+        .first()
+    )
+
+
+@transaction.atomic
+def _advance_in_database(*, plan_id: int) -> MovePlan:
     plan = MovePlan.objects.get(pk=plan_id)
     if plan.status != MovePlan.Status.APPLYING:
         return plan
-    move = plan.moves.exclude(step__in=(Step.DONE, Step.SKIPPED)).order_by("position").first()
+    move = plan.moves.exclude(step__in=(Step.DONE, Step.SKIPPED, Step.FAILED)).order_by("position").first()
     allocation = lock_allocation(allocation_id=move.allocation_id) if move is not None else None
     lock_pool(pool_id=plan.pool_id)
     plan = _lock_plan(plan_id)
     if plan.status != MovePlan.Status.APPLYING:
         return plan
     if move is None or allocation is None:
-        return _finish(plan, MovePlan.Status.DONE, "Every move is done.")
+        return finish_plan(plan, MovePlan.Status.DONE, "Every move is done.")
     move = _lock_move(move.pk)
-    if move.step in (Step.DONE, Step.SKIPPED):
+    if move.step in (Step.DONE, Step.SKIPPED, Step.FAILED):
         return plan  # another run took this step; it queued the next one
     if move.step == Step.PENDING:
         _announce(move, allocation)
+    elif settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        return plan  # the cluster steps are allocations/cluster/moves.py's (a backend switched mid-plan)
     elif move.step == Step.NOTIFIED:
         if not _place(plan, move, allocation):
             return plan
@@ -82,7 +126,8 @@ def advance_move_plan(*, plan_id: int) -> MovePlan:
     return plan
 
 
-def _skip(move: SliceMove, allocation: Allocation) -> None:
+def skip_move(move: SliceMove, allocation: Allocation) -> None:
+    """The move's request ended or stopped being movable first: SKIPPED, audited. The caller holds the locks."""
     move.step = Step.SKIPPED
     move.save(update_fields=["step", "updated_at"])
     record_audit_event(
@@ -98,15 +143,15 @@ def _where(gpu_node: str, gpu_index: int, start: int) -> str:
     return f"{gpu_node}/gpu-{gpu_index}:{start}"
 
 
-def _source(move: SliceMove) -> str:
+def source_of(move: SliceMove) -> str:
     return _where(move.from_gpu.node.name, move.from_gpu.index, move.from_start)
 
 
-def _destination(move: SliceMove) -> str:
+def destination_of(move: SliceMove) -> str:
     return _where(move.to_gpu.node.name, move.to_gpu.index, move.to_start)
 
 
-def _tell_owner(move: SliceMove, allocation: Allocation, text: str, phase: str) -> None:
+def tell_owner(move: SliceMove, allocation: Allocation, text: str, phase: str) -> None:
     notify_users(
         recipient_ids=[allocation.requested_by_id],
         kind=Notification.Kind.ALLOCATION_MOVE,
@@ -119,12 +164,12 @@ def _tell_owner(move: SliceMove, allocation: Allocation, text: str, phase: str) 
 
 def _announce(move: SliceMove, allocation: Allocation) -> None:
     if not may_move(allocation):
-        _skip(move, allocation)
+        skip_move(move, allocation)
         return
-    _tell_owner(
+    tell_owner(
         move,
         allocation,
-        f"Request #{allocation.pk}: one {move.profile} slice moves from {_source(move)} to {_destination(move)} to "
+        f"Request #{allocation.pk}: one {move.profile} slice moves from {source_of(move)} to {destination_of(move)} to "
         "make room in the pool; pods using it restart.",
         "before",
     )
@@ -135,31 +180,38 @@ def _announce(move: SliceMove, allocation: Allocation) -> None:
         verb="move_announced",
         obj=allocation,
         tenant_id=allocation.tenant_id,
-        after={"plan": move.plan_id, "from": _source(move), "to": _destination(move)},
+        after={"plan": move.plan_id, "from": source_of(move), "to": destination_of(move)},
     )
+
+
+def destination_problem(layout: PoolLayout, move: SliceMove) -> str:
+    """Why the move's destination slot cannot take its slice in the pool's current layout, or ""."""
+    position = (move.to_gpu.node.name, move.to_gpu.index)
+    model = layout.models.get(position)
+    if model is None:
+        return f"{destination_of(move)} is no longer a ready GPU of the pool."
+    held = [(i.profile, i.start) for i in layout.fleet.gpu(*position).instances]
+    problems = geometry(model).violations([*held, (move.profile, move.to_start)])
+    if problems:
+        return f"{destination_of(move)} is taken now: {'; '.join(problems)}."
+    return ""
 
 
 def _place(plan: MovePlan, move: SliceMove, allocation: Allocation) -> bool:
     """Place the slice at the destination; False (plan FAILED) when the destination is no longer free."""
     if not may_move(allocation):
-        _skip(move, allocation)
+        skip_move(move, allocation)
         return True
     source = SlicePlacement.objects.filter(allocation=allocation, gpu=move.from_gpu, start=move.from_start).first()
     if source is None:
-        _skip(move, allocation)
+        skip_move(move, allocation)
         return True
     layout = read_pool(plan.pool)
-    position = (move.to_gpu.node.name, move.to_gpu.index)
-    model = layout.models.get(position)
-    if model is None:
-        _finish(plan, MovePlan.Status.FAILED, f"{_destination(move)} is no longer a ready GPU of the pool.")
+    problem = destination_problem(layout, move)
+    if problem:
+        finish_plan(plan, MovePlan.Status.FAILED, problem)
         return False
-    held = [(i.profile, i.start) for i in layout.fleet.gpu(*position).instances]
-    problems = geometry(model).violations([*held, (move.profile, move.to_start)])
-    if problems:
-        _finish(plan, MovePlan.Status.FAILED, f"{_destination(move)} is taken now: {'; '.join(problems)}.")
-        return False
-    spec = model.profile(move.profile)
+    spec = layout.models[(move.to_gpu.node.name, move.to_gpu.index)].profile(move.profile)
     SlicePlacement.objects.create(
         allocation=allocation,
         gpu=move.to_gpu,
@@ -177,7 +229,7 @@ def _place(plan: MovePlan, move: SliceMove, allocation: Allocation) -> bool:
         verb="move_placed",
         obj=allocation,
         tenant_id=allocation.tenant_id,
-        after={"plan": move.plan_id, "at": _destination(move)},
+        after={"plan": move.plan_id, "at": destination_of(move)},
     )
     return True
 
@@ -187,10 +239,10 @@ def _complete(move: SliceMove, allocation: Allocation) -> None:
     move.step = Step.DONE
     move.save(update_fields=["step", "updated_at"])
     if allocation.status == Allocation.Status.ACTIVE:
-        _tell_owner(
+        tell_owner(
             move,
             allocation,
-            f"Request #{allocation.pk}: its {move.profile} slice now runs at {_destination(move)}; start your pods "
+            f"Request #{allocation.pk}: its {move.profile} slice now runs at {destination_of(move)}; start your pods "
             "again if they did not restart by themselves.",
             "after",
         )
@@ -199,12 +251,12 @@ def _complete(move: SliceMove, allocation: Allocation) -> None:
         verb="move",
         obj=allocation,
         tenant_id=allocation.tenant_id,
-        before={"at": _source(move)},
-        after={"plan": move.plan_id, "at": _destination(move)},
+        before={"at": source_of(move)},
+        after={"plan": move.plan_id, "at": destination_of(move)},
     )
 
 
-def _finish(plan: MovePlan, status: str, message: str) -> MovePlan:
+def finish_plan(plan: MovePlan, status: str, message: str) -> MovePlan:
     plan.status = status
     plan.status_message = message[:500]
     plan.finished_at = timezone.now()

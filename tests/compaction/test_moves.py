@@ -4,8 +4,6 @@ fragmentation alone is rescued by at most two moves."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.core import mail
 from django.utils import timezone
@@ -228,13 +226,6 @@ def test_without_movable_slices_a_refused_request_waits_in_the_queue(small: Smal
         services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
     assert services.provision_allocation(allocation_id=refused.pk).status == Allocation.Status.QUEUED
     assert not MovePlan.objects.exists()
-
-
-def test_compaction_is_refused_on_the_kubernetes_backend(small: Small, world: World, settings: Any) -> None:
-    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
-    assert "Kubernetes" in preview_compaction(pool=small.pool).refusal
-    with pytest.raises(InvalidInput, match="Kubernetes"):
-        start_compaction(pool_id=small.pool.pk, actor=world.root)
 
 
 def test_the_timeline_says_what_compaction_did(small: Small, world: World) -> None:

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("allocations", "0017_cohorts"),
+        ("allocations", "0018_move_claims"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

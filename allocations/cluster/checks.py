@@ -513,7 +513,13 @@ def check_permissions(identity: str) -> CheckResult:
     """A SelfSubjectAccessReview per verb the portal uses, in all namespaces (it makes tenant namespaces as it
     goes, so it needs its verbs cluster-wide: a ClusterRole and a ClusterRoleBinding)."""
     needed = required_verbs()
-    missing = [(g, r, v) for g, r, v in needed if not kube.may_i(g, r, v)]
+    missing = [
+        (p.group, p.resource, verb)
+        for p in PORTAL_PERMISSIONS
+        for verb in p.verbs
+        # A verb granted on one object only (resourceNames) is asked about that object.
+        if not kube.may_i(p.group, p.resource, verb, name=str(getattr(settings, p.named_by)) if p.named_by else "")
+    ]
     if missing:
         return CheckResult(
             "permissions",

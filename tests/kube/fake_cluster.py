@@ -125,7 +125,7 @@ class FakeCluster:
         self.calls.append("who_am_i")
         return self.identity
 
-    def may_i(self, group: str, resource: str, verb: str, namespace: str = "") -> bool:
+    def may_i(self, group: str, resource: str, verb: str, namespace: str = "", name: str = "") -> bool:
         self.calls.append(f"may_i {verb} {resource}")
         return (group, resource, verb) not in self.denied
 

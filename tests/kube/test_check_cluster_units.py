@@ -23,7 +23,7 @@ from allocations.cluster.checks import (
     parse_image_reference,
 )
 from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES as FLEET_CLASSES
-from allocations.cluster.permissions import PORTAL_PERMISSIONS, required_verbs
+from allocations.cluster.permissions import MEMBER_WORKLOAD_RULES, PORTAL_PERMISSIONS, required_verbs
 from tests.kube.fake_cluster import PORTAL, FakeCluster, node_slices
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "control-plane" / "portal-rbac.yaml"
@@ -76,7 +76,13 @@ def test_the_rbac_manifest_grants_exactly_the_permissions_the_code_lists():
 
     # then
     assert sorted(granted) == sorted(required_verbs())
-    assert len(granted) == len(set(granted)) == 50  # 48, and delete on roles and rolebindings (tenant namespaces)
+    # 48, delete on roles and rolebindings (tenant namespaces), bind on the member ClusterRole (and on it only)
+    assert len(granted) == len(set(granted)) == 51
+    (bind,) = [rule for rule in role["rules"] if rule["verbs"] == ["bind"]]
+    assert bind["resourceNames"] == ["fatia-tenant-member"]
+    # and the member ClusterRole holds exactly the rules the code lists
+    (member,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "fatia-tenant-member"]
+    assert member["rules"] == list(MEMBER_WORKLOAD_RULES)
 
 
 def test_the_checked_device_classes_are_those_the_fake_fleet_installs():

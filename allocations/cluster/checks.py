@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from allocations.cluster import kube
+from allocations.cluster import kube, namespace_rbac
+from allocations.cluster.reconcile import CLAIM_WANTED
 from allocations.cluster.permissions import (
     BASELINE,
     PORTAL_PERMISSIONS,
@@ -31,6 +33,8 @@ from allocations.cluster.permissions import (
     mig_manager_verbs,
     required_verbs,
 )
+from allocations.models import Allocation
+from tenants.models import TenantNamespace
 
 # resource.k8s.io/v1 went GA, served by default, in Kubernetes 1.34.
 MIN_MINOR = 34
@@ -188,6 +192,7 @@ def check_cluster(*, now: datetime | None = None) -> ClusterReport:
         results.append(
             check_pod_security(namespaces) if unlisted is None else _failed("pod-security", "Pod Security", unlisted)
         )
+        results.append(_guard("tenant-namespaces", "Tenant namespaces", check_tenant_namespaces))
     results.append(check_holder_image())
     return ClusterReport(server=server, identity=identity, checked_at=checked_at, results=tuple(results))
 
@@ -639,6 +644,81 @@ def check_pod_security(namespaces: list[kube.NamespaceLabels]) -> CheckResult:
             + ((f"... and {len(wrong) - LISTED} more",) if len(wrong) > LISTED else ()),
         )
     return CheckResult("pod-security", title, Level.OK, f"Every tenant namespace ({len(namespaces)}) enforces {level}.")
+
+
+# The RoleBindings a tenant's namespace must hold: the members' two, and in a namespace it owns the portal's own.
+MEMBER_BINDINGS = frozenset({namespace_rbac.MEMBER_NAME, kube.MEMBER_WORKLOADS_BINDING})
+OWNED_BINDINGS = MEMBER_BINDINGS | {namespace_rbac.PORTAL_BINDING}
+
+
+def check_tenant_namespaces() -> CheckResult:
+    """The namespaces the portal manages (those it made and those tenants own, issue 17) as the cluster has them:
+    each with its RoleBindings and tenant label; no namespace that left its tenant still holding the portal's
+    bindings; no claim of the portal's there that no request wants (reconcile deletes those on its next pass)."""
+    title = "Tenant namespaces"
+    prefix = settings.FATIA_KUBE_NAMESPACE_PREFIX
+    owned = dict(TenantNamespace.objects.values_list("name", "tenant__slug"))
+    labelled = {n.name: n.labels.get(kube.LABEL_TENANT, "") for n in kube.list_labelled_namespaces()}
+    bound: dict[str, set[str]] = defaultdict(set)
+    for binding in kube.list_portal_role_bindings():
+        bound[binding.namespace].add(binding.name)
+    unbound = []
+    for name, slug in sorted(owned.items()):
+        if labelled.get(name) != slug:
+            unbound.append(f"{name} ({slug}): not labelled {kube.LABEL_TENANT}={slug}; its bindings were never made")
+        elif missing := sorted(OWNED_BINDINGS - bound[name]):
+            unbound.append(f"{name} ({slug}): no RoleBinding {', '.join(missing)}")
+    for name in sorted(n for n in labelled if n.startswith(prefix)):
+        if missing := sorted(MEMBER_BINDINGS - bound[name]):
+            unbound.append(f"{name} (portal-made): no RoleBinding {', '.join(missing)}")
+    left = sorted(ns for ns in bound if not ns.startswith(prefix) and ns not in owned)
+    managed = {n for n in labelled if n.startswith(prefix)} | set(owned)
+    claims = [c for c in kube.list_portal_claims() if c.namespace in managed]
+    wanted = {
+        request: namespace or f"{prefix}{slug}"
+        for request, namespace, slug in Allocation.objects.filter(
+            uuid__in=_uuids(c.label for c in claims), status__in=CLAIM_WANTED
+        ).values_list("uuid", "namespace_name", "tenant__slug")
+    }
+    orphans = sorted(f"{c.namespace}/{c.name}" for c in claims if wanted.get(_uuid(c.label)) != c.namespace)
+    details = []
+    if unbound:
+        details.append(f"Bindings missing: {listed(unbound)}.")
+    if left:
+        still = [f"{ns} ({', '.join(sorted(bound[ns]))})" for ns in left]
+        details.append(f"Left their tenant with the portal's bindings still there: {listed(still)}.")
+    if orphans:
+        details.append(f"Claims of the portal's that no request wants: {listed(orphans)}.")
+    found = (
+        f"{plural(len(managed), 'namespace')} managed ({plural(len(owned), 'owned by a tenant', 'owned by tenants')})"
+    )
+    if not details:
+        if not managed:
+            return CheckResult("tenant-namespaces", title, Level.OK, "No tenant namespace yet.")
+        return CheckResult("tenant-namespaces", title, Level.OK, f"{found}: every one bound, no stray claim.")
+    return CheckResult(
+        "tenant-namespaces",
+        title,
+        Level.WARN,
+        f"{found}: {plural(len(unbound), 'without its bindings', 'without their bindings')}, "
+        f"{len(left)} left with bindings, {plural(len(orphans), 'stray claim')}.",
+        "Missing bindings: assign a tenant's own namespace again on its namespaces page (that applies them again), "
+        "or set a quota for a portal-made one's tenant again (onboarding). Left with bindings: kubectl delete "
+        "rolebinding fatia-portal fatia-member fatia-member-workloads -n NAMESPACE. Stray claims: the reconcile "
+        "pass deletes them within a minute; if they stay, the worker or beat is not running.",
+        tuple(details),
+    )
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def _uuids(values: Iterable[str]) -> list[uuid.UUID]:
+    return [u for u in map(_uuid, values) if u is not None]
 
 
 @dataclass(frozen=True, slots=True)

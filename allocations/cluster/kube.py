@@ -1034,6 +1034,52 @@ def list_tenant_namespaces(prefix: str) -> list[NamespaceLabels]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NamedObject:
+    """A namespaced object the check looks at: where, its name, and one label's value ("" when unlabelled)."""
+
+    namespace: str
+    name: str
+    label: str = ""
+
+
+def list_labelled_namespaces() -> list[NamespaceLabels]:
+    """Every namespace labelled `fatia.io/tenant`: the portal-made ones, those tenants own, and those an admin
+    labelled for discovery."""
+    api = client.CoreV1Api(_client_for_check())
+    listed = _call("namespaces", api.list_namespace, label_selector=LABEL_TENANT)
+    return sorted(
+        (
+            NamespaceLabels(name=n.metadata.name, labels=dict(n.metadata.labels or {}))
+            for n in listed.items
+            if n.metadata is not None and n.metadata.name
+        ),
+        key=lambda n: n.name,
+    )
+
+
+def list_portal_role_bindings() -> list[NamedObject]:
+    """The RoleBindings the portal made, in every namespace (labelled `fatia.io/tenant`; `label`: the tenant)."""
+    api = client.RbacAuthorizationV1Api(_client_for_check())
+    listed = _call("rolebindings", api.list_role_binding_for_all_namespaces, label_selector=LABEL_TENANT)
+    return [
+        NamedObject(b.metadata.namespace, b.metadata.name, (b.metadata.labels or {}).get(LABEL_TENANT, ""))
+        for b in listed.items
+        if b.metadata is not None and b.metadata.name and b.metadata.namespace
+    ]
+
+
+def list_portal_claims() -> list[NamedObject]:
+    """The claims labelled `fatia.io/allocation`, in every namespace (`label`: the allocation's UUID)."""
+    api = client.ResourceV1Api(_client_for_check())
+    listed = _call("resourceclaims", api.list_resource_claim_for_all_namespaces, label_selector=LABEL_ALLOCATION)
+    return [
+        NamedObject(c.metadata.namespace, c.metadata.name, (c.metadata.labels or {}).get(LABEL_ALLOCATION, ""))
+        for c in listed.items
+        if c.metadata is not None and c.metadata.name and c.metadata.namespace
+    ]
+
+
 # --- discovery --------------------------------------------------------------------------------------------
 # What fleet discovery (allocations/cluster/discovery.py) reads: Nodes, the `gpu.nvidia.com` ResourceSlices and
 # the ResourceClaims allocated from them, listed in pages and then watched from the list's resourceVersion.

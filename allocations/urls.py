@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
+from allocations.namespaces import views as namespace_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -56,4 +57,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("manage/bookings/", booking_views.booking_calendar, name="booking-calendar"),
     # The queue (issue 15): allocations/queue_page.py.
     path("requests/<int:allocation_id>/priority/", queue_page.request_priority, name="request-priority"),
+    # Namespaces tenants own (issue 17): allocations/namespaces/views.py.
+    path("tenants/<int:tenant_id>/namespaces/", namespace_views.tenant_namespaces, name="tenant-namespaces"),
+    path(
+        "tenants/<int:tenant_id>/namespaces/<int:namespace_id>/remove/",
+        namespace_views.tenant_namespace_remove,
+        name="tenant-namespace-remove",
+    ),
 ]

@@ -6,7 +6,9 @@ Every question goes to the API server through `kube.py`; nothing here writes to 
 FAIL means the portal cannot work as it is (no API, no resource.k8s.io/v1, no MIG DeviceClass, no GPU node
 with MIG devices, a verb it needs refused, a MIG layout without counters, a holder image the kubelet refuses).
 WARN means it works, but less than it should: a GPU node the portal cannot use, a verb granted that it does
-not need, a tenant namespace without the Pod Security level, a holder image that only works by luck.
+not need, a tenant namespace without the Pod Security level or its RoleBindings, a namespace that left its tenant
+with the portal's bindings, a stray claim, a holder image that only works by luck. The tenant-namespaces check
+also reads the database (the namespaces tenants own, the live requests).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.utils import timezone
 
 from allocations.cluster import kube, namespace_rbac
@@ -192,7 +195,7 @@ def check_cluster(*, now: datetime | None = None) -> ClusterReport:
         results.append(
             check_pod_security(namespaces) if unlisted is None else _failed("pod-security", "Pod Security", unlisted)
         )
-        results.append(_guard("tenant-namespaces", "Tenant namespaces", check_tenant_namespaces))
+        results.append(_guard("tenant-namespaces", "Tenant namespaces", _tenant_namespaces_from_the_database))
     results.append(check_holder_image())
     return ClusterReport(server=server, identity=identity, checked_at=checked_at, results=tuple(results))
 
@@ -649,6 +652,20 @@ def check_pod_security(namespaces: list[kube.NamespaceLabels]) -> CheckResult:
 # The RoleBindings a tenant's namespace must hold: the members' two, and in a namespace it owns the portal's own.
 MEMBER_BINDINGS = frozenset({namespace_rbac.MEMBER_NAME, kube.MEMBER_WORKLOADS_BINDING})
 OWNED_BINDINGS = MEMBER_BINDINGS | {namespace_rbac.PORTAL_BINDING}
+
+
+def _tenant_namespaces_from_the_database() -> CheckResult:
+    """check_tenant_namespaces, which reads the database: before `migrate` (or without a database) a warning."""
+    try:
+        return check_tenant_namespaces()
+    except DatabaseError as exc:
+        return CheckResult(
+            "tenant-namespaces",
+            "Tenant namespaces",
+            Level.WARN,
+            f"Not checked: the database cannot be read ({exc.__class__.__name__}).",
+            "Run the check again once the database is migrated and reachable.",
+        )
 
 
 def check_tenant_namespaces() -> CheckResult:

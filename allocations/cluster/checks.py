@@ -697,10 +697,15 @@ def check_tenant_namespaces() -> CheckResult:
             uuid__in=_uuids(c.label for c in claims), status__in=CLAIM_WANTED
         ).values_list("uuid", "namespace_name", "tenant__slug")
     }
-    orphans = sorted(f"{c.namespace}/{c.name}" for c in claims if wanted.get(_uuid(c.label)) != c.namespace)
+    orphans = sorted(
+        f"{c.namespace}/{c.name}"
+        for c, request in ((c, _uuid(c.label)) for c in claims)
+        if request is None or wanted.get(request) != c.namespace
+    )
     details = []
     if unbound:
-        details.append(f"Bindings missing: {listed(unbound)}.")
+        more = f"; and {len(unbound) - LISTED} more" if len(unbound) > LISTED else ""
+        details.append(f"Bindings missing: {'; '.join(unbound[:LISTED])}{more}.")
     if left:
         still = [f"{ns} ({', '.join(sorted(bound[ns]))})" for ns in left]
         details.append(f"Left their tenant with the portal's bindings still there: {listed(still)}.")

@@ -28,7 +28,6 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from allocations.cluster import kube, namespace_rbac
-from allocations.cluster.reconcile import CLAIM_WANTED
 from allocations.cluster.permissions import (
     BASELINE,
     PORTAL_PERMISSIONS,
@@ -36,6 +35,7 @@ from allocations.cluster.permissions import (
     mig_manager_verbs,
     required_verbs,
 )
+from allocations.cluster.reconcile import CLAIM_WANTED
 from allocations.models import Allocation
 from tenants.models import TenantNamespace
 

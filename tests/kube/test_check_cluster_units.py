@@ -463,9 +463,7 @@ def test_mig_manager_mode_rights_are_not_extra_where_they_belong(monkeypatch, se
 # --- the namespaces the portal manages (issue 17) ---------------------------------------------------------------
 
 
-def test_namespaces_without_their_bindings_left_with_bindings_or_holding_stray_claims_are_warnings(
-    world, monkeypatch
-):
+def test_namespaces_without_their_bindings_left_with_bindings_or_holding_stray_claims_are_warnings(world, monkeypatch):
     # given: team A owns "ml-a" (its members' workload binding is missing) with a live request there; "old-b" left
     # team B with the portal's binding still in it; claims of the portal's that no request wants in managed
     # namespaces (one of no request, one of the live request but in the wrong namespace), and one elsewhere

@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, path
 
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
 from allocations.cohorts import pages as cohort_pages
+from allocations.namespaces import views as namespace_views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -63,4 +64,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("manage/pools/<int:pool_id>/cohorts/", cohort_pages.pool_cohorts, name="manage-pool-cohorts"),
     path("manage/cohorts/<int:cohort_id>/", cohort_pages.cohort_edit, name="manage-cohort-edit"),
     path("manage/cohorts/<int:cohort_id>/delete/", cohort_pages.cohort_delete, name="manage-cohort-delete"),
+    # Namespaces tenants own (issue 17): allocations/namespaces/views.py.
+    path("tenants/<int:tenant_id>/namespaces/", namespace_views.tenant_namespaces, name="tenant-namespaces"),
+    path(
+        "tenants/<int:tenant_id>/namespaces/<int:namespace_id>/remove/",
+        namespace_views.tenant_namespace_remove,
+        name="tenant-namespace-remove",
+    ),
 ]

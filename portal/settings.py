@@ -657,3 +657,9 @@ FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = os.environ.get("FATIA_KUBE_PORTAL_SERVICE_AC
 # The ClusterRole (claim and pod verbs only) that those RoleBindings grant; the chart and
 # deploy/control-plane/portal-rbac.yaml make it, never bound cluster-wide.
 FATIA_KUBE_NAMESPACE_ROLE = os.environ.get("FATIA_KUBE_NAMESPACE_ROLE", "fatia-portal-namespace")
+
+# --- Tenant namespaces, session 8 (branch s8-ns; issue 17: member workload rights; docs/workloads.md) -------------
+# The ClusterRole of what members may do with workloads (Deployments, Jobs, StatefulSets, Services...) in a tenant's
+# namespaces. Never bound cluster-wide: the portal binds the member group to it per namespace (RoleBinding
+# fatia-member-workloads), which RBAC allows because the portal may `bind` this one ClusterRole by name.
+FATIA_KUBE_MEMBER_ROLE = os.environ.get("FATIA_KUBE_MEMBER_ROLE", "fatia-tenant-member")

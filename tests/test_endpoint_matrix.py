@@ -337,6 +337,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/cohorts/{cohort}/", "none", (200, 200, 200, 401)),
     ("patch", "/api/v1/cohorts/{cohort}/", "cohort-edit", (403, 403, 403, 401)),
     ("delete", "/api/v1/cohorts/{cohort}/", "none", (403, 403, 403, 401)),
+    # Their pages (plain Django views): DRF's forced user is no session, so everyone here is sent to sign in;
+    # tests/web/test_tenant_namespaces_page.py signs each user in (admin, manager, member, another tenant's).
+    ("get", "/tenants/{tenant}/namespaces/", "none", (302, 302, 302, 302)),
+    ("post", "/tenants/{tenant}/namespaces/", "namespace", (302, 302, 302, 302)),
+    ("post", "/tenants/{tenant}/namespaces/{namespace}/remove/", "none", (302, 302, 302, 302)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -6,13 +6,16 @@ Every question goes to the API server through `kube.py`; nothing here writes to 
 FAIL means the portal cannot work as it is (no API, no resource.k8s.io/v1, no MIG DeviceClass, no GPU node
 with MIG devices, a verb it needs refused, a MIG layout without counters, a holder image the kubelet refuses).
 WARN means it works, but less than it should: a GPU node the portal cannot use, a verb granted that it does
-not need, a tenant namespace without the Pod Security level, a holder image that only works by luck.
+not need, a tenant namespace without the Pod Security level or its RoleBindings, a namespace that left its tenant
+with the portal's bindings, a stray claim, a holder image that only works by luck. The tenant-namespaces check
+also reads the database (the namespaces tenants own, the live requests).
 """
 
 from __future__ import annotations
 
 import enum
 import re
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,9 +24,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.utils import timezone
 
-from allocations.cluster import kube
+from allocations.cluster import kube, namespace_rbac
 from allocations.cluster.permissions import (
     BASELINE,
     PORTAL_PERMISSIONS,
@@ -31,6 +35,9 @@ from allocations.cluster.permissions import (
     mig_manager_verbs,
     required_verbs,
 )
+from allocations.cluster.reconcile import CLAIM_WANTED
+from allocations.models import Allocation
+from tenants.models import TenantNamespace
 
 # resource.k8s.io/v1 went GA, served by default, in Kubernetes 1.34.
 MIN_MINOR = 34
@@ -188,6 +195,7 @@ def check_cluster(*, now: datetime | None = None) -> ClusterReport:
         results.append(
             check_pod_security(namespaces) if unlisted is None else _failed("pod-security", "Pod Security", unlisted)
         )
+        results.append(_guard("tenant-namespaces", "Tenant namespaces", _tenant_namespaces_from_the_database))
     results.append(check_holder_image())
     return ClusterReport(server=server, identity=identity, checked_at=checked_at, results=tuple(results))
 
@@ -513,7 +521,13 @@ def check_permissions(identity: str) -> CheckResult:
     """A SelfSubjectAccessReview per verb the portal uses, in all namespaces (it makes tenant namespaces as it
     goes, so it needs its verbs cluster-wide: a ClusterRole and a ClusterRoleBinding)."""
     needed = required_verbs()
-    missing = [(g, r, v) for g, r, v in needed if not kube.may_i(g, r, v)]
+    missing = [
+        (p.group, p.resource, verb)
+        for p in PORTAL_PERMISSIONS
+        for verb in p.verbs
+        # A verb granted on one object only (resourceNames) is asked about that object.
+        if not kube.may_i(p.group, p.resource, verb, name=str(getattr(settings, p.named_by)) if p.named_by else "")
+    ]
     if missing:
         return CheckResult(
             "permissions",
@@ -633,6 +647,100 @@ def check_pod_security(namespaces: list[kube.NamespaceLabels]) -> CheckResult:
             + ((f"... and {len(wrong) - LISTED} more",) if len(wrong) > LISTED else ()),
         )
     return CheckResult("pod-security", title, Level.OK, f"Every tenant namespace ({len(namespaces)}) enforces {level}.")
+
+
+# The RoleBindings a tenant's namespace must hold: the members' two, and in a namespace it owns the portal's own.
+MEMBER_BINDINGS = frozenset({namespace_rbac.MEMBER_NAME, kube.MEMBER_WORKLOADS_BINDING})
+OWNED_BINDINGS = MEMBER_BINDINGS | {namespace_rbac.PORTAL_BINDING}
+
+
+def _tenant_namespaces_from_the_database() -> CheckResult:
+    """check_tenant_namespaces, which reads the database: before `migrate` (or without a database) a warning."""
+    try:
+        return check_tenant_namespaces()
+    except DatabaseError as exc:
+        return CheckResult(
+            "tenant-namespaces",
+            "Tenant namespaces",
+            Level.WARN,
+            f"Not checked: the database cannot be read ({exc.__class__.__name__}).",
+            "Run the check again once the database is migrated and reachable.",
+        )
+
+
+def check_tenant_namespaces() -> CheckResult:
+    """The namespaces the portal manages (those it made and those tenants own, issue 17) as the cluster has them:
+    each with its RoleBindings and tenant label; no namespace that left its tenant still holding the portal's
+    bindings; no claim of the portal's there that no request wants (reconcile deletes those on its next pass)."""
+    title = "Tenant namespaces"
+    prefix = settings.FATIA_KUBE_NAMESPACE_PREFIX
+    owned = dict(TenantNamespace.objects.values_list("name", "tenant__slug"))
+    labelled = {n.name: n.labels.get(kube.LABEL_TENANT, "") for n in kube.list_labelled_namespaces()}
+    bound: dict[str, set[str]] = defaultdict(set)
+    for binding in kube.list_portal_role_bindings():
+        bound[binding.namespace].add(binding.name)
+    unbound = []
+    for name, slug in sorted(owned.items()):
+        if labelled.get(name) != slug:
+            unbound.append(f"{name} ({slug}): not labelled {kube.LABEL_TENANT}={slug}; its bindings were never made")
+        elif missing := sorted(OWNED_BINDINGS - bound[name]):
+            unbound.append(f"{name} ({slug}): no RoleBinding {', '.join(missing)}")
+    for name in sorted(n for n in labelled if n.startswith(prefix)):
+        if missing := sorted(MEMBER_BINDINGS - bound[name]):
+            unbound.append(f"{name} (portal-made): no RoleBinding {', '.join(missing)}")
+    left = sorted(ns for ns in bound if not ns.startswith(prefix) and ns not in owned)
+    managed = {n for n in labelled if n.startswith(prefix)} | set(owned)
+    claims = [c for c in kube.list_portal_claims() if c.namespace in managed]
+    wanted = {
+        request: namespace or f"{prefix}{slug}"
+        for request, namespace, slug in Allocation.objects.filter(
+            uuid__in=_uuids(c.label for c in claims), status__in=CLAIM_WANTED
+        ).values_list("uuid", "namespace_name", "tenant__slug")
+    }
+    orphans = sorted(
+        f"{c.namespace}/{c.name}"
+        for c, request in ((c, _uuid(c.label)) for c in claims)
+        if request is None or wanted.get(request) != c.namespace
+    )
+    details = []
+    if unbound:
+        more = f"; and {len(unbound) - LISTED} more" if len(unbound) > LISTED else ""
+        details.append(f"Bindings missing: {'; '.join(unbound[:LISTED])}{more}.")
+    if left:
+        still = [f"{ns} ({', '.join(sorted(bound[ns]))})" for ns in left]
+        details.append(f"Left their tenant with the portal's bindings still there: {listed(still)}.")
+    if orphans:
+        details.append(f"Claims of the portal's that no request wants: {listed(orphans)}.")
+    found = (
+        f"{plural(len(managed), 'namespace')} managed ({plural(len(owned), 'owned by a tenant', 'owned by tenants')})"
+    )
+    if not details:
+        if not managed:
+            return CheckResult("tenant-namespaces", title, Level.OK, "No tenant namespace yet.")
+        return CheckResult("tenant-namespaces", title, Level.OK, f"{found}: every one bound, no stray claim.")
+    return CheckResult(
+        "tenant-namespaces",
+        title,
+        Level.WARN,
+        f"{found}: {plural(len(unbound), 'without its bindings', 'without their bindings')}, "
+        f"{len(left)} left with bindings, {plural(len(orphans), 'stray claim')}.",
+        "Missing bindings: assign a tenant's own namespace again on its namespaces page (that applies them again), "
+        "or set a quota for a portal-made one's tenant again (onboarding). Left with bindings: kubectl delete "
+        "rolebinding fatia-portal fatia-member fatia-member-workloads -n NAMESPACE. Stray claims: the reconcile "
+        "pass deletes them within a minute; if they stay, the worker or beat is not running.",
+        tuple(details),
+    )
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def _uuids(values: Iterable[str]) -> list[uuid.UUID]:
+    return [u for u in map(_uuid, values) if u is not None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,8 @@ class TenantSpec:
     device_class: str = MIG_DEVICE_CLASS
     # The Pod Security Standard level the namespace enforces, audits and warns about (FATIA_TENANT_POD_SECURITY).
     pod_security: str = "restricted"
+    # The ClusterRole of the members' workload rights (FATIA_KUBE_MEMBER_ROLE), bound in the namespace; "" binds none.
+    member_role: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +361,8 @@ def ensure_tenant_namespace(spec: TenantSpec) -> None:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": spec.member_group}],
         },
     )
+    if spec.member_role:
+        apply_member_workloads_binding(spec.namespace, labels, spec.member_group, spec.member_role)
     _apply(
         f"resourcequota {spec.namespace}/fatia-devices",
         core.patch_namespaced_resource_quota,
@@ -369,6 +373,29 @@ def ensure_tenant_namespace(spec: TenantSpec) -> None:
             "kind": "ResourceQuota",
             "metadata": {"name": "fatia-devices", "namespace": spec.namespace, "labels": labels},
             "spec": {"hard": {quota_resource_name(spec.device_class): str(spec.max_devices)}},
+        },
+    )
+
+
+MEMBER_WORKLOADS_BINDING = "fatia-member-workloads"
+
+
+def apply_member_workloads_binding(namespace: str, labels: dict[str, str], member_group: str, role: str) -> None:
+    """Bind the member group, in this namespace only, to the ClusterRole of workload rights (permissions.py,
+    MEMBER_WORKLOAD_RULES). The portal holds none of those verbs; RBAC lets it make this binding because it may
+    `bind` that one ClusterRole. A RoleBinding of its own, beside `fatia-member`: a roleRef cannot change."""
+    rbac = client.RbacAuthorizationV1Api(api_client())
+    _apply(
+        f"rolebinding {namespace}/{MEMBER_WORKLOADS_BINDING}",
+        rbac.patch_namespaced_role_binding,
+        MEMBER_WORKLOADS_BINDING,
+        namespace,
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": MEMBER_WORKLOADS_BINDING, "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": member_group}],
         },
     )
 
@@ -939,12 +966,15 @@ def who_am_i() -> str:
     return str(user.username or "") if user is not None else ""
 
 
-def may_i(group: str, resource: str, verb: str, namespace: str = "") -> bool:
-    """SelfSubjectAccessReview: may the portal's identity do `verb` on `resource`? An empty namespace means in
-    every namespace (the portal makes tenant namespaces as it goes, so it needs its verbs cluster-wide)."""
+def may_i(group: str, resource: str, verb: str, namespace: str = "", name: str = "") -> bool:
+    """SelfSubjectAccessReview: may the portal's identity do `verb` on `resource` (the object `name`, or any)? An
+    empty namespace means in every namespace (the portal makes tenant namespaces as it goes, so it needs its verbs
+    cluster-wide)."""
     api = client.AuthorizationV1Api(_client_for_check())
     resource_name, _, subresource = resource.partition("/")
     attributes = {"group": group, "resource": resource_name, "verb": verb, "namespace": namespace}
+    if name:
+        attributes["name"] = name
     if subresource:
         attributes["subresource"] = subresource
     review = _call(
@@ -1002,6 +1032,52 @@ def list_tenant_namespaces(prefix: str) -> list[NamespaceLabels]:
         ),
         key=lambda n: n.name,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamedObject:
+    """A namespaced object the check looks at: where, its name, and one label's value ("" when unlabelled)."""
+
+    namespace: str
+    name: str
+    label: str = ""
+
+
+def list_labelled_namespaces() -> list[NamespaceLabels]:
+    """Every namespace labelled `fatia.io/tenant`: the portal-made ones, those tenants own, and those an admin
+    labelled for discovery."""
+    api = client.CoreV1Api(_client_for_check())
+    listed = _call("namespaces", api.list_namespace, label_selector=LABEL_TENANT)
+    return sorted(
+        (
+            NamespaceLabels(name=n.metadata.name, labels=dict(n.metadata.labels or {}))
+            for n in listed.items
+            if n.metadata is not None and n.metadata.name
+        ),
+        key=lambda n: n.name,
+    )
+
+
+def list_portal_role_bindings() -> list[NamedObject]:
+    """The RoleBindings the portal made, in every namespace (labelled `fatia.io/tenant`; `label`: the tenant)."""
+    api = client.RbacAuthorizationV1Api(_client_for_check())
+    listed = _call("rolebindings", api.list_role_binding_for_all_namespaces, label_selector=LABEL_TENANT)
+    return [
+        NamedObject(b.metadata.namespace, b.metadata.name, (b.metadata.labels or {}).get(LABEL_TENANT, ""))
+        for b in listed.items
+        if b.metadata is not None and b.metadata.name and b.metadata.namespace
+    ]
+
+
+def list_portal_claims() -> list[NamedObject]:
+    """The claims labelled `fatia.io/allocation`, in every namespace (`label`: the allocation's UUID)."""
+    api = client.ResourceV1Api(_client_for_check())
+    listed = _call("resourceclaims", api.list_resource_claim_for_all_namespaces, label_selector=LABEL_ALLOCATION)
+    return [
+        NamedObject(c.metadata.namespace, c.metadata.name, (c.metadata.labels or {}).get(LABEL_ALLOCATION, ""))
+        for c in listed.items
+        if c.metadata is not None and c.metadata.name and c.metadata.namespace
+    ]
 
 
 # --- discovery --------------------------------------------------------------------------------------------

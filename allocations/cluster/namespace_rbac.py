@@ -3,8 +3,10 @@
 Joining labels the namespace `fatia.io/managed=true` (which puts it under the claim admission policy,
 deploy/chart/templates/claim-admission-policy.yaml) and `fatia.io/tenant=<slug>`, and binds in it: the portal's
 ServiceAccount to the ClusterRole FATIA_KUBE_NAMESPACE_ROLE (claim and pod verbs only), and the tenant's member
-group to a `fatia-member` Role as in the portal-made namespace. Leaving removes both bindings and the Role and
-drops the managed label; the namespace itself is the admin's and stays.
+group, as in the portal-made namespace, to a `fatia-member` Role (read the claims, run pods) and to the ClusterRole
+FATIA_KUBE_MEMBER_ROLE (apply the workloads allocations/workloads/ makes; permissions.py MEMBER_WORKLOAD_RULES).
+Leaving removes the bindings and the Role and drops the managed label; the namespace itself is the admin's and
+stays.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class NamespaceBinding:
     # `<namespace>:<name>` of the portal's ServiceAccount, and the ClusterRole bound to it here.
     portal_service_account: str
     portal_role: str
+    # The ClusterRole of the members' workload rights (FATIA_KUBE_MEMBER_ROLE); "" binds none.
+    member_role: str = ""
 
 
 def member_role_rules() -> list[dict[str, object]]:
@@ -93,6 +97,8 @@ def bind_namespace(spec: NamespaceBinding) -> None:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": spec.member_group}],
         },
     )
+    if spec.member_role:
+        kube.apply_member_workloads_binding(ns, labels, spec.member_group, spec.member_role)
 
 
 def unbind_namespace(namespace: str) -> None:
@@ -101,7 +107,7 @@ def unbind_namespace(namespace: str) -> None:
     api = kube.api_client()
     core = client.CoreV1Api(api)
     rbac = client.RbacAuthorizationV1Api(api)
-    for name in (PORTAL_BINDING, MEMBER_NAME):
+    for name in (PORTAL_BINDING, MEMBER_NAME, kube.MEMBER_WORKLOADS_BINDING):
         kube._delete(f"rolebinding {namespace}/{name}", rbac.delete_namespaced_role_binding, name, namespace)
     kube._delete(f"role {namespace}/{MEMBER_NAME}", rbac.delete_namespaced_role, MEMBER_NAME, namespace)
     try:

@@ -15,6 +15,7 @@ def binding_for(ns: TenantNamespace) -> namespace_rbac.NamespaceBinding:
         member_group=f"fatia:tenant:{ns.tenant.slug}",
         portal_service_account=settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT,
         portal_role=settings.FATIA_KUBE_NAMESPACE_ROLE,
+        member_role=settings.FATIA_KUBE_MEMBER_ROLE,
     )
 
 

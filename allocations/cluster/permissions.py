@@ -29,6 +29,8 @@ class Permission:
     resource: str
     verbs: tuple[str, ...]
     why: str
+    # The setting naming the one object the verbs are granted on (RBAC resourceNames), or "" for every object.
+    named_by: str = ""
 
 
 def display_resource(group: str, resource: str) -> str:
@@ -77,6 +79,14 @@ PORTAL_PERMISSIONS: tuple[Permission, ...] = (
         "ensure_tenant_namespace, bind_namespace (apply); unbind_namespace (a namespace leaves its tenant)",
     ),
     Permission(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        ("bind",),
+        "ensure_tenant_namespace, bind_namespace: bind the member group to the member ClusterRole in a tenant's "
+        "namespaces; only that ClusterRole (resourceNames), so the portal never needs the workload verbs itself",
+        named_by="FATIA_KUBE_MEMBER_ROLE",
+    ),
+    Permission(
         "authentication.k8s.io",
         "tokenreviews",
         ("create",),
@@ -95,6 +105,21 @@ BASELINE: frozenset[tuple[str, str, str]] = frozenset(
         ("certificates.k8s.io", "clustertrustbundles", "list"),
         ("certificates.k8s.io", "clustertrustbundles", "watch"),
     }
+)
+
+
+# What a tenant member may do in each of the tenant's namespaces besides using the portal's claims (the `fatia-member`
+# Role): apply and remove the workloads allocations/workloads/ generates or attaches a claim to (Pod, Job, CronJob,
+# Deployment, StatefulSet, Service; `kubectl apply --server-side` is a PATCH, with create when new). The ClusterRole
+# FATIA_KUBE_MEMBER_ROLE (deploy/control-plane/portal-rbac.yaml, the chart) holds exactly these rules; it is bound
+# per namespace only. No claims: only the portal makes NVIDIA claims (the claim admission policy), and RBAC keeps
+# members to reading them.
+WORKLOAD_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+MEMBER_WORKLOAD_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods", "services"], "verbs": list(WORKLOAD_VERBS)},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": list(WORKLOAD_VERBS)},
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": list(WORKLOAD_VERBS)},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": list(READ)},
 )
 
 

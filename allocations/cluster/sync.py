@@ -53,6 +53,7 @@ def tenant_spec(tenant: Tenant) -> kube.TenantSpec:
         member_group=f"fatia:tenant:{tenant.slug}",
         max_devices=int(memory),
         pod_security=settings.FATIA_TENANT_POD_SECURITY,
+        member_role=settings.FATIA_KUBE_MEMBER_ROLE,
     )
 
 

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from allocations.cluster.discovery import (
 )
 from allocations.cluster.published import DriverPools, SliceSummary, summarize
 from portal.metrics import events as metric_events
+from tenants.models import TenantNamespace
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +78,14 @@ class _Changed:
     event: kube.WatchEvent
 
 
-def claim_view(info: kube.ClaimInfo, prefix: str) -> ClaimView | None:
-    """What discovery keeps of a claim: None while it holds no gpu.nvidia.com device."""
+def claim_view(info: kube.ClaimInfo, prefix: str, owned: Collection[str] = frozenset()) -> ClaimView | None:
+    """What discovery keeps of a claim: None while it holds no gpu.nvidia.com device. The portal's label counts
+    only in the namespaces it manages, where nobody else may claim NVIDIA devices (the claim admission policy): the
+    ones it made (`prefix`) and those tenants own (`owned`); anywhere else a claim is outside Fatia, label or not."""
     if not info.devices:
         return None
-    allocation = info.labels.get(kube.LABEL_ALLOCATION) if info.namespace.startswith(prefix) else None
+    ours = info.namespace.startswith(prefix) or info.namespace in owned
+    allocation = info.labels.get(kube.LABEL_ALLOCATION) if ours else None
     try:
         allocation = str(uuid.UUID(allocation)) if allocation else None
     except ValueError:
@@ -106,6 +110,8 @@ class ClusterView:
     """The cluster as the watches last said, and what changed since the last write."""
 
     prefix: str
+    # The namespaces tenants own (TenantNamespace), read again before each batch of changes is taken.
+    owned: frozenset[str] = frozenset()
     nodes: dict[str, kube.NodeInfo] = field(default_factory=dict)
     pools: DriverPools = field(default_factory=DriverPools)
     claims: dict[tuple[str, str], ClaimView] = field(default_factory=dict)
@@ -131,7 +137,7 @@ class ClusterView:
             self.dirty_nodes |= self.pools.pools()
         else:
             self.dirty_claims |= set(self.claims)
-            views = [claim_view(c, self.prefix) for c in items]
+            views = [claim_view(c, self.prefix, self.owned) for c in items]
             self.claims = {(v.namespace, v.name): v for v in views if v is not None}
             self.dirty_claims |= set(self.claims)
             self.full_claims = True
@@ -155,7 +161,7 @@ class ClusterView:
                 self.dirty_nodes.add(pool)
         elif isinstance(obj, kube.ClaimInfo):
             key = (obj.namespace, obj.name)
-            view = None if deleted else claim_view(obj, self.prefix)
+            view = None if deleted else claim_view(obj, self.prefix, self.owned)
             if self.claims.get(key) != view:
                 if view is None:
                     self.claims.pop(key, None)
@@ -217,6 +223,7 @@ class FleetDiscovery:
     def sync_once(self) -> DiscoveryReport:
         """List nodes, slices and claims, and write the whole picture (nodes not listed are gone).
         Raises KubeUnavailable."""
+        self._read_owned()
         for kind in KINDS:
             items, _ = self._list(kind)
             self.view.load(kind, items)
@@ -287,6 +294,7 @@ class FleetDiscovery:
                 message = self.queue.get(timeout=wait)
             except queue.Empty:
                 break
+            self._read_owned()
             self._take(message)
             # Gather what arrives together (a node and its slices), then write it.
             gather_until = time.monotonic() + FLUSH_S
@@ -297,6 +305,14 @@ class FleetDiscovery:
                     break
             report.merge(self._flush())
         return report
+
+    def _read_owned(self) -> None:
+        """The namespaces tenants own now (one query per batch); the last ones known while the database is away."""
+        try:
+            self.view.owned = frozenset(TenantNamespace.objects.values_list("name", flat=True))
+        except DatabaseError:
+            logger.warning("discovery: could not read the tenants' namespaces; keeping the last ones read")
+            close_old_connections()
 
     def _take(self, message: _Listed | _Changed) -> None:
         if isinstance(message, _Listed):

@@ -61,7 +61,8 @@ def assign_namespace(
     *, tenant_id: int, name: str, actor: User | None, source: str = TenantNamespace.Source.ASSIGNED
 ) -> TenantNamespace:
     """Give an existing namespace to a tenant (platform admins; `actor` None: discovery found its label).
-    Idempotent for the same tenant; a namespace another tenant owns is refused."""
+    Idempotent for the same tenant, where an admin's assigning again applies its labels and bindings again (the
+    cluster check's remedy for missing ones); a namespace another tenant owns is refused."""
     if actor is not None and not actor.is_staff:
         raise NotAllowed("Only platform admins assign namespaces.")
     name = _checked_name(name)
@@ -70,6 +71,8 @@ def assign_namespace(
     if owned is not None:
         if owned.tenant_id != tenant.pk:
             raise InvalidInput({"name": [f"{name} belongs to tenant {owned.tenant.slug}; remove it there first."]})
+        if actor is not None and settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+            enqueue_task(BIND_TASK, owned.pk)
         return owned
     ns = TenantNamespace.objects.create(tenant=tenant, name=name, source=source)
     record_audit_event(

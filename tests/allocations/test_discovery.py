@@ -403,6 +403,10 @@ def test_claim_views_keep_the_allocation_label_only_in_the_portals_namespaces() 
     assert forged is not None and forged.allocation_uuid is None
     assert unallocated is None
 
+    # and in a namespace a tenant owns (issue 17), where only the portal may claim NVIDIA devices, as in its own
+    owned = claim_view(kube.ClaimInfo("ml", "c", "u", label, (device,)), "fatia-", {"ml"})
+    assert owned is not None and owned.allocation_uuid == label[kube.LABEL_ALLOCATION]
+
 
 # --- what discovery found, for the admin -----------------------------------------------------------------------
 

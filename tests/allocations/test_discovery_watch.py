@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from allocations.cluster.fake_fleet import gfd_labels, resource_slices_for_minor
 from allocations.cluster.watcher import FleetDiscovery
 from allocations.mig.catalog import load_catalog
 from allocations.models import ClaimedDevice, Gpu, Node
+from allocations.services.tenant_namespaces import assign_namespace
 from tests.conftest import H100, World
 
 
@@ -180,3 +182,29 @@ def test_the_adapter_reads_the_api_servers_410_event_as_gone() -> None:
     with pytest.raises(kube.KubeGone) as raised:
         kube._watch_event("nodes", json.loads(TOO_OLD), kube.node_info)
     assert (raised.value.status, raised.value.message) == (410, "nodes watch: too old resource version: 286 (291)")
+
+
+def test_the_portals_claims_in_a_tenants_own_namespace_are_linked_to_their_request(world: World) -> None:
+    # given: team A owns namespace "ml" (issue 17); the same label on a claim there and on one in "elsewhere"
+    assign_namespace(tenant_id=world.tenant_a.pk, name="ml", actor=world.root)
+    label = {kube.LABEL_ALLOCATION: str(uuid.uuid4())}
+
+    def claim(ns: str, device: str) -> kube.ClaimInfo:
+        return kube.ClaimInfo(ns, "c", ns, label, (kube.AllocatedDevice("r", kube.DRIVER, "n1", device),))
+
+    adapter = FakeAdapter(
+        {
+            "nodes": [h100_node("n1")],
+            "slices": slices_of("n1", [0, 1]),
+            "claims": [claim("ml", "gpu-0-mig-1g10gb-19-0"), claim("elsewhere", "gpu-1-mig-1g10gb-19-0")],
+        },
+        {},
+    )
+    # when: discovery lists the cluster
+    FleetDiscovery(adapter, resync_s=3600).sync_once()
+    # then: the claim in the owned namespace is the request's; the other is outside Fatia, whatever its label says
+    rows = dict(ClaimedDevice.objects.values_list("namespace", "allocation_uuid"))
+    assert {ns: str(u) if u else None for ns, u in rows.items()} == {
+        "ml": label[kube.LABEL_ALLOCATION],
+        "elsewhere": None,
+    }

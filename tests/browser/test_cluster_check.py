@@ -80,7 +80,7 @@ def test_an_admin_runs_the_cluster_check_and_reads_the_report(
     expect(slices).to_contain_text("2 of 3 GPU nodes publish the driver's ResourceSlices (GPU driver 580.95.5).")
     expect(slices).to_contain_text("No slices: gpu-node-c.")
     expect(results.get_by_role("row", name="MIG mode")).to_contain_text("1 node DynamicMIG, 1 node static MIG.")
-    expect(results.locator("tbody tr")).to_have_count(10)
+    expect(results.locator("tbody tr")).to_have_count(11)
     expect(page.get_by_role("button", name="Run the check")).to_be_enabled()
     assert page.evaluate(UNLABELLED_CELLS) == []
     shoot(page, screenshot, "cluster-check-report")

@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from allocations.cluster.permissions import required_verbs
+from allocations.cluster.permissions import PORTAL_PERMISSIONS, required_verbs
 from tests.kube.conftest import ROOT, ControlPlane, wait_for
 
 CHART = ROOT / "deploy" / "chart"
@@ -125,7 +125,7 @@ def test_the_cluster_role_grants_exactly_the_portals_permissions(helm: Path) -> 
     docs = render(helm, "kubernetes")
     roles = by_kind(docs, "ClusterRole")
     # (the CI values turn the node agent on: web's token-review role; the namespace role is bound per namespace)
-    assert sorted(roles) == ["fatia-fatia", "fatia-namespace-fatia", "fatia-web-fatia"]
+    assert sorted(roles) == ["fatia-fatia", "fatia-member-fatia", "fatia-namespace-fatia", "fatia-web-fatia"]
     role = roles["fatia-fatia"]
     # when: its rules are spread into (group, resource, verb)
     granted = [
@@ -415,22 +415,22 @@ def test_restricted_pod_security_admits_every_pod_the_chart_starts(
     )
 
 
-def can(admin: client.ApiClient, user: str, verb: str, group: str, resource: str, namespace: str = "") -> bool:
-    """SubjectAccessReview: may `user` (a ServiceAccount, with the groups the API server gives it) do this?"""
+def can(
+    admin: client.ApiClient, user: str, verb: str, group: str, resource: str, namespace: str = "", obj: str = ""
+) -> bool:
+    """SubjectAccessReview: may `user` (a ServiceAccount, with the groups the API server gives it) do this (to the
+    object named `obj`, or any)?"""
     name, _, sub = resource.partition("/")
     _, _, ns_of_sa, _ = user.split(":", 3)
+    attributes = {"verb": verb, "group": group, "resource": name, "subresource": sub, "namespace": namespace}
+    if obj:
+        attributes["name"] = obj
     review = client.AuthorizationV1Api(admin).create_subject_access_review(
         body={
             "spec": {
                 "user": user,
                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns_of_sa}", "system:authenticated"],
-                "resourceAttributes": {
-                    "verb": verb,
-                    "group": group,
-                    "resource": name,
-                    "subresource": sub,
-                    "namespace": namespace,
-                },
+                "resourceAttributes": attributes,
             }
         }
     )
@@ -456,10 +456,21 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
     tenant_ns = "fatia-ml-research"
     try:
         # then: every verb of PORTAL_PERMISSIONS is allowed (in a tenant's namespace for namespaced kinds)
+        # (the one named grant, `bind`, on the release's member ClusterRole)
+        member_role = f"fatia-member-{ns}"
         denied = [
-            (group, resource, verb)
-            for group, resource, verb in required_verbs()
-            if not can(admin, portal, verb, group, resource, tenant_ns if resource in NAMESPACED else "")
+            (p.group, p.resource, verb)
+            for p in PORTAL_PERMISSIONS
+            for verb in p.verbs
+            if not can(
+                admin,
+                portal,
+                verb,
+                p.group,
+                p.resource,
+                tenant_ns if p.resource in NAMESPACED else "",
+                member_role if p.named_by else "",
+            )
         ]
         assert denied == []
         # and what it must not do is forbidden: secrets, pod writes beyond the role, node writes, RBAC escalation
@@ -483,6 +494,8 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
         ]
         allowed = [f for f in forbidden if can(admin, portal, f[0], f[1], f[2], f[3])]
         assert allowed == []
+        # (binding any ClusterRole but the member one is escalation too)
+        assert not can(admin, portal, "bind", "rbac.authorization.k8s.io", "clusterroles", "", "cluster-admin")
         # the web's ServiceAccount has no cluster rights at all
         assert not can(admin, web, "list", "", "nodes")
         assert not can(admin, web, "create", "resource.k8s.io", "resourceclaims", tenant_ns)
@@ -514,6 +527,7 @@ def test_the_portals_service_account_may_make_every_call_and_nothing_it_must_not
     finally:
         kubectl(control_plane, "delete", "clusterrolebinding,clusterrole", f"fatia-{ns}", "--ignore-not-found")
         kubectl(control_plane, "delete", "clusterrolebinding,clusterrole", f"fatia-web-{ns}", "--ignore-not-found")
+        kubectl(control_plane, "delete", "clusterrole", f"fatia-member-{ns}", "--ignore-not-found")
 
 
 # --- static scan ---------------------------------------------------------------------------------------------------

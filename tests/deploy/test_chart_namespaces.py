@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from allocations.cluster.permissions import MEMBER_WORKLOAD_RULES
 from tests.deploy.test_chart import by_kind, render
 from tests.kube.conftest import ROOT
 
@@ -58,3 +59,9 @@ def test_the_portal_is_told_its_identity_and_the_namespace_role(helm: Path) -> N
     }
     bound = [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding").values()]
     assert config["FATIA_KUBE_NAMESPACE_ROLE"] not in bound
+    # and the members' workload ClusterRole: the code's rules, bound nowhere, the one the portal may bind
+    member = by_kind(docs, "ClusterRole")[config["FATIA_KUBE_MEMBER_ROLE"]]
+    assert member["rules"] == list(MEMBER_WORKLOAD_RULES)
+    assert config["FATIA_KUBE_MEMBER_ROLE"] not in bound
+    (bind,) = [r for r in by_kind(docs, "ClusterRole")["fatia-fatia"]["rules"] if r["verbs"] == ["bind"]]
+    assert bind["resourceNames"] == [config["FATIA_KUBE_MEMBER_ROLE"]]

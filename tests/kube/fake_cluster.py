@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from allocations.cluster import kube
-from allocations.cluster.checks import NEEDED_RESOURCES, NVIDIA_DEVICE_CLASSES
+from allocations.cluster.checks import NEEDED_RESOURCES, NVIDIA_DEVICE_CLASSES, OWNED_BINDINGS
 from allocations.cluster.permissions import BASELINE, PORTAL_PERMISSIONS
 
 FUNCTIONS = (
@@ -27,6 +27,9 @@ FUNCTIONS = (
     "may_i",
     "review_rules",
     "list_tenant_namespaces",
+    "list_labelled_namespaces",
+    "list_portal_role_bindings",
+    "list_portal_claims",
 )
 
 PORTAL = "system:serviceaccount:fatia-system:fatia-portal"
@@ -81,6 +84,11 @@ class FakeCluster:
     incomplete: bool = False
     namespaces: list[kube.NamespaceLabels] = field(default_factory=list)
     namespaces_error: kube.KubeError | None = None
+    # Namespaces labelled fatia.io/tenant without the portal's prefix (tenants' own, issue 17).
+    own_namespaces: list[kube.NamespaceLabels] = field(default_factory=list)
+    # The portal's RoleBindings; None: every labelled namespace holds all of them.
+    bindings: list[kube.NamedObject] | None = None
+    claims: list[kube.NamedObject] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
@@ -125,7 +133,7 @@ class FakeCluster:
         self.calls.append("who_am_i")
         return self.identity
 
-    def may_i(self, group: str, resource: str, verb: str, namespace: str = "") -> bool:
+    def may_i(self, group: str, resource: str, verb: str, namespace: str = "", name: str = "") -> bool:
         self.calls.append(f"may_i {verb} {resource}")
         return (group, resource, verb) not in self.denied
 
@@ -139,6 +147,26 @@ class FakeCluster:
         if self.namespaces_error is not None:
             raise self.namespaces_error
         return [n for n in self.namespaces if n.name.startswith(prefix)]
+
+    def list_labelled_namespaces(self) -> list[kube.NamespaceLabels]:
+        self.calls.append("list_labelled_namespaces")
+        if self.namespaces_error is not None:
+            raise self.namespaces_error
+        return sorted(self.namespaces + self.own_namespaces, key=lambda n: n.name)
+
+    def list_portal_role_bindings(self) -> list[kube.NamedObject]:
+        self.calls.append("list_portal_role_bindings")
+        if self.bindings is not None:
+            return list(self.bindings)
+        return [
+            kube.NamedObject(n.name, binding, n.labels.get(kube.LABEL_TENANT, ""))
+            for n in self.namespaces + self.own_namespaces
+            for binding in sorted(OWNED_BINDINGS)
+        ]
+
+    def list_portal_claims(self) -> list[kube.NamedObject]:
+        self.calls.append("list_portal_claims")
+        return list(self.claims)
 
 
 @dataclass

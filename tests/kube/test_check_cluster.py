@@ -51,8 +51,11 @@ ALL_OK = {
     "permissions": Level.OK,
     "extra-permissions": Level.OK,
     "pod-security": Level.OK,
+    "tenant-namespaces": Level.OK,
     "holder-image": Level.OK,
 }
+# check_cluster reads the tenants' namespaces and requests (the tenant-namespaces check).
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         with override_settings(FATIA_KUBECONFIG=str(plane.portal_kubeconfig)):
             kube.ensure_tenant_namespace(
                 kube.TenantSpec(
-                    namespace=TENANT_NAMESPACE, tenant_slug="team-a", member_group="fatia:tenant:team-a", max_devices=16
+                    namespace=TENANT_NAMESPACE,
+                    tenant_slug="team-a",
+                    member_group="fatia:tenant:team-a",
+                    max_devices=16,
+                    member_role="fatia-tenant-member",
                 )
             )
         # The Pod Security label, as the holder package's onboarding writes it (harmless once it does).
@@ -152,10 +159,11 @@ def test_a_healthy_cluster_passes_every_check_and_the_command_exits_0() -> None:
         "NVIDIA DeviceClasses": "OK Present: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com.",
         "Driver ResourceSlices": "OK 3 of 3 GPU nodes publish the driver's ResourceSlices (GPU driver 580.95.5).",
         "MIG mode": "OK 3 nodes DynamicMIG.",
-        "Portal permissions": f"OK {PORTAL} may use all 50 verbs the portal uses on 11 resources, in every namespace.",
+        "Portal permissions": f"OK {PORTAL} may use all 51 verbs the portal uses on 12 resources, in every namespace.",
         "Extra permissions": "OK Nothing beyond what the portal needs (2 namespaces reviewed: fatia-system, "
         "check-team-a).",
         "Pod Security": "OK Every tenant namespace (1) enforces restricted.",
+        "Tenant namespaces": "OK 1 namespace managed (0 owned by tenants): every one bound, no stray claim.",
         "Holder image": "OK FATIA_HOLDER_IMAGE registry.k8s.io/pause:3.10: registry registry.k8s.io, tag 3.10.",
     }
     assert output.splitlines()[-1] == "OK: 0 blocking problems, 0 warnings."

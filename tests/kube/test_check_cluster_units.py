@@ -5,12 +5,14 @@ boundary (tests/kube/fake_cluster.py)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from allocations import services
 from allocations.cluster import kube
 from allocations.cluster.checks import (
     NVIDIA_DEVICE_CLASSES,
@@ -23,7 +25,8 @@ from allocations.cluster.checks import (
     parse_image_reference,
 )
 from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES as FLEET_CLASSES
-from allocations.cluster.permissions import PORTAL_PERMISSIONS, required_verbs
+from allocations.cluster.permissions import MEMBER_WORKLOAD_RULES, PORTAL_PERMISSIONS, required_verbs
+from allocations.services.tenant_namespaces import assign_namespace
 from tests.kube.fake_cluster import PORTAL, FakeCluster, node_slices
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "control-plane" / "portal-rbac.yaml"
@@ -38,8 +41,11 @@ ALL_OK = {
     "permissions": Level.OK,
     "extra-permissions": Level.OK,
     "pod-security": Level.OK,
+    "tenant-namespaces": Level.OK,
     "holder-image": Level.OK,
 }
+# check_cluster reads the tenants' namespaces and requests (the tenant-namespaces check).
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +82,13 @@ def test_the_rbac_manifest_grants_exactly_the_permissions_the_code_lists():
 
     # then
     assert sorted(granted) == sorted(required_verbs())
-    assert len(granted) == len(set(granted)) == 50  # 48, and delete on roles and rolebindings (tenant namespaces)
+    # 48, delete on roles and rolebindings (tenant namespaces), bind on the member ClusterRole (and on it only)
+    assert len(granted) == len(set(granted)) == 51
+    (bind,) = [rule for rule in role["rules"] if rule["verbs"] == ["bind"]]
+    assert bind["resourceNames"] == ["fatia-tenant-member"]
+    # and the member ClusterRole holds exactly the rules the code lists
+    (member,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "fatia-tenant-member"]
+    assert member["rules"] == list(MEMBER_WORKLOAD_RULES)
 
 
 def test_the_checked_device_classes_are_those_the_fake_fleet_installs():
@@ -273,7 +285,7 @@ def test_namespaces_the_portal_may_not_list_fail_the_pod_security_check_and_say_
     report = check_cluster(now=NOW)
 
     # then
-    assert levels(report) == ALL_OK | {"pod-security": Level.FAIL}
+    assert levels(report) == ALL_OK | {"pod-security": Level.FAIL, "tenant-namespaces": Level.FAIL}
     check = result(report, "pod-security")
     assert (check.found, check.action) == (
         'The API server answered: namespaces: namespaces is forbidden: User "x" cannot list resource',
@@ -445,4 +457,73 @@ def test_mig_manager_mode_rights_are_not_extra_where_they_belong(monkeypatch, se
             "configmaps: create (in fatia-team-a)",
             "configmaps: patch (in fatia-team-a)",
         ),
+    )
+
+
+# --- the namespaces the portal manages (issue 17) ---------------------------------------------------------------
+
+
+def test_namespaces_without_their_bindings_left_with_bindings_or_holding_stray_claims_are_warnings(world, monkeypatch):
+    # given: team A owns "ml-a" (its members' workload binding is missing) with a live request there; "old-b" left
+    # team B with the portal's binding still in it; claims of the portal's that no request wants in managed
+    # namespaces (one of no request, one of the live request but in the wrong namespace), and one elsewhere
+    assign_namespace(tenant_id=world.tenant_a.pk, name="ml-a", actor=world.root)
+    live, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk,
+        pool_id=world.pool.pk,
+        profile="1g.10gb",
+        count=1,
+        lease_hours=2,
+        purpose="own namespace",
+        actor=world.alice,
+        namespace="ml-a",
+    )
+    claim = live.kube_claim_names[0]
+    label = str(live.uuid)
+
+    def bound(ns: str, *names: str) -> list[kube.NamedObject]:
+        return [kube.NamedObject(ns, name) for name in names]
+
+    FakeCluster(
+        namespaces=[kube.NamespaceLabels("fatia-team-a", {kube.LABEL_TENANT: "team-a"})],
+        own_namespaces=[
+            kube.NamespaceLabels("ml-a", {kube.LABEL_TENANT: "team-a"}),
+            kube.NamespaceLabels("old-b", {kube.LABEL_TENANT: "team-b"}),
+        ],
+        bindings=bound("fatia-team-a", "fatia-member", "fatia-member-workloads")
+        + bound("ml-a", "fatia-portal", "fatia-member")
+        + bound("old-b", "fatia-portal"),
+        claims=[
+            kube.NamedObject("ml-a", claim, label),
+            kube.NamedObject("ml-a", "mig-alloc-gone", str(uuid.uuid4())),
+            kube.NamedObject("fatia-team-a", claim, label),
+            kube.NamedObject("elsewhere", "x", label),
+        ],
+    ).install(monkeypatch)
+
+    # when
+    check = result(check_cluster(now=NOW), "tenant-namespaces")
+
+    # then
+    assert (check.level, check.found) == (
+        Level.WARN,
+        "2 namespaces managed (1 owned by a tenant): 1 without its bindings, 1 left with bindings, 2 stray claims.",
+    )
+    assert check.details == (
+        "Bindings missing: ml-a (team-a): no RoleBinding fatia-member-workloads.",
+        "Left their tenant with the portal's bindings still there: old-b (fatia-portal).",
+        f"Claims of the portal's that no request wants: fatia-team-a/{claim}, ml-a/mig-alloc-gone.",
+    )
+
+
+def test_a_namespace_assigned_but_never_bound_says_so(world, monkeypatch):
+    # given: the bind task has not run: the namespace carries no tenant label and no binding
+    assign_namespace(tenant_id=world.tenant_b.pk, name="ml-b", actor=world.root)
+    FakeCluster(bindings=[]).install(monkeypatch)
+    # when
+    check = result(check_cluster(now=NOW), "tenant-namespaces")
+    # then
+    assert check.level == Level.WARN
+    assert check.details == (
+        "Bindings missing: ml-b (team-b): not labelled fatia.io/tenant=team-b; its bindings were never made.",
     )

@@ -1,6 +1,7 @@
 """Namespaces a tenant owns (issue 17) on the real control plane: the claim admission policy refuses a member's
 own NVIDIA claim and accepts the portal's; a request into an admin-assigned namespace gets its claim there,
-allocated by kube-scheduler; the namespace cannot leave while the claim lives, and leaving removes the bindings.
+allocated by kube-scheduler; the namespace cannot leave while the claim lives, and leaving removes the bindings;
+members may apply every workload Fatia generates in their tenant's namespaces and in no other.
 
 The policy is deploy/control-plane/claim-admission-policy.yaml (the chart renders the same rules), applied by the
 cluster admin for this module and removed after it: the plane is shared with tests that make claims by hand.
@@ -8,8 +9,10 @@ cluster admin for this module and removed after it: the plane is shared with tes
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +25,13 @@ from allocations.cluster import kube, namespace_discovery, namespace_sync
 from allocations.cluster import sync as kube_sync
 from allocations.models import Allocation
 from allocations.services.tenant_namespaces import NamespaceInUse, assign_namespace, remove_namespace
+from allocations.workloads.attach import attach_claims
+from allocations.workloads.documents import dump_documents
+from allocations.workloads.manifests import KINDS, build_manifests, parse_options
+from allocations.workloads.target import ClaimTarget
 from tenants.models import TenantNamespace
 from tests.kube.conftest import ROOT, ControlPlane, KubeWorld, wait_for
+from tests.kube.test_workloads import user_manifest
 
 POLICY = ROOT / "deploy" / "control-plane" / "claim-admission-policy.yaml"
 REFUSAL = "Only the Fatia portal may claim NVIDIA GPUs and MIG devices in this namespace"
@@ -160,7 +168,7 @@ def test_a_request_into_an_assigned_namespace_gets_its_claim_there_and_leaving_r
     # then: labelled managed and the tenant's, the portal bound to its namespace role, the members to theirs
     labels = client.CoreV1Api(admin).read_namespace(name).metadata.labels
     assert (labels[kube.LABEL_MANAGED], labels[kube.LABEL_TENANT]) == ("true", "team-a")
-    assert bindings(admin, name) == ["fatia-member", "fatia-portal"]
+    assert bindings(admin, name) == ["fatia-member", "fatia-member-workloads", "fatia-portal"]
     portal_binding = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding("fatia-portal", name)
     assert (portal_binding.role_ref.kind, portal_binding.role_ref.name) == ("ClusterRole", "fatia-portal-namespace")
     # and a member's own NVIDIA claim is refused there too
@@ -230,3 +238,71 @@ def test_a_namespace_the_admin_labels_for_a_tenant_joins_it_on_the_reconcile_pas
     assert TenantNamespace.objects.get(name=name).tenant == kw.world.tenant_a
     assert TenantNamespace.objects.get(name=name).source == TenantNamespace.Source.LABELLED
     assert not TenantNamespace.objects.filter(name=kw.namespace("team-a")).exists()
+
+
+def member_apply(control_plane: ControlPlane, tenant_slug: str, objects: list[dict[str, Any]], path: Path) -> str:
+    """`kubectl apply --server-side --dry-run=server` as a member of the tenant (the admin impersonating them):
+    "" when the API server accepts every object, else its refusal."""
+    path.write_text(dump_documents(objects))
+    done = subprocess.run(
+        [
+            str(control_plane.bin_dir / "kubectl"),
+            f"--kubeconfig={control_plane.admin_kubeconfig}",
+            "--as=bob@example.test",
+            f"--as-group=fatia:tenant:{tenant_slug}",
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return "" if done.returncode == 0 else done.stderr
+
+
+def workloads(namespace: str) -> list[dict[str, Any]]:
+    """Every kind Fatia generates (Pod, Job, Deployment, notebook: StatefulSet + Service, vLLM: Deployment +
+    Service) and a team's own CronJob with the claim attached, for a claim in `namespace`."""
+    target = ClaimTarget(request_id=1, namespace=namespace, claim_names=("mig-alloc-x",))
+    objects = [o for kind in KINDS for o in build_manifests(target, parse_options({"kind": kind}, target))]
+    cronjob, _ = attach_claims([user_manifest("CronJob")], target, containers=("trainer",))
+    return objects + [{**o, "metadata": {**o["metadata"], "namespace": namespace}} for o in cronjob]
+
+
+def test_members_may_apply_every_generated_workload_in_their_namespaces_and_nowhere_else(
+    kube_world: KubeWorld, admin: client.ApiClient, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # given: team A's portal-made namespace and one the admin gave it (bound as bind_tenant_namespace_task does),
+    # both set up by the portal's own identity, which may bind the member ClusterRole but holds none of its verbs
+    kw = kube_world
+    made = kw.namespace("team-a")
+    owned = own_namespace(admin)
+    namespace_sync.bind_tenant_namespace(
+        namespace_id=assign_namespace(tenant_id=kw.world.tenant_a.pk, name=owned, actor=kw.world.root).pk
+    )
+    assert "fatia-member-workloads" in bindings(admin, made)
+    assert "fatia-member-workloads" in bindings(admin, owned)
+    kinds = {o["kind"] for o in workloads(made)}
+    assert kinds == {"Pod", "Job", "Deployment", "StatefulSet", "Service", "CronJob"}
+
+    # when/then: a member of team A applies every kind in both of its namespaces
+    assert member_apply(control_plane, "team-a", workloads(made), tmp_path / "made.yaml") == ""
+    assert member_apply(control_plane, "team-a", workloads(owned), tmp_path / "owned.yaml") == ""
+    # but not in team B's namespace
+    refused_there = member_apply(control_plane, "team-a", workloads(kw.namespace("team-b")), tmp_path / "b.yaml")
+    assert "is forbidden" in refused_there
+    # and still may not make a claim of its own for an NVIDIA class in either of its namespaces
+    member = as_member(control_plane, "team-a")
+    for ns in (made, owned):
+        assert create_claim(member, ns, kube.MIG_DEVICE_CLASS).startswith("403 ")
+
+    # when: the namespace leaves the tenant
+    remove_namespace(namespace_id=TenantNamespace.objects.get(name=owned).pk, actor=kw.world.root)
+    namespace_sync.unbind_tenant_namespace(name=owned)
+    # then: the workload binding went with the others, and the member may apply nothing there
+    assert bindings(admin, owned) == []
+    assert "is forbidden" in member_apply(control_plane, "team-a", workloads(owned), tmp_path / "gone.yaml")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from allocations import services
-from allocations.models import Allocation, tenant_namespace
+from allocations.models import Allocation, OutboxMessage, tenant_namespace
 from allocations.services.outbox import has_open_message
-from allocations.services.tenant_namespaces import BIND_TASK, UNBIND_TASK, chosen_namespace
+from allocations.services.tenant_namespaces import BIND_TASK, UNBIND_TASK, assign_namespace, chosen_namespace
 from tenants.models import AuditEvent, TenantNamespace
 from tests.conftest import World
 
@@ -157,3 +157,20 @@ def test_the_chosen_namespace_is_stored_only_when_it_is_not_the_default(world: W
     assert chosen_namespace(world.tenant_a, None) == ""
     assert chosen_namespace(world.tenant_a, tenant_namespace(world.tenant_a)) == ""
     assert chosen_namespace(world.tenant_a, "ml-research") == "ml-research"
+
+
+def test_an_admin_assigning_an_owned_namespace_again_applies_its_bindings_again_discovery_does_not(
+    world: World, settings: Any
+) -> None:
+    # given: the kubernetes backend, and a namespace team A owns
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    ns_id = assign(world, "ml-research").json()["id"]
+    # when: an admin assigns it to team A again (the cluster check's remedy for a deleted binding)
+    assert assign(world, "ml-research").status_code == 201
+    # and discovery finds its label again
+    assign_namespace(
+        tenant_id=world.tenant_a.pk, name="ml-research", actor=None, source=TenantNamespace.Source.LABELLED
+    )
+    # then: one more bind queued, by the admin only; still one row
+    assert OutboxMessage.objects.filter(task_name=BIND_TASK, args=[ns_id]).count() == 2
+    assert TenantNamespace.objects.filter(name="ml-research").count() == 1

@@ -155,7 +155,7 @@ def test_the_task_s_report_shows_one_row_per_check(world: World, monkeypatch, se
         (
             "Portal permissions",
             "OK",
-            f"{PORTAL} may use all 50 verbs the portal uses on 11 resources, in every namespace.",
+            f"{PORTAL} may use all 51 verbs the portal uses on 12 resources, in every namespace.",
         ),
         ("Extra permissions", "OK", "Nothing beyond what the portal needs (1 namespace reviewed: fatia-system)."),
         (
@@ -164,6 +164,7 @@ def test_the_task_s_report_shows_one_row_per_check(world: World, monkeypatch, se
             "No tenant namespace yet; each one the portal makes is labelled "
             "pod-security.kubernetes.io/enforce=restricted.",
         ),
+        ("Tenant namespaces", "OK", "No tenant namespace yet."),
         (
             "Holder image",
             "WARN",

@@ -914,6 +914,10 @@ def build_parser() -> argparse.ArgumentParser:
     from allocations import cli_queue  # here, not at the top: it imports this module
 
     cli_queue.add_commands(command)
+    # What-if for planners (issue 14). Here, not at the top: it imports this module.
+    from allocations.planning import cli as cli_what_if
+
+    cli_what_if.add_commands(command)
 
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")

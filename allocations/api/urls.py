@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import compaction, namespaces, queue, views, workloads
+from allocations.api import compaction, namespaces, queue, views, whatif, workloads
 from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
@@ -23,5 +23,7 @@ router.register("bookings", BookingViewSet, basename="booking")
 router.register("queue", queue.QueueViewSet, basename="queue")
 # --- namespaces (issue 17): the namespaces tenants own; platform admins assign and remove them ---
 router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
+# --- what-if for planners (issue 14): allocations/api/whatif.py ---
+router.register("pools", whatif.WhatIfViewSet, basename="pool-what-if")
 
 urlpatterns = router.urls

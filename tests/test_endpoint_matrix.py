@@ -191,6 +191,8 @@ def payload(world: World, name: str) -> dict[str, Any]:
         },
         "priority": {"priority": 1},
         "namespace": {"tenant": a, "name": "team-a-more"},
+        "what-if-add": {"count": 8},
+        "what-if-quota": {"tenant": a},
         "none": {},
     }[name]
 
@@ -289,6 +291,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/api/v1/namespaces/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/namespaces/", "namespace", (403, 403, 403, 401)),
     ("delete", "/api/v1/namespaces/{namespace}/", "none", (403, 403, 403, 401)),
+    # What-if for planners (issue 14): platform admins and managers of a tenant with quota in the pool; they compute
+    # and change nothing (tests/planning/test_api.py covers bad input and tenancy).
+    ("get", "/api/v1/pools/{pool}/what-if/add-gpus/", "what-if-add", (403, 200, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/what-if/quota/", "what-if-quota", (403, 200, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/what-if/mix/", "none", (403, 200, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -97,7 +97,10 @@ def add_gpus(*, pool: NodePool, count: int, model: str = "", gpus_per_node: int 
 
 def _tenant(user: User | AnonymousUser, given: str) -> Tenant:
     text = given.strip()
-    found = Tenant.objects.filter(pk=int(text)).first() if text.isdigit() else Tenant.objects.filter(slug=text).first()
+    # An id only when it is plain ASCII digits that fit the column (int() takes other digits; PostgreSQL refuses
+    # integers past 2^31); anything else is a slug.
+    by_id = text.isascii() and text.isdigit() and len(text) <= 9
+    found = Tenant.objects.filter(pk=int(text)).first() if by_id else Tenant.objects.filter(slug=text).first()
     # A tenant the user does not manage reads as unknown: the answer would tell its quota and queue.
     if found is None or found.pk not in managed_tenant_ids(user):
         raise InvalidInput({"tenant": [f"No tenant {text!r} that you manage." if text else "Name a tenant."]})

@@ -155,6 +155,8 @@ def test_only_admins_and_managers_of_a_tenant_with_quota_there_may_ask(world: Wo
         ),
         ("add-gpus", {"count": 1, "gpus_per_node": 17}, {"gpus_per_node": ["Ensure this value is less than or "]}),
         ("quota", {}, {"tenant": ["This field is required."]}),
+        ("quota", {"tenant": "99999999999999999999"}, {"tenant": ["No tenant '99999999999999999999' that you manage."]}),
+        ("quota", {"tenant": "²"}, {"tenant": ["No tenant '²' that you manage."]}),
         ("quota", {"tenant": "team-a", "factor": 2, "compute": 3}, {"factor": ["Give a factor or new limits, "]}),
         ("quota", {"tenant": "team-a", "factor": 0}, {"factor": ["The factor must be above 0 and at most 100."]}),
     ],

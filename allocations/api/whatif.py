@@ -90,8 +90,8 @@ class ProfileRoomSerializer(serializers.Serializer[Any]):
     quota_after = serializers.IntegerField()
     more_before = serializers.IntegerField()
     more_after = serializers.IntegerField()
-    bound_before = serializers.ChoiceField(choices=["quota", "capacity", "both"])
-    bound_after = serializers.ChoiceField(choices=["quota", "capacity", "both"])
+    bound_before = serializers.CharField(help_text="What binds: quota, capacity or both.")
+    bound_after = serializers.CharField(help_text="What binds under the new quota: quota, capacity or both.")
 
 
 class QuotaAnswerSerializer(serializers.Serializer[Any]):

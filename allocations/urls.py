@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations.planning import page as planning_page
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
+from allocations.planning import page as planning_page
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),

@@ -67,21 +67,38 @@ def measure(gpus: int) -> list[str]:
     refused = [Ask(f"r{i}", i % 4, rng.choice(PROFILES), 1) for i in range(WAITING)]
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
     queue = [
-        Queued(a, Waiting(int(a.key), a.tenant_id, 0, t0 + timedelta(seconds=i), model.profile(a.profile).compute_slices))
+        Queued(
+            a, Waiting(int(a.key), a.tenant_id, 0, t0 + timedelta(seconds=i), model.profile(a.profile).compute_slices)
+        )
         for i, a in enumerate(queued)
     ]
     quota = TenantQuota(Limits(gpus * 7 // 4, gpus * 8 // 4), 0, 0, {}, {})
     add_s, added = timed(
         lambda: what_if_add_gpus(
-            fleet, pool="p", offered=PROFILES, model=model, count=64, gpus_per_node=8, queued=queued,
-            refused=refused, demand=DemandMix(),
+            fleet,
+            pool="p",
+            offered=PROFILES,
+            model=model,
+            count=64,
+            gpus_per_node=8,
+            queued=queued,
+            refused=refused,
+            demand=DemandMix(),
         )
     )
     quota_s, _ = timed(
         lambda: what_if_quota(
-            fleet, pool="p", offered=PROFILES, model=model, tenant_id=0, quota=quota,
-            new_limits=Limits(quota.limits.compute * 2, quota.limits.memory * 2), queue=queue,
-            usage={t: 1.0 for t in range(4)}, quotas={t: quota.limits.compute for t in range(4)}, pending=[],
+            fleet,
+            pool="p",
+            offered=PROFILES,
+            model=model,
+            tenant_id=0,
+            quota=quota,
+            new_limits=Limits(quota.limits.compute * 2, quota.limits.memory * 2),
+            queue=queue,
+            usage={t: 1.0 for t in range(4)},
+            quotas={t: quota.limits.compute for t in range(4)},
+            pending=[],
             demand=DemandMix(),
         )
     )

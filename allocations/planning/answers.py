@@ -180,7 +180,7 @@ def mix(*, pool: NodePool) -> MixAnswer:
 
 def as_json(answer: AddGpusAnswer | QuotaAnswer | MixAnswer) -> dict[str, Any]:
     """The answer as JSON: dataclasses as objects, capacities with their free parts, no infinite share."""
-    out = _plain(dataclasses.asdict(answer))
+    out: dict[str, Any] = _plain(dataclasses.asdict(answer))
     for name in ("before", "after"):
         part = getattr(answer, name, None)
         if isinstance(part, Capacity):

@@ -52,8 +52,12 @@ def _quota(a: dict[str, Any]) -> str:
         cli.table(
             ["PROFILE", "FITS IN POOL", "MORE NOW", "MORE WITH NEW QUOTA"],
             [
-                (r["profile"], r["fits_now"], f"{r['more_before']} ({r['bound_before']})",
-                 f"{r['more_after']} ({r['bound_after']})")
+                (
+                    r["profile"],
+                    r["fits_now"],
+                    f"{r['more_before']} ({r['bound_before']})",
+                    f"{r['more_after']} ({r['bound_after']})",
+                )
                 for r in a["rooms"]
             ],
         ),

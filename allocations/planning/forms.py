@@ -24,7 +24,10 @@ class AddGpusForm(forms.Form):
 class QuotaForm(forms.Form):
     tenant = forms.ChoiceField(label="Tenant")
     factor = forms.FloatField(
-        label="Scale the quota by", required=False, min_value=0.0, max_value=answers.MAX_FACTOR,
+        label="Scale the quota by",
+        required=False,
+        min_value=0.0,
+        max_value=answers.MAX_FACTOR,
         help_text="Leave blank and give new limits instead; both blank: double it.",
     )
     compute = forms.IntegerField(label="New compute-slice limit", required=False, min_value=0)

@@ -39,7 +39,15 @@ def test_adding_a_gpu_to_a_full_pool_serves_the_queue_head_and_a_refused_request
     refused = [Ask("r1", 1, "1g.10gb", 2)]
     # when
     answer = what_if_add_gpus(
-        full, pool="p", offered=OFFERED, model=H100, count=1, gpus_per_node=8, queued=queued, refused=refused, demand=MIX
+        full,
+        pool="p",
+        offered=OFFERED,
+        model=H100,
+        count=1,
+        gpus_per_node=8,
+        queued=queued,
+        refused=refused,
+        demand=MIX,
     )
     # then: the new GPU takes the 3g (first in line); the 7g no longer fits beside it, the 2 x 1g does
     assert answer.before == Capacity(1, 0, 7, 7, 8, 8, {"1g.10gb": 0, "3g.40gb": 0, "7g.80gb": 0})

@@ -97,7 +97,9 @@ def test_doubling_the_quota_shows_capacity_binds_and_the_queued_request_still_wa
     body = response.json()
     assert (body["tenant"], body["tenant_id"]) == ("team-a", world.tenant_a.pk)
     assert (body["before"], body["after"]) == ({"compute": 14, "memory": 16}, {"compute": 28, "memory": 32})
-    rooms = {r["profile"]: (r["quota_before"], r["quota_after"], r["more_after"], r["bound_after"]) for r in body["rooms"]}
+    rooms = {
+        r["profile"]: (r["quota_before"], r["quota_after"], r["more_after"], r["bound_after"]) for r in body["rooms"]
+    }
     assert rooms["1g.10gb"] == (4, 18, 0, "capacity")
     assert rooms["7g.80gb"] == (0, 2, 0, "capacity")
     assert (body["queued"], body["queued_admitted_before"], body["queued_admitted_after"]) == (1, 0, 0)
@@ -155,7 +157,11 @@ def test_only_admins_and_managers_of_a_tenant_with_quota_there_may_ask(world: Wo
         ),
         ("add-gpus", {"count": 1, "gpus_per_node": 17}, {"gpus_per_node": ["Ensure this value is less than or "]}),
         ("quota", {}, {"tenant": ["This field is required."]}),
-        ("quota", {"tenant": "99999999999999999999"}, {"tenant": ["No tenant '99999999999999999999' that you manage."]}),
+        (
+            "quota",
+            {"tenant": "99999999999999999999"},
+            {"tenant": ["No tenant '99999999999999999999' that you manage."]},
+        ),
         ("quota", {"tenant": "²"}, {"tenant": ["No tenant '²' that you manage."]}),
         ("quota", {"tenant": "team-a", "factor": 2, "compute": 3}, {"factor": ["Give a factor or new limits, "]}),
         ("quota", {"tenant": "team-a", "factor": 0}, {"factor": ["The factor must be above 0 and at most 100."]}),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import PlacementEngine, fits_now
-from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
+from allocations.mig.fleet import Fleet, PlacementRequest
 
 POLICY = "ours"
 
@@ -69,13 +69,6 @@ def capacity(fleet: Fleet, offered: Sequence[str]) -> Capacity:
         memory_total=memory_total,
         memory_held=memory_held,
         fits={p: fits.get(p, 0) for p in offered},
-    )
-
-
-def copy_fleet(fleet: Fleet) -> Fleet:
-    """A fleet with the same layouts and fresh lists, so a replay never touches the caller's."""
-    return Fleet(
-        [Node(n.name, [Gpu(g.node, g.index, g.model, list(g.instances)) for g in n.gpus], n.pool) for n in fleet.nodes]
     )
 
 

@@ -935,6 +935,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cohort_commands(commands, common, _positive_int)
 
+    # What-if for planners (issue 14). Here, not at the top: it imports this module.
+    from allocations.planning import cli as cli_what_if
+
+    cli_what_if.add_commands(command)
+
     token = commands.add_parser("token", help="your API tokens", description="Create, list and revoke API tokens.")
     token_commands = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
 

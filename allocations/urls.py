@@ -5,6 +5,7 @@ from django.urls import URLPattern, URLResolver, path
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
 from allocations.cohorts import pages as cohort_pages
 from allocations.namespaces import views as namespace_views
+from allocations.planning import page as planning_page
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -49,6 +50,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     # Compaction (issue 14): preview and apply.
     path("manage/pools/<int:pool_id>/compaction/", compaction_page.pool_compaction, name="manage-pool-compaction"),
+    # What-if for planners (issue 14): allocations/planning/page.py.
+    path("manage/pools/<int:pool_id>/what-if/", planning_page.pool_what_if, name="manage-pool-what-if"),
     # Bookings (issue 15).
     path("bookings/", booking_views.booking_list, name="bookings"),
     path("bookings/new/", booking_views.booking_new, name="booking-new"),

@@ -97,5 +97,6 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
             ("admin-quota-changes", "/manage/quota-changes/"),
             ("admin-audit-log", "/manage/audit/"),
             ("admin-booking-calendar", "/manage/bookings/"),
+            ("admin-what-if", f"/manage/pools/{world.pool.pk}/what-if/?q=add-gpus&count=8&model=&gpus_per_node=8"),
         ]
     return pages

@@ -226,6 +226,8 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "cohort": {"pool": pool, "name": "more"},
         "cohort-edit": {"reclaim_grace_minutes": 0},
         "membership": {"cohort": None},
+        "what-if-add": {"count": 8},
+        "what-if-quota": {"tenant": a},
         "none": {},
     }[name]
 
@@ -342,6 +344,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("get", "/tenants/{tenant}/namespaces/", "none", (302, 302, 302, 302)),
     ("post", "/tenants/{tenant}/namespaces/", "namespace", (302, 302, 302, 302)),
     ("post", "/tenants/{tenant}/namespaces/{namespace}/remove/", "none", (302, 302, 302, 302)),
+    # What-if for planners (issue 14): platform admins and managers of a tenant with quota in the pool; they compute
+    # and change nothing (tests/planning/test_api.py covers bad input and tenancy).
+    ("get", "/api/v1/pools/{pool}/what-if/add-gpus/", "what-if-add", (403, 200, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/what-if/quota/", "what-if-quota", (403, 200, 403, 401)),
+    ("get", "/api/v1/pools/{pool}/what-if/mix/", "none", (403, 200, 403, 401)),
     # The schema is public: it describes the API, not anybody's data.
     ("get", "/api/v1/schema/", "none", (200, 200, 200, 200)),
 ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from allocations.api import cohorts, compaction, namespaces, queue, views, workloads
+from allocations.api import cohorts, compaction, namespaces, queue, views, whatif, workloads
 from allocations.api.bookings import BookingViewSet
 
 router = SimpleRouter()
@@ -26,5 +26,7 @@ router.register("queue", queue.QueueViewSet, basename="queue")
 router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
 # --- cohorts (issue 15): allocations/api/cohorts.py; joining one is PATCH /quotas/<id>/ ---
 router.register("cohorts", cohorts.CohortViewSet, basename="cohort")
+# --- what-if for planners (issue 14): allocations/api/whatif.py ---
+router.register("pools", whatif.WhatIfViewSet, basename="pool-what-if")
 
 urlpatterns = router.urls

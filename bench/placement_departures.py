@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocations.mig.catalog import GpuModel
-from allocations.mig.demand import DemandLearner
+from allocations.mig.demand import DemandLearner, DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementRequest
 from bench.placement import SHAPES, Pod, profile_of, run_online
@@ -62,15 +62,23 @@ def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str) -> Serv
     return Served(policy, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
 
 
-def replay_held(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str, wait_s: int = HOLD_WAIT_S) -> Served:
+def replay_held(
+    model: GpuModel,
+    gpus: int,
+    pods: Sequence[Pod],
+    policy: str,
+    wait_s: int = HOLD_WAIT_S,
+    demand: DemandMix | None = None,
+) -> Served:
     """Replay for a policy with admission: held pods queue (FIFO), are retried after each departure and
-    forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size)."""
+    forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size); the mix
+    is learnt unless ``demand`` fixes it."""
     nodes = math.ceil(gpus / 8)
     fleet = empty_fleet(model, nodes, 8)
     extra = nodes * 8 - gpus
     if extra:
         fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
-    engine = PlacementEngine(fleet, policy, DemandLearner())
+    engine = PlacementEngine(fleet, policy, demand if demand is not None else DemandLearner())
     # (time, kind, pod): departures (0) before deadlines (1) before arrivals (2) at equal times.
     events = [(p.created, 2, k) for k, p in enumerate(pods)]
     heapq.heapify(events)

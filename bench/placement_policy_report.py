@@ -193,7 +193,8 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                     f"- {model.name}, {gpus} GPUs: {name} closes {pct(s.pooled)} of the pooled gap, {pct(s.mean)} per "
                     f"sample on average (p10 {pct(s.p10)}, worst {pct(s.worst)}; {s.n} samples with a gap); below a "
                     f"peer beyond noise on {max(s.below.values())} of {len(outcomes)} samples; warm learner: "
-                    f"{pct(warm.pooled)} pooled, {pct(warm.mean)} per sample, below a peer on {max(warm.below.values())}"
+                    f"{pct(warm.pooled)} pooled, {pct(warm.mean)} per sample, below a peer on "
+                    f"{max(warm.below.values())}"
                 )
             if gpus == 8:
                 ref = summarise(outcomes, MUST_ACCEPT)

@@ -2,8 +2,10 @@
 
 Tuning draws only (H100; Dirichlet concentrations 0.5 and 2; seeds 0-39 at 8 GPUs, 0-19 at 64): the share of
 the first-fit -> optimum gap closed per sample (mean), pooled, and samples below first-fit beyond noise, for
-``ours`` and ``ours-hold`` at several thresholds, with the true mix instead of the learner, and with holding
-gated on the pool's fill or on its first requests. Prints a table; docs/placement.md ("Admission") quotes it.
+``ours`` and ``ours-hold`` at several thresholds, with the true mix instead of the learner, with holding
+gated on the pool's fill or on its first requests, and with a bounded wait: a held request is forced after
+``W`` more arrivals (the family has no departures, so without that bound a held request is never served).
+Prints a table; docs/placement.md ("Admission") quotes it.
 """
 
 from __future__ import annotations
@@ -50,12 +52,33 @@ def serve(sample: Sample, hold: float, true_mix: bool = False, from_share: float
     return served
 
 
+def serve_queued(sample: Sample, wait: int) -> int:
+    """``ours-hold`` where a held request waits and is forced after ``wait`` more arrivals (if it still fits)."""
+    per_node = min(8, sample.gpus)
+    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), "ours-hold", DemandLearner())
+    served = 0
+    held: list[tuple[int, str]] = []
+    for k, name in enumerate(sample.requests):
+        if engine.place(PlacementRequest(name), f"r{k}") is not None:
+            served += sample.model.profile(name).compute_slices
+        elif engine.fits_now()[name] > 0:
+            held.append((k, name))
+        due = [(j, n) for j, n in held if k - j >= wait]
+        held = [(j, n) for j, n in held if k - j < wait]
+        for j, n in due:
+            if engine.place(PlacementRequest(n, force=True), f"r{j}") is not None:
+                served += sample.model.profile(n).compute_slices
+    return served
+
+
 def variants(sample: Sample) -> dict[str, int]:
     out = {f"HOLD {t}": serve(sample, t) for t in THRESHOLDS}
     out["HOLD 0.3, true mix"] = serve(sample, 0.3, true_mix=True)
     out["HOLD 0.3, from 50 % allocated"] = serve(sample, 0.3, from_share=0.5)
     out["HOLD 0.3, from 70 % allocated"] = serve(sample, 0.3, from_share=0.7)
     out["HOLD 0.3, after 20 requests"] = serve(sample, 0.3, after=20)
+    for wait in (5, 10, 20, 40):
+        out[f"ours-hold, forced after {wait} arrivals"] = serve_queued(sample, wait)
     return out
 
 

@@ -12,23 +12,34 @@ ends (departures first at equal times, as in ``bench.placement.run_online``):
 
 The figure is slice-hours served (compute slices x hours of the admitted pods) as a share of offered,
 and admitted pods.
+
+``ours-hold`` (admission) is replayed with a queue, as the portal would run it (:func:`replay_held`): a pod it
+holds waits, is retried after every departure, and is forced after ``HOLD_WAIT_S``; a held pod that no
+longer fits when retried or forced is lost, as a pod that does not fit on arrival is for every policy. A pod
+that starts late runs its whole duration from its start.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocations.mig.catalog import GpuModel
-from bench.placement import SHAPES, Pod, run_online
+from allocations.mig.demand import DemandLearner, DemandMix
+from allocations.mig.engine import PlacementEngine, empty_fleet
+from allocations.mig.fleet import PlacementRequest
+from bench.placement import SHAPES, Pod, profile_of, run_online
 from bench.placement_family import dirichlet
 
 LOAD = 1.3
 MEAN_LIFETIME_S = 3600.0
 LOGNORMAL_SIGMA = 1.5
 PARETO_SHAPE = 1.5
+#: The longest a held pod waits before it is forced (the queue's starvation bound in this replay).
+HOLD_WAIT_S = 900
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,74 @@ class Served:
 
 
 def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str) -> Served:
+    if policy == "ours-hold":
+        return replay_held(model, gpus, pods, policy)
     r = run_online(model, gpus, pods, policy, 0)
     return Served(policy, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
+
+
+def replay_held(
+    model: GpuModel,
+    gpus: int,
+    pods: Sequence[Pod],
+    policy: str,
+    wait_s: int = HOLD_WAIT_S,
+    demand: DemandMix | None = None,
+) -> Served:
+    """Replay for a policy with admission: held pods queue (FIFO), are retried after each departure and
+    forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size); the mix
+    is learnt unless ``demand`` fixes it."""
+    nodes = math.ceil(gpus / 8)
+    fleet = empty_fleet(model, nodes, 8)
+    extra = nodes * 8 - gpus
+    if extra:
+        fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
+    engine = PlacementEngine(fleet, policy, demand if demand is not None else DemandLearner())
+    # (time, kind, pod): departures (0) before deadlines (1) before arrivals (2) at equal times.
+    events = [(p.created, 2, k) for k, p in enumerate(pods)]
+    heapq.heapify(events)
+    where: dict[int, tuple[str, int, int]] = {}
+    held: dict[int, None] = {}  # insertion-ordered: FIFO
+    admitted = 0
+    served = offered = 0.0
+
+    def fits(name: str) -> bool:
+        return engine.fits_now()[name] > 0
+
+    def start(k: int, now: int, force: bool) -> bool:
+        pod = pods[k]
+        name = profile_of(model, pod.shape)
+        d = engine.place(PlacementRequest(name, force=force), f"pod{k}")
+        if d is None:
+            return False
+        nonlocal admitted, served
+        admitted += 1
+        served += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
+        where[k] = (d.node, d.gpu_index, d.start)
+        heapq.heappush(events, (now + pod.deleted - pod.created, 0, k))
+        return True
+
+    while events:
+        now, kind, k = heapq.heappop(events)
+        if kind == 0:
+            engine.release(*where.pop(k))
+            for h in list(held):
+                name = profile_of(model, pods[h].shape)
+                if not fits(name):
+                    del held[h]  # lost, as a pod that does not fit on arrival
+                elif start(h, now, False):
+                    del held[h]
+        elif kind == 1:
+            if k in held:
+                del held[k]
+                start(k, now, True)
+        else:
+            pod = pods[k]
+            offered += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
+            if not start(k, now, False) and fits(profile_of(model, pod.shape)):
+                held[k] = None
+                heapq.heappush(events, (now + wait_s, 1, k))
+    return Served(policy, admitted, len(pods), served, offered)
 
 
 def lifetime(rng: random.Random, tail: str) -> float:

@@ -195,13 +195,16 @@ class PlacementEngine:
         """Where the request would go under the engine's policy; ``None`` when it does not fit now.
 
         Does not change the engine's layouts (see :meth:`commit`). A learner, if any, records the request.
+        A policy with admission (``ours-hold``) may also answer ``None`` for a request that fits, unless the
+        request is ``force``d.
         """
         if isinstance(self.demand, DemandLearner):
             self.demand.observe(request.profile, request.count)
         mix = self._snapshot()
-        if request.count == 1:
-            return self._choose_one(request, mix)
-        return self._choose_many(request, mix)
+        decision = self._choose_one(request, mix) if request.count == 1 else self._choose_many(request, mix)
+        if decision is not None and self.policy.admission and decision.rank[0] > 0 and not request.force:
+            return None  # held: every placement strands more than the policy accepts (see ours-hold)
+        return decision
 
     def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # The hot loop: one cached rank per live layout, the lowest rank wins, device order breaks ties.

@@ -80,12 +80,15 @@ class PlacementRequest:
 
     Only GPUs whose model has a profile of that name are candidates; ``model`` narrows them further.
     The instances of one request go to one node (a pod, and a DRA claim, lives on one node).
+    ``force``: place it wherever it fits even under a policy that may hold requests (``ours-hold``); set for
+    a request that has waited long enough, so holding can never starve it.
     """
 
     profile: str
     count: int = 1
     pool: str | None = None
     model: str | None = None
+    force: bool = False
 
     def __post_init__(self) -> None:
         if self.count < 1:

@@ -83,6 +83,7 @@ class HamiContiguity:
 
     name = "hami"
     uses_demand = False
+    admission = False
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         chosen = best_option(geom, key, i)

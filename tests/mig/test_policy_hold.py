@@ -1,0 +1,90 @@
+"""``ours-hold``: ``ours`` with admission (issue 14). Holds only what would strand compute, never a forced
+request; ``ours`` itself never refuses a request that fits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocations.mig.demand import DemandMix
+from allocations.mig.engine import PlacementEngine, empty_fleet
+from allocations.mig.fleet import PlacementRequest
+
+from .brute import MODELS, max_more, model, valid_layouts
+from .test_placement import H100
+
+# A pool whose tenants ask for whole GPUs and 4g: a 4g leaves three compute slices that only a 3g, 2g or 1g
+# could use, and the mix has none of them.
+WHOLE_AND_4G = DemandMix.from_shares({"7g.80gb": 0.9, "4g.40gb": 0.1})
+
+
+def test_it_holds_a_request_that_would_strand_compute_and_places_it_when_forced() -> None:
+    # given an empty H100 pool whose mix is whole GPUs and a few 4g
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+    # when a 4g.40gb arrives, then it is held: every GPU would keep 3 slices nobody in the mix can use
+    assert engine.choose(PlacementRequest("4g.40gb")) is None
+    # and a whole GPU, which strands nothing, is placed
+    assert engine.choose(PlacementRequest("7g.80gb")) is not None
+    # when the 4g has waited long enough (forced), then it is placed where ours would put it
+    forced = engine.choose(PlacementRequest("4g.40gb", force=True))
+    plain = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours", WHOLE_AND_4G).choose(PlacementRequest("4g.40gb"))
+    assert forced is not None and plain is not None
+    assert (forced.node, forced.slots) == (plain.node, plain.slots)
+
+
+def test_a_gpu_that_does_not_strand_wins_over_a_held_one() -> None:
+    # given an H100 pool with one GPU holding a 4g.40gb at slot 0, under a mix of 4g and 3g
+    fleet = empty_fleet(model(H100), 1, 8)
+    engine = PlacementEngine(fleet, "ours-hold", DemandMix.from_shares({"4g.40gb": 0.5, "3g.40gb": 0.5}))
+    first = engine.place(PlacementRequest("4g.40gb"), "a")
+    assert first is not None
+    # when a 3g.40gb arrives, then it completes that GPU (nothing stranded) instead of being held
+    d = engine.choose(PlacementRequest("3g.40gb"))
+    assert d is not None and (d.node, d.gpu_index) == (first.node, first.gpu_index) and d.start == 4
+    assert d.rank[0] == 0.0
+
+
+OPS = st.lists(st.tuples(st.integers(0, 99), st.booleans(), st.booleans()), max_size=25)
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(MODELS), policy=st.sampled_from(["ours", "ours-hold"]), ops=OPS)
+def test_layouts_stay_valid_and_only_an_unforced_request_under_admission_is_refused_when_it_fits(
+    name: str, policy: str, ops: list[tuple[int, bool, bool]]
+) -> None:
+    # given a 2-node x 2-GPU fleet of one of the four models, under a mix that makes holds likely
+    m = model(name)
+    profiles = [p.name for p in m.profiles]
+    mix = DemandMix.from_shares({profiles[-1]: 0.8, profiles[0]: 0.2})
+    engine = PlacementEngine(empty_fleet(m, 2, 2), policy, mix)
+    gpus = [(f"node-{n:04d}", g) for n in range(2) for g in range(2)]
+    for a, force, release in ops:
+        # when placing (forced or not) and releasing at random
+        profile = profiles[a % len(profiles)]
+        layouts = [frozenset((i.profile, i.start) for i in engine.instances(*g)) for g in gpus]
+        fits = any(max_more(name, lay, profile) > 0 for lay in layouts)
+        decision = engine.place(PlacementRequest(profile, force=force), f"o{a}")
+        # then a request that fits is refused only by the admission policy, and never when forced
+        if decision is None and fits:
+            assert policy == "ours-hold" and not force
+        assert decision is None or fits
+        if release:
+            node, gpu = gpus[a % len(gpus)]
+            held = [i for i in engine.instances(node, gpu) if i.owner is not None]
+            if held:
+                engine.release(node, gpu, held[0].start)
+        # and every GPU's layout is valid
+        for g in gpus:
+            assert frozenset((i.profile, i.start) for i in engine.instances(*g)) in valid_layouts(name)
+
+
+def test_it_is_deterministic() -> None:
+    # given two engines on the same H100 pool and the same learnt mix
+    sequence = ["4g.40gb", "1g.10gb", "7g.80gb", "3g.40gb", "1g.20gb", "2g.20gb", "4g.40gb", "1g.10gb"] * 6
+    runs = []
+    for _ in range(2):
+        engine = PlacementEngine(empty_fleet(model(H100), 2, 8), "ours-hold")
+        # when both see the same requests
+        runs.append([engine.place(PlacementRequest(p), f"r{k}") for k, p in enumerate(sequence)])
+    # then they take the same decisions, holds included
+    assert runs[0] == runs[1]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,11 @@ QUORUM = {"FATIA_BROKER_QUEUE_TYPE": "quorum"}
 CONVERGE_S = 60.0
 
 
-@pytest.fixture
-def rabbitmq(tmp_path: Path, settings: Any) -> Iterator[PrivateRabbitMQ]:
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    workdir = tmp_path / "rabbitmq"
-    workdir.mkdir()
-    server = PrivateRabbitMQ(workdir)
+@pytest.fixture(scope="module")
+def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRabbitMQ]:
+    """One RabbitMQ node for the module: a boot costs 10 to 30 s on 2 cores, and each test takes a virtual host of
+    its own on it (below), so no test sees another's queues."""
+    server = PrivateRabbitMQ(tmp_path_factory.mktemp("rabbitmq"))
     server.start()
     try:
         yield server
@@ -44,8 +44,36 @@ def rabbitmq(tmp_path: Path, settings: Any) -> Iterator[PrivateRabbitMQ]:
         server.close()
 
 
+@dataclass
+class Broker:
+    """The test's view of the shared node: its own virtual host's URL and queues; stop and start act on the node."""
+
+    node: PrivateRabbitMQ
+    vhost: str
+    url: str
+
+    def queue_types(self) -> dict[str, str]:
+        return self.node.queue_types(self.vhost)
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    def start(self) -> None:
+        self.node.start()
+
+
+@pytest.fixture
+def rabbitmq(rabbitmq_node: PrivateRabbitMQ, settings: Any) -> Broker:
+    for name, value in FAST.items():
+        setattr(settings, name, int(value))
+    if rabbitmq_node.process is None:  # an earlier test failed while the node was stopped
+        rabbitmq_node.start()
+    vhost = f"test-{uuid.uuid4().hex[:8]}"
+    return Broker(rabbitmq_node, vhost, rabbitmq_node.add_vhost(vhost))
+
+
 def test_requests_run_through_a_quorum_queue_and_converge_after_the_broker_restarts(
-    world: World, rabbitmq: PrivateRabbitMQ, tmp_path: Path
+    world: World, rabbitmq: Broker, tmp_path: Path
 ) -> None:
     _, token = create_api_token(
         user=world.alice, name="rabbitmq", scope=ApiToken.Scope.WRITE, expires_at=None, actor=world.alice
@@ -86,7 +114,7 @@ def test_requests_run_through_a_quorum_queue_and_converge_after_the_broker_resta
 
 
 def test_a_countdown_waits_in_rabbitmqs_delayed_delivery_then_runs(
-    world: World, rabbitmq: PrivateRabbitMQ, tmp_path: Path, django_capture_on_commit_callbacks: Any
+    world: World, rabbitmq: Broker, tmp_path: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given: an approved request whose provisioning was not sent (and no beat to send it)
     with django_capture_on_commit_callbacks(execute=False):

@@ -7,6 +7,7 @@ No Django here: bench/broker_ci_cost.py starts one too.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -79,12 +80,19 @@ class PrivateRabbitMQ:
         path = "/" if vhost == "/" else quote(vhost, safe="")  # `//`: the default virtual host, as kombu writes it
         return f"amqp://guest:guest@127.0.0.1:{self.port}/{path}"
 
-    def add_vhost(self, name: str) -> str:
-        """A virtual host of its own (queues, exchanges, bindings apart from every other's) that guest may use fully;
-        its URL. Tests that share one node each take one, as if on a fresh broker, without paying another boot."""
-        self.ctl("add_vhost", name)
-        self.ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-        return self.url_for(name)
+    def add_vhosts(self, *names: str) -> None:
+        """Virtual hosts (each with queues, exchanges and bindings apart from every other's) that guest may use
+        fully. Tests that share one node each take one, as if on a fresh broker, without paying another boot; all
+        in one definitions import, as each rabbitmqctl call starts an Erlang VM of its own (seconds on 2 cores)."""
+        definitions = {
+            "vhosts": [{"name": name} for name in names],
+            "permissions": [
+                {"user": "guest", "vhost": name, "configure": ".*", "write": ".*", "read": ".*"} for name in names
+            ],
+        }
+        path = self.workdir / "vhosts.json"
+        path.write_text(json.dumps(definitions))
+        self.ctl("import_definitions", str(path))
 
     def start(self, timeout: float = 120.0) -> None:
         log = (self.workdir / "server.log").open("ab")

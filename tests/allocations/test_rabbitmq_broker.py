@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +31,19 @@ QUORUM = {"FATIA_BROKER_QUEUE_TYPE": "quorum"}
 CONVERGE_S = 60.0
 
 
+# One virtual host for each test of the module (a test that fails with the node stopped leaves it to the next).
+VHOSTS = ("restart", "countdown")
+
+
 @pytest.fixture(scope="module")
-def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRabbitMQ]:
-    """One RabbitMQ node for the module: a boot costs 10 to 30 s on 2 cores, and each test takes a virtual host of
-    its own on it (below), so no test sees another's queues."""
+def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateRabbitMQ, list[str]]]:
+    """One RabbitMQ node for the module (a boot costs 10 to 30 s on 2 cores), with a virtual host for each test,
+    so that no test sees another's queues; and the hosts not taken yet."""
     server = PrivateRabbitMQ(tmp_path_factory.mktemp("rabbitmq"))
     server.start()
     try:
-        yield server
+        server.add_vhosts(*VHOSTS)
+        yield server, list(VHOSTS)
     finally:
         server.close()
 
@@ -50,7 +54,10 @@ class Broker:
 
     node: PrivateRabbitMQ
     vhost: str
-    url: str
+
+    @property
+    def url(self) -> str:
+        return self.node.url_for(self.vhost)
 
     def queue_types(self) -> dict[str, str]:
         return self.node.queue_types(self.vhost)
@@ -63,13 +70,14 @@ class Broker:
 
 
 @pytest.fixture
-def rabbitmq(rabbitmq_node: PrivateRabbitMQ, settings: Any) -> Broker:
+def rabbitmq(rabbitmq_node: tuple[PrivateRabbitMQ, list[str]], settings: Any) -> Broker:
     for name, value in FAST.items():
         setattr(settings, name, int(value))
-    if rabbitmq_node.process is None:  # an earlier test failed while the node was stopped
-        rabbitmq_node.start()
-    vhost = f"test-{uuid.uuid4().hex[:8]}"
-    return Broker(rabbitmq_node, vhost, rabbitmq_node.add_vhost(vhost))
+    node, free = rabbitmq_node
+    if node.process is None:  # an earlier test failed while the node was stopped
+        node.start()
+    assert free, f"every virtual host in VHOSTS is taken: add one for each test ({VHOSTS})"
+    return Broker(node, free.pop(0))
 
 
 def test_requests_run_through_a_quorum_queue_and_converge_after_the_broker_restarts(

@@ -12,6 +12,10 @@ def test_every_test_file_runs_in_exactly_one_process_and_the_control_plane_tests
     assert set(ci_split.CONTROL_PLANE_DIRS) <= set(side)
     assert not [path for path in main + side if path.startswith(("tests/kube/", "tests/deploy/"))]
     assert not [path for path in main if ci_split.on_side(path)]
+    # the files moved out of the side's directories for the balance run in the main process
+    assert [path for path in ci_split.MAIN if (ci_split.ROOT / path).exists()] == [
+        path for path in main if ci_split.under(path, ci_split.MAIN)
+    ]
     # every test module is run once: named by itself, or inside one of the side's directories
     side_dirs = tuple(f"{entry}/" for entry in side if not entry.endswith(".py"))
     run = [path for path in ci_split.test_files() if path.startswith(side_dirs)] + [

@@ -254,9 +254,10 @@ prepare_test_database "$RUN_DIR/main"
 
 # The whole suite (no arguments) runs as two pytest processes side by side, each with a PostgreSQL and a Redis of its
 # own (some tests restart or break them on purpose). tests/ci_split.py says which files each runs: tests/kube and
-# tests/deploy (one control plane between them) in the side process, every other file where it balances the two by
-# its measured cost (tests/ci_costs.json), and a new, unmeasured file in the process with more slack
-# (docs/benchmarks.md, "CI time", has how to measure again). FATIA_SPLIT=0: one process.
+# tests/deploy (one control plane between them), the API fuzz and most browser tests in the side process, chosen by
+# their measured cost (tests/ci_costs.json) so that both take about as long; the others in the main process; and a
+# new, unmeasured file in the process with more slack (docs/benchmarks.md, "CI time", has how to measure again).
+# FATIA_SPLIT=0: one process.
 if [ "$#" -eq 0 ] && [ "${FATIA_SPLIT:-1}" != 0 ]; then
   mapfile -t MAIN_TESTS < <(python tests/ci_split.py main)
   mapfile -t SIDE_TESTS < <(python tests/ci_split.py side)

@@ -181,6 +181,38 @@ export CELERY_BROKER_URL="redis://127.0.0.1:$redis_port/0"
 export CACHE_URL="redis://127.0.0.1:$redis_port/1"
 export FATIA_DATA_DIR="$dir/data"
 ENV
+  echo "$pg_port" >"$dir/pg_port"
+}
+
+# --- the test database ---------------------------------------------------------------------------
+# pytest-django's own set-up migrates an empty test database in every pytest process (about 50 migrations, a Django
+# start's worth of CPU each time). Instead the schema is migrated once per set of migrations and dependencies, kept as
+# a dump in $CACHE/schema, and loaded into each process's server as test_fatia (the name pytest-django gives it);
+# pytest then runs with --reuse-db, and its migrate only checks that nothing is left to apply (any migration the dump
+# lacks is applied there as usual). The key covers every migration file and the dependency lists, so a changed
+# migration or Django never meets an old dump.
+schema_key() {
+  {
+    cat "$VENV/.fatia-stamp"
+    find . -path ./.git -prune -o -path '*/migrations/*.py' -type f -print | LC_ALL=C sort | xargs cat
+  } | sha256sum | cut -c1-16
+}
+SCHEMA_DUMP=$CACHE/schema/$(schema_key).sql
+# prepare_test_database DIR: test_fatia on DIR's server, from the dump (made here first when missing).
+prepare_test_database() {
+  local dir=$1 port tmp
+  port=$(cat "$dir/pg_port")
+  "$PG_BIN/createdb" -h 127.0.0.1 -p "$port" -U fatia test_fatia
+  if [ ! -s "$SCHEMA_DUMP" ]; then
+    mkdir -p "$CACHE/schema"
+    DATABASE_URL="postgres://fatia@127.0.0.1:$port/test_fatia" python manage.py migrate --run-syncdb --noinput -v0
+    tmp=$(mktemp "$SCHEMA_DUMP.XXXXXX")
+    "$PG_BIN/pg_dump" -h 127.0.0.1 -p "$port" -U fatia --no-owner test_fatia >"$tmp"
+    mv "$tmp" "$SCHEMA_DUMP"
+    find "$CACHE/schema" -name '*.sql' ! -path "$SCHEMA_DUMP" -mtime +7 -delete  # old keys' dumps
+  else
+    "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U fatia -q -v ON_ERROR_STOP=1 -o /dev/null -f "$SCHEMA_DUMP" test_fatia
+  fi
 }
 
 start_servers "$RUN_DIR/main"
@@ -217,27 +249,42 @@ SCHEMA_PID=
 cat "$RUN_DIR/spectacular.log"
 [ "$schema_rc" -eq 0 ] || { echo "manage.py spectacular --validate failed (above)" >&2; exit 1; }
 
+log "test database" "test_fatia from ${SCHEMA_DUMP#"$CACHE/"} (made now when missing)"
+prepare_test_database "$RUN_DIR/main"
+
 # The whole suite (no arguments) runs as two pytest processes side by side, each with a PostgreSQL and a Redis of its
-# own (some tests restart or break them on purpose): the tests that use the local Kubernetes control plane and the
-# image (tests/kube, tests/deploy), which mostly wait on them, plus the API fuzz and browser tests so that both take
-# about as long (first split: 284 s beside 722 s), and all the others. FATIA_SPLIT=0: one process.
-SIDE_TESTS=(tests/kube tests/deploy tests/test_api_fuzz.py tests/browser)
+# own (some tests restart or break them on purpose). tests/ci_split.py says which files each runs: tests/kube and
+# tests/deploy (one control plane between them), the API fuzz and most browser tests in the side process, chosen by
+# their measured cost (tests/ci_costs.json) so that both take about as long; the others in the main process; and a
+# new, unmeasured file in the process with more slack (docs/benchmarks.md, "CI time", has how to measure again).
+# FATIA_SPLIT=0: one process.
 if [ "$#" -eq 0 ] && [ "${FATIA_SPLIT:-1}" != 0 ]; then
+  mapfile -t MAIN_TESTS < <(python tests/ci_split.py main)
+  mapfile -t SIDE_TESTS < <(python tests/ci_split.py side)
+  [ ${#MAIN_TESTS[@]} -gt 0 ] && [ ${#SIDE_TESTS[@]} -gt 0 ] || { echo "tests/ci_split.py failed" >&2; exit 1; }
+  # Each process writes its tests' times to $FATIA_JUNIT_DIR (default $CACHE/junit), main.xml and side.xml, the last
+  # whole run's: `python tests/ci_split.py --update $CACHE/junit/*.xml` measures the split again from them. Other
+  # pytest options reach both processes through PYTEST_ADDOPTS.
+  JUNIT_DIR=${FATIA_JUNIT_DIR:-$CACHE/junit}
+  mkdir -p "$JUNIT_DIR"
+  MAIN_JUNIT=("--junitxml=$JUNIT_DIR/main.xml") SIDE_JUNIT=("--junitxml=$JUNIT_DIR/side.xml")
   start_servers "$RUN_DIR/side"
-  log "pytest" "${SIDE_TESTS[*]} in a second process beside the rest; its output follows"
+  log "pytest" "${#SIDE_TESTS[@]} paths in a second process beside the other ${#MAIN_TESTS[@]} (tests/ci_split.py)"
   # shellcheck disable=SC1091
-  # Its own data directory needs the static files too (live servers serve them).
-  ( . "$RUN_DIR/side/env" && python manage.py collectstatic --noinput -v0 && exec python -m pytest "${SIDE_TESTS[@]}" ) \
-    >"$RUN_DIR/side.log" 2>&1 &
+  # Its own data directory needs the static files too (live servers serve them): a copy of the main one's, which
+  # the django checks above collected (a second collectstatic is a Django start of its own).
+  ( . "$RUN_DIR/side/env" && cp -a "$RUN_DIR/main/data/staticfiles" "$FATIA_DATA_DIR/" &&
+    prepare_test_database "$RUN_DIR/side" &&
+    exec python -m pytest --reuse-db "${SIDE_JUNIT[@]}" "${SIDE_TESTS[@]}" ) >"$RUN_DIR/side.log" 2>&1 &
   SIDE_PID=$!
   set +e
-  python -m pytest "${SIDE_TESTS[@]/#/--ignore=}"
+  python -m pytest --reuse-db "${MAIN_JUNIT[@]}" "${MAIN_TESTS[@]}"
   rc=$?
   wait "$SIDE_PID"
   side_rc=$?
   SIDE_PID=
   set -e
-  log "side output" "pytest ${SIDE_TESTS[*]} (ran beside the above)"
+  log "side output" "pytest of the side process's ${#SIDE_TESTS[@]} paths (ran beside the above)"
   cat "$RUN_DIR/side.log"
   if [ "$rc" -eq 5 ] || [ "$side_rc" -eq 5 ]; then
     echo "pytest collected no tests in one of the two processes: the test tree failed to load." >&2
@@ -249,7 +296,7 @@ fi
 
 log "pytest"
 set +e
-python -m pytest "$@"
+python -m pytest --reuse-db "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +31,57 @@ QUORUM = {"FATIA_BROKER_QUEUE_TYPE": "quorum"}
 CONVERGE_S = 60.0
 
 
-@pytest.fixture
-def rabbitmq(tmp_path: Path, settings: Any) -> Iterator[PrivateRabbitMQ]:
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    workdir = tmp_path / "rabbitmq"
-    workdir.mkdir()
-    server = PrivateRabbitMQ(workdir)
+# One virtual host for each test of the module (a test that fails with the node stopped leaves it to the next).
+VHOSTS = ("restart", "countdown")
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateRabbitMQ, list[str]]]:
+    """One RabbitMQ node for the module (a boot costs 10 to 30 s on 2 cores), with a virtual host for each test,
+    so that no test sees another's queues; and the hosts not taken yet."""
+    server = PrivateRabbitMQ(tmp_path_factory.mktemp("rabbitmq"))
     server.start()
     try:
-        yield server
+        server.add_vhosts(*VHOSTS)
+        yield server, list(VHOSTS)
     finally:
         server.close()
 
 
+@dataclass
+class Broker:
+    """The test's view of the shared node: its own virtual host's URL and queues; stop and start act on the node."""
+
+    node: PrivateRabbitMQ
+    vhost: str
+
+    @property
+    def url(self) -> str:
+        return self.node.url_for(self.vhost)
+
+    def queue_types(self) -> dict[str, str]:
+        return self.node.queue_types(self.vhost)
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    def start(self) -> None:
+        self.node.start()
+
+
+@pytest.fixture
+def rabbitmq(rabbitmq_node: tuple[PrivateRabbitMQ, list[str]], settings: Any) -> Broker:
+    for name, value in FAST.items():
+        setattr(settings, name, int(value))
+    node, free = rabbitmq_node
+    if node.process is None:  # an earlier test failed while the node was stopped
+        node.start()
+    assert free, f"every virtual host in VHOSTS is taken: add one for each test ({VHOSTS})"
+    return Broker(node, free.pop(0))
+
+
 def test_requests_run_through_a_quorum_queue_and_converge_after_the_broker_restarts(
-    world: World, rabbitmq: PrivateRabbitMQ, tmp_path: Path
+    world: World, rabbitmq: Broker, tmp_path: Path
 ) -> None:
     _, token = create_api_token(
         user=world.alice, name="rabbitmq", scope=ApiToken.Scope.WRITE, expires_at=None, actor=world.alice
@@ -86,7 +122,7 @@ def test_requests_run_through_a_quorum_queue_and_converge_after_the_broker_resta
 
 
 def test_a_countdown_waits_in_rabbitmqs_delayed_delivery_then_runs(
-    world: World, rabbitmq: PrivateRabbitMQ, tmp_path: Path, django_capture_on_commit_callbacks: Any
+    world: World, rabbitmq: Broker, tmp_path: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given: an approved request whose provisioning was not sent (and no beat to send it)
     with django_capture_on_commit_callbacks(execute=False):

@@ -316,6 +316,13 @@ class KubeWorld:
         return f"{self.prefix}{slug}"
 
 
+@pytest.fixture(autouse=True)
+def steer_slots(settings: Any) -> None:
+    """Slots by the scheduler's first fit, as these tests were written (steering was off by default then);
+    test_steering.py overrides this fixture and steers."""
+    settings.FATIA_KUBE_STEER_SLOTS = "off"
+
+
 @pytest.fixture
 def kube_world(
     world: World, control_plane: ControlPlane, admin: client.ApiClient, gpu_node: Callable[..., GpuNode], settings: Any
@@ -324,8 +331,6 @@ def kube_world(
     settings.FATIA_CLUSTER_BACKEND = "kubernetes"
     settings.FATIA_KUBECONFIG = str(control_plane.portal_kubeconfig)
     settings.FATIA_KUBE_NAMESPACE_PREFIX = f"t{uuid.uuid4().hex[:6]}-"
-    # Slots by the scheduler's first fit, as these tests were written; test_steering.py turns steering on.
-    settings.FATIA_KUBE_STEER_SLOTS = "off"
     pool = services.create_node_pool(name="H100 on Kubernetes", slug="h100-kube", gpu_model=H100, actor=world.root)
     node = gpu_node()
     kube_sync.register_cluster_node(pool_id=pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))

@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument(
-        "--rates", type=float, nargs="*", default=[5.0, 10.0], help="approvals per second of the paced runs (none: skip)"
+        "--rates",
+        type=float,
+        nargs="*",
+        default=[5.0, 10.0],
+        help="approvals per second of the paced runs (none: skip)",
     )
     parser.add_argument("--fill-nodes", type=int, default=4, help="nodes of the fill-until-failure comparison")
     parser.add_argument(
@@ -468,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     def scheduler_alone() -> Scheduled:
         """The burst sequence, then the trickle sequence until the first refusal, as claims that pin only the
         profile: the scheduler's own choice."""
-        spec = kube.TenantSpec(namespace="bench-scheduler", tenant_slug="bench", member_group="bench", max_devices=100_000)
+        spec = kube.TenantSpec(
+            namespace="bench-scheduler", tenant_slug="bench", member_group="bench", max_devices=100_000
+        )
         kube.ensure_tenant_namespace(spec)
         while not core.list_namespaced_service_account("bench-scheduler", field_selector="metadata.name=default").items:
             time.sleep(0.2)
@@ -499,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                 body["spec"]["affinity"] = {
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": FILL_LABEL, "operator": "DoesNotExist"}]}]
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": FILL_LABEL, "operator": "DoesNotExist"}]}
+                            ]
                         }
                     }
                 }
@@ -593,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         *(
             [
-                f"| Scheduler alone: claim + pod applied back to back -> seen allocated (profile only; 0.5 s polling) | "
+                "| Scheduler alone: claim + pod applied back to back -> seen allocated (profile only; 0.5 s polling) | "
                 f"{ms(sched.latencies, 0.5)} | {ms(sched.latencies, 0.99)} | {sched.total_s:.1f} s | "
                 f"{sched.allocated} | {len(profiles) - sched.allocated} | |"
             ]
@@ -654,7 +662,9 @@ def main(argv: list[str] | None = None) -> int:
                     },
                     "offline": {p: {"compute": r.compute, "admitted": r.admitted} for p, r in offline.items()},
                     "reached": reached,
-                    "scheduler": {"whole": sched.whole, "fits": sched.fits, "admitted": sched.admitted} if sched else None,
+                    "scheduler": {"whole": sched.whole, "fits": sched.fits, "admitted": sched.admitted}
+                    if sched
+                    else None,
                 }
             )
         )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from allocations import services
-from allocations.cluster.steering import decide_steering, steer_mode
+from allocations.cluster.steering import Steering, decide_steering, steer_mode
 from allocations.cluster.sync import start_provisioning
 from allocations.models import Allocation, NodePool
 from tenants.models import AuditEvent
@@ -82,9 +82,7 @@ def test_in_a_burst_the_scheduler_takes_first_fit_and_no_gpu_is_held(world: Worl
     assert audit.after["steering"] == "first fit: a burst, 1 other requests of the pool in flight"
 
 
-def test_always_steers_in_a_burst_too_and_the_steered_gpu_is_held(
-    world: World, pool: NodePool, settings: Any
-) -> None:
+def test_always_steers_in_a_burst_too_and_the_steered_gpu_is_held(world: World, pool: NodePool, settings: Any) -> None:
     # given: the same burst, steering always
     settings.FATIA_KUBE_STEER_SLOTS = "always"
     first, second = approved(world, pool, "3g.40gb"), approved(world, pool, "3g.40gb")
@@ -97,9 +95,7 @@ def test_always_steers_in_a_burst_too_and_the_steered_gpu_is_held(
 
 
 @pytest.mark.parametrize("in_flight", [True, False])
-def test_a_gpu_with_a_claim_in_flight_is_not_steered_to(
-    world: World, settings: Any, in_flight: bool
-) -> None:
+def test_a_gpu_with_a_claim_in_flight_is_not_steered_to(world: World, settings: Any, in_flight: bool) -> None:
     # given: one GPU holding a 2g.20gb at slot 0, its claim waiting (or allocated); one other request in flight
     # counts as sparse here
     settings.FATIA_CLUSTER_BACKEND = "kubernetes"
@@ -118,19 +114,24 @@ def test_a_gpu_with_a_claim_in_flight_is_not_steered_to(
 def test_the_decision_counts_other_requests_in_flight_up_to_the_limit(
     world: World, pool: NodePool, settings: Any
 ) -> None:
-    # given: three approved requests and one multi-slice request
+    # given: three approved requests
     a, b, c = (approved(world, pool, "1g.10gb") for _ in range(3))
-    # then: each sees the two others; with a limit of 2 they count as sparse
-    assert decide_steering(allocation=a).others_in_flight == 2
-    assert not decide_steering(allocation=a).steer
+    # then: each sees the two others: sparse with a limit of 2, a burst with 1 (counted up to the limit + 1)
     settings.FATIA_KUBE_STEER_MAX_IN_FLIGHT = 2
-    assert decide_steering(allocation=c).steer
-    # and: a queued request is not in flight; a multi-slice request is never steered
+    assert decide_steering(allocation=a) == Steering(steer=True, others_in_flight=2)
+    settings.FATIA_KUBE_STEER_MAX_IN_FLIGHT = 1
+    assert decide_steering(allocation=c) == Steering(steer=False, others_in_flight=2)
+    # and: a queued request is not in flight
     Allocation.objects.filter(pk=b.pk).update(status=Status.QUEUED)
-    settings.FATIA_KUBE_STEER_MAX_IN_FLIGHT = 0
-    assert decide_steering(allocation=c).others_in_flight == 1
+    assert decide_steering(allocation=c) == Steering(steer=True, others_in_flight=1)
+    # and: a multi-slice request is never steered, even with "always"
     many, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk, pool_id=pool.pk, profile="1g.10gb", count=2, lease_hours=2, purpose="x",
+        tenant_id=world.tenant_a.pk,
+        pool_id=pool.pk,
+        profile="1g.10gb",
+        count=2,
+        lease_hours=2,
+        purpose="x",
         actor=world.alice,
     )
     settings.FATIA_KUBE_STEER_SLOTS = "always"

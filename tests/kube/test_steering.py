@@ -8,6 +8,7 @@ meanwhile. Against the real control plane: the scheduler lands where we planned,
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -128,7 +129,7 @@ def test_adaptive_steers_a_request_that_arrives_alone_and_not_a_burst(
     for allocation in burst:
         services.provision_allocation(allocation_id=allocation.pk)
     for allocation in burst:
-        wait_for("the claim to be allocated", lambda pk=allocation.pk: settled(pk))
+        wait_for("the claim to be allocated", partial(settled, allocation.pk))
 
     # then: neither is steered: first fit, beside the steered one and then on the other GPU, where the cluster put them
     first, second = (Allocation.objects.get(pk=a.pk) for a in burst)

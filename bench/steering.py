@@ -4,10 +4,10 @@
     python bench/steering.py --nodes 20 --requests 100 --no-write  # a quick look
 
 Runs bench/provision.py once per FATIA_KUBE_STEER_SLOTS mode (each with its own PostgreSQL, Redis and control plane;
-no paced runs), then the scheduler-alone comparison once, and writes the "steering" section of docs/benchmarks.md:
-after the burst, whole GPUs left (target: adaptive no fewer than first fit, i.e. steering off); with requests
-arriving one at a time, the share of `ours`' offline gain over first-fit that the cluster's real layouts reach
-(target: >= 80 % with adaptive).
+no paced runs; with --scheduler, the scheduler-alone comparison once), and writes the "steering" section of
+docs/benchmarks.md: after the burst, whole GPUs left (target: adaptive no fewer than first fit, i.e. steering
+off); with requests arriving one at a time, the share of `ours`' offline gain over first-fit that the cluster's
+real layouts reach (target: >= 80 % with adaptive).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--fill-nodes", type=int, default=4)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--scheduler", action="store_true", help="also the scheduler-alone comparison (once)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fatia-bench-steering-") as tmp:
         for n, mode in enumerate(args.modes):
             # The scheduler-alone comparison does not depend on the mode: once, with the first.
-            results[mode] = run_mode(mode, args, Path(tmp) / f"{mode}.json", scheduler=n == 0)
+            results[mode] = run_mode(mode, args, Path(tmp) / f"{mode}.json", scheduler=args.scheduler and n == 0)
+            print(json.dumps(results[mode]))
     scheduler = next((r["scheduler"] for r in results.values() if r["scheduler"]), None)
 
     def pct(value: float | None) -> str:

@@ -210,10 +210,11 @@ def plan_slices_for_scheduler(
     """Kubernetes: choose GPUs for `count` slices of `profile` on one node, each slot where kube-scheduler
     will put it, or None when nothing fits (allocations/mig/scheduler.py).
 
-    With `steer` (FATIA_KUBE_STEER_SLOTS), a single slice goes where our policy wants it, GPU and slot, on a GPU
-    with no unallocated claim: the devices the scheduler would take first are to be tainted until its claim is
-    allocated (PlannedSlice.blocked_starts), and no other claim is planned on that GPU meanwhile. Otherwise, or
-    when no such GPU has room, the slot is the scheduler's first fit and our policy chooses the GPU only.
+    With `steer` (allocations/cluster/steering.py decides, from FATIA_KUBE_STEER_SLOTS), a single slice goes where
+    our policy wants it, GPU and slot, on a GPU with no unallocated claim: the devices the scheduler would take
+    first are to be tainted until its claim is allocated (PlannedSlice.blocked_starts), and no other claim is
+    planned on that GPU meanwhile. Otherwise, or when no such GPU has room, the slot is the scheduler's first fit
+    and our policy chooses the GPU only.
 
     A GPU whose unallocated claims could be displaced by this one, whatever order the scheduler takes them
     in, is not a candidate; when only such GPUs could take the request, PoolBusy (try again shortly).

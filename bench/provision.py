@@ -16,18 +16,26 @@ What it does, in order:
    back to back ("burst"), and at each of --rates per second ("paced"); everything is released in between. Latency per
    request: approval committed -> the worker recorded the scheduler's allocation (activated_at); p50, p99,
    total time, and the CPU time each process spent per request (/proc).
-5. Fill until the first failure on --fill-nodes nodes of their own, one request at a time: through the portal
-   (our GPU choice), then as claims that pin only the profile (the scheduler's choice).
-   Then the burst's profile sequence as such claims on the main nodes: the scheduler's own choice at the same
-   load. Both layouts are scored with the placement engine: how many more slices of each profile would still
-   fit, and how many GPUs are left whole.
-6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write.
+5. Trickle: requests arriving one at a time (each waits for the previous one to be allocated or refused) on
+   --fill-nodes nodes of their own until 130 % of their compute was offered; a refused request (QUEUED) is
+   withdrawn. What the cluster allocated (its claims, not our records) is scored against the engine alone placing
+   the same requests offline with first-fit and with `ours` (bench/steering_offline.py): the share of `ours`'
+   gain in compute slices served that reaches the cluster. Then, unless --no-scheduler, the same requests as
+   claims that pin only the profile (the scheduler's choice) until the first refusal, and the burst's profile
+   sequence as such claims on the main nodes: the scheduler's own choice at the same load. Layouts are scored
+   with the placement engine: how many more slices of each profile would still fit, and how many GPUs are left
+   whole.
+6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write;
+   --json PATH writes the figures for bench/steering.py (off / adaptive / always side by side).
+
+--steer sets FATIA_KUBE_STEER_SLOTS for the workers: off, adaptive (the default) or always.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import random
 import secrets
@@ -37,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +67,19 @@ CPU_COLUMNS = (
     "Redis",
     "bench (approvals)",
 )
+
+
+@dataclass
+class Scheduled:
+    """The scheduler's own choice (claims that pin only the profile)."""
+
+    latencies: list[float]
+    total_s: float
+    allocated: int
+    cpu: dict[str, float]
+    whole: int
+    fits: dict[str, int]
+    admitted: int  # trickle sequence, until the first refusal
 
 
 @dataclass
@@ -153,17 +175,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument(
-        "--rates", type=float, nargs="+", default=[5.0, 10.0], help="approvals per second of the paced runs"
+        "--rates",
+        type=float,
+        nargs="*",
+        default=[5.0, 10.0],
+        help="approvals per second of the paced runs (none: skip)",
     )
     parser.add_argument("--fill-nodes", type=int, default=4, help="nodes of the fill-until-failure comparison")
     parser.add_argument(
-        "--steer", action="store_true", help="FATIA_KUBE_STEER_SLOTS=True: our slot too, with DeviceTaintRules"
+        "--steer",
+        choices=["off", "adaptive", "always"],
+        nargs="?",
+        const="always",
+        default="adaptive",
+        help="FATIA_KUBE_STEER_SLOTS for the workers (bare --steer: always)",
     )
+    parser.add_argument("--no-scheduler", action="store_true", help="skip the scheduler-alone comparisons")
+    parser.add_argument("--json", type=Path, help="also write the figures here (bench/steering.py)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
     from bench import api as bench_api
+    from bench import steering_offline
     from bench.report import command_line
 
     atexit.register(bench_api.run_cleanups)
@@ -191,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         "FATIA_CLUSTER_BACKEND": "kubernetes",
         "FATIA_KUBECONFIG": str(cp / "portal.kubeconfig"),
         "FATIA_KUBE_ALLOCATION_TIMEOUT_S": str(int(args.timeout)),
-        "FATIA_KUBE_STEER_SLOTS": "True" if args.steer else "False",
+        "FATIA_KUBE_STEER_SLOTS": args.steer,
     }
     os.environ.update(env)
     import django
@@ -345,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         allocation__pk__in=burst_ids, allocation__status=Allocation.Status.ACTIVE
     )
     for sp in active_rows.select_related("gpu__node"):
-        ours_layout.setdefault((sp.gpu.node.name, sp.gpu.index), []).append(Instance(sp.profile, sp.start))
+        ours_layout.setdefault((sp.gpu.node.name, sp.gpu.index), []).append(
+            Instance(sp.profile, sp.start, owner="held")
+        )
     fleet = layout_fleet(ours_layout)
     ours_fits = fits_now(fleet)
     ours_whole = sum(1 for n in fleet.nodes for g in n.gpus if not g.instances)
@@ -359,9 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paced at {rate:g}/s: {paced[rate].active} active, {paced[rate].failed} failed")
         release_all(paced_ids)
 
-    # 3. Fill until the first failure on a small pool of its own, one request at a time: our GPU choice.
+    # 3. Trickle on a small pool of its own, one request at a time, until 130 % of its compute was offered.
     fill_rng = random.Random(7)  # noqa: S311
-    fill_sequence = fill_rng.choices(list(MIX), weights=list(MIX.values()), k=args.fill_nodes * 8 * 7)
+    fill_sequence: list[str] = []
+    while sum(model.profile(p).compute_slices for p in fill_sequence) < 1.3 * args.fill_nodes * 8 * 7:
+        fill_sequence += fill_rng.choices(list(MIX), weights=list(MIX.values()))
     fill_pool = services.create_node_pool(name="H100 fill", slug="h100-fill", gpu_model=GPU_MODEL, actor=root)
     for n in range(args.fill_nodes):
         name = f"h100-fill-{n:03d}"
@@ -376,19 +414,54 @@ def main(argv: list[str] | None = None) -> int:
             memory_slices_limit=10_000,
             actor=root,
         )
-    ours_admitted = 0
     fill_ids: list[int] = []
-    for profile in fill_sequence:
+    first_refusal: int | None = None
+    trickle_started = time.perf_counter()
+    for n, profile in enumerate(fill_sequence):
         [pk] = request_all([profile], fill_pool.pk)
         fill_ids.append(pk)
         services.approve_allocation(allocation_id=pk, actor=root)
         while Allocation.objects.filter(
             pk=pk, status__in=[Allocation.Status.APPROVED, Allocation.Status.PROVISIONING]
         ).exists():
-            time.sleep(0.05)
+            time.sleep(0.02)
         if Allocation.objects.get(pk=pk).status != Allocation.Status.ACTIVE:
-            break
-        ours_admitted += 1
+            first_refusal = n if first_refusal is None else first_refusal
+            services.release_allocation(allocation_id=pk, actor=root)  # QUEUED -> WITHDRAWN: none departs here
+    trickle_s = time.perf_counter() - trickle_started
+    ours_admitted = first_refusal if first_refusal is not None else len(fill_sequence)
+    # What the cluster allocated, read from the claims (not our records).
+    fill_nodes = [f"h100-fill-{n:03d}" for n in range(args.fill_nodes)]
+    profile_of = dict(Allocation.objects.filter(pk__in=fill_ids).values_list("uuid", "profile"))
+    trickle_layout: dict[tuple[str, int], list[Instance]] = {}
+    for c in kube.list_claims(kube.LABEL_ALLOCATION):
+        if c.allocation is None or c.allocation.node_name not in fill_nodes:
+            continue
+        for d in c.allocation.devices:
+            where = cluster_placements.placement_of(d.device)
+            allocation_uuid = uuid.UUID(c.labels[kube.LABEL_ALLOCATION])
+            if where and allocation_uuid in profile_of:
+                trickle_layout.setdefault((c.allocation.node_name, where[0]), []).append(
+                    Instance(profile_of[allocation_uuid], where[1], owner=str(allocation_uuid))
+                )
+    trickle_active = Allocation.objects.filter(pk__in=fill_ids, status=Allocation.Status.ACTIVE).count()
+    trickle = steering_offline.served(
+        steering_offline.layout_fleet(fill_nodes, model, trickle_layout), trickle_active, first_refusal
+    )
+    trickle_steered = (
+        AuditEvent.objects.filter(verb="provision", object_id__in=[str(pk) for pk in fill_ids])
+        .filter(after__has_key="steer_past")
+        .count()
+    )
+    offline = {
+        policy: steering_offline.fill(fill_sequence, fill_nodes, model, policy) for policy in ("first-fit", "ours")
+    }
+    offline_gain = offline["ours"].compute - offline["first-fit"].compute
+    reached = (trickle.compute - offline["first-fit"].compute) / offline_gain if offline_gain else None
+    print(
+        f"trickle: {trickle_active} active, {trickle.compute} compute slices ({trickle_steered} steered) in "
+        f"{trickle_s:.1f} s; offline first-fit {offline['first-fit'].compute}, ours {offline['ours'].compute}"
+    )
     release_all(fill_ids)
     for w in workers:
         w.terminate()
@@ -396,94 +469,106 @@ def main(argv: list[str] | None = None) -> int:
         w.wait(timeout=60)
 
     # 4. The scheduler's own choice: the burst sequence as claims that pin only the profile (no GPU, no node).
-    spec = kube.TenantSpec(namespace="bench-scheduler", tenant_slug="bench", member_group="bench", max_devices=100_000)
-    kube.ensure_tenant_namespace(spec)
-    while not core.list_namespaced_service_account("bench-scheduler", field_selector="metadata.name=default").items:
-        time.sleep(0.2)
-    time.sleep(2)  # the quota controller's first count
-
-    def scheduler_claim(name: str, profile: str, node_selector: dict[str, str] | None) -> None:
-        claim = kube.ClaimSpec(
-            namespace=spec.namespace,
-            name=name,
-            allocation_uuid=name,
-            tenant_slug="bench",
-            requests=(kube.DeviceRequestSpec(name="mig-0", profile=profile, gpu_uuid=""),),
+    def scheduler_alone() -> Scheduled:
+        """The burst sequence, then the trickle sequence until the first refusal, as claims that pin only the
+        profile: the scheduler's own choice."""
+        spec = kube.TenantSpec(
+            namespace="bench-scheduler", tenant_slug="bench", member_group="bench", max_devices=100_000
         )
-        kube.apply_resource_claim(claim)
-        body = kube.holder_pod_body(
-            kube.HolderPodSpec(
+        kube.ensure_tenant_namespace(spec)
+        while not core.list_namespaced_service_account("bench-scheduler", field_selector="metadata.name=default").items:
+            time.sleep(0.2)
+        time.sleep(2)  # the quota controller's first count
+
+        def scheduler_claim(name: str, profile: str, node_selector: dict[str, str] | None) -> None:
+            claim = kube.ClaimSpec(
                 namespace=spec.namespace,
                 name=name,
-                claim_names=(name,),
-                node_name="",
                 allocation_uuid=name,
                 tenant_slug="bench",
+                requests=(kube.DeviceRequestSpec(name="mig-0", profile=profile, gpu_uuid=""),),
             )
-        )
-        if node_selector:
-            body["spec"]["nodeSelector"] = node_selector
-        else:
-            body["spec"]["affinity"] = {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{"key": FILL_LABEL, "operator": "DoesNotExist"}]}]
+            kube.apply_resource_claim(claim)
+            body = kube.holder_pod_body(
+                kube.HolderPodSpec(
+                    namespace=spec.namespace,
+                    name=name,
+                    claim_names=(name,),
+                    node_name="",
+                    allocation_uuid=name,
+                    tenant_slug="bench",
+                )
+            )
+            if node_selector:
+                body["spec"]["nodeSelector"] = node_selector
+            else:
+                body["spec"]["affinity"] = {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": FILL_LABEL, "operator": "DoesNotExist"}]}
+                            ]
+                        }
                     }
                 }
-            }
-        client.CoreV1Api(admin).patch_namespaced_pod(
-            name, spec.namespace, body=body, field_manager="bench", force=True, _content_type=kube.APPLY
-        )
+            client.CoreV1Api(admin).patch_namespaced_pod(
+                name, spec.namespace, body=body, field_manager="bench", force=True, _content_type=kube.APPLY
+            )
 
-    applied: dict[str, float] = {}
-    sched_cpu_before = cpu_seconds([])
-    sched_first = time.time()
-    for i, profile in enumerate(profiles):
-        name = f"sched-{i:04d}"
-        scheduler_claim(name, profile, None)
-        applied[name] = time.time()
-    allocated: dict[str, float] = {}
-    claims: list[kube.ClaimState] = []
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and len(allocated) < len(profiles):
-        claims = kube.list_claims(kube.LABEL_TENANT + "=bench")
-        now = time.time()
+        applied: dict[str, float] = {}
+        sched_cpu_before = cpu_seconds([])
+        sched_first = time.time()
+        for i, profile in enumerate(profiles):
+            name = f"sched-{i:04d}"
+            scheduler_claim(name, profile, None)
+            applied[name] = time.time()
+        allocated: dict[str, float] = {}
+        claims: list[kube.ClaimState] = []
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and len(allocated) < len(profiles):
+            claims = kube.list_claims(kube.LABEL_TENANT + "=bench")
+            now = time.time()
+            for c in claims:
+                if c.allocation is not None and c.name not in allocated:
+                    allocated[c.name] = now
+            time.sleep(0.5)
+        sched_cpu_after = cpu_seconds([])
+        sched_cpu = {k: sched_cpu_after[k] - sched_cpu_before[k] for k in sched_cpu_after}
+        layout: dict[tuple[str, int], list[Instance]] = {}
         for c in claims:
-            if c.allocation is not None and c.name not in allocated:
-                allocated[c.name] = now
-        time.sleep(0.5)
-    sched_cpu_after = cpu_seconds([])
-    sched_cpu = {k: sched_cpu_after[k] - sched_cpu_before[k] for k in sched_cpu_after}
-    layout: dict[tuple[str, int], list[Instance]] = {}
-    for c in claims:
-        if c.allocation is None or not c.name.startswith("sched-"):
-            continue
-        for d in c.allocation.devices:
-            where = cluster_placements.placement_of(d.device)
-            if where:
-                profile = profiles[int(c.name.removeprefix("sched-"))]
-                layout.setdefault((c.allocation.node_name, where[0]), []).append(Instance(profile, where[1]))
-    sched_fleet = layout_fleet(layout)
-    sched_fits = fits_now(sched_fleet)
-    sched_whole = sum(1 for n in sched_fleet.nodes for g in n.gpus if not g.instances)
-    sched_lat = [allocated[n] - applied[n] for n in allocated]
-    sched_total = (max(allocated.values()) - sched_first) if allocated else 0.0
+            if c.allocation is None or not c.name.startswith("sched-"):
+                continue
+            for d in c.allocation.devices:
+                where = cluster_placements.placement_of(d.device)
+                if where:
+                    profile = profiles[int(c.name.removeprefix("sched-"))]
+                    layout.setdefault((c.allocation.node_name, where[0]), []).append(
+                        Instance(profile, where[1], owner="held")
+                    )
+        sched_fleet = layout_fleet(layout)
+        sched_fits = fits_now(sched_fleet)
+        sched_whole = sum(1 for n in sched_fleet.nodes for g in n.gpus if not g.instances)
+        sched_lat = [allocated[n] - applied[n] for n in allocated]
+        sched_total = (max(allocated.values()) - sched_first) if allocated else 0.0
 
-    # 5. The scheduler's own choice on the fill nodes, one claim at a time until one cannot be allocated.
-    sched_admitted = 0
-    for i, profile in enumerate(fill_sequence):
-        name = f"fill-{i:04d}"
-        scheduler_claim(name, profile, {FILL_LABEL: "true"})
-        outcome = wait_allocated_or_unschedulable(admin, spec.namespace, name)
-        if outcome != "allocated":
-            break
-        sched_admitted += 1
+        # 5. The scheduler's own choice on the fill nodes, one claim at a time until one cannot be allocated.
+        sched_admitted = 0
+        for i, profile in enumerate(fill_sequence):
+            name = f"fill-{i:04d}"
+            scheduler_claim(name, profile, {FILL_LABEL: "true"})
+            outcome = wait_allocated_or_unschedulable(admin, spec.namespace, name)
+            if outcome != "allocated":
+                break
+            sched_admitted += 1
+        return Scheduled(sched_lat, sched_total, len(allocated), sched_cpu, sched_whole, sched_fits, sched_admitted)
 
-    portal_choice = (
-        "our GPU choice, the scheduler's first-fit slot"
-        if not args.steer
-        else "our GPU and slot, the scheduler steered with DeviceTaintRules"
-    )
+    sched = scheduler_alone() if not args.no_scheduler else None
+
+    portal_choice = {
+        "off": "steering off: our GPU, the scheduler's first-fit slot",
+        "adaptive": "steering adaptive: our GPU and slot while requests come one at a time, else first fit",
+        "always": "steering always: our GPU and slot, the scheduler steered with DeviceTaintRules",
+    }[args.steer]
 
     def ms(values: list[float], q: float) -> str:
         return f"{percentile(values, q) * 1000:.0f} ms" if values else "-"
@@ -491,13 +576,17 @@ def main(argv: list[str] | None = None) -> int:
     def cpu_row(label: str, cpu: dict[str, float], n: int) -> str:
         return f"| {label} | " + " | ".join(f"{cpu[k] * 1000 / max(n, 1):.0f}" for k in CPU_COLUMNS) + " |"
 
+    def fits_row(label: str, whole: int, fits: dict[str, int]) -> str:
+        return f"| {label} | {whole} | " + " | ".join(str(fits.get(p, 0)) for p in MIX) + " |"
+
+    share = "-" if reached is None else f"{reached * 100:.0f} %"
     body = [
         f"Command: `{command}`",
         "",
         f"{args.requests} single-slice requests (mix {', '.join(f'{p} {w}%' for p, w in MIX.items())}) on "
         f"{args.nodes} fake nodes x 8 H100 80GB, {args.workers} Celery workers (solo pool), Redis, PostgreSQL and "
         "the local kube-apiserver, kube-scheduler and kube-controller-manager 1.37.2 all on this machine "
-        f"({os.cpu_count()} cores).",
+        f"({os.cpu_count()} cores); {portal_choice}.",
         "",
         "| | p50 | p99 | total | active | failed | scheduler's slot differs from the plan |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -510,9 +599,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.failed} | {r.differs} |"
             for rate, r in paced.items()
         ),
-        f"| Scheduler alone: claim + pod applied back to back -> seen allocated (profile only; 0.5 s polling) | "
-        f"{ms(sched_lat, 0.5)} | {ms(sched_lat, 0.99)} | {sched_total:.1f} s | {len(allocated)} | "
-        f"{len(profiles) - len(allocated)} | |",
+        *(
+            [
+                "| Scheduler alone: claim + pod applied back to back -> seen allocated (profile only; 0.5 s polling) | "
+                f"{ms(sched.latencies, 0.5)} | {ms(sched.latencies, 0.99)} | {sched.total_s:.1f} s | "
+                f"{sched.allocated} | {len(profiles) - sched.allocated} | |"
+            ]
+            if sched
+            else []
+        ),
         "",
         "Target: p50 < 1 s, p99 < 3 s.",
         "",
@@ -522,23 +617,57 @@ def main(argv: list[str] | None = None) -> int:
         "| --- | " + " | ".join("---" for _ in CPU_COLUMNS) + " |",
         cpu_row("Portal, burst", burst.cpu, len(profiles)),
         *(cpu_row(f"Portal, paced at {rate:g}/s", r.cpu, len(profiles)) for rate, r in paced.items()),
-        cpu_row("Scheduler alone", sched_cpu, len(profiles)),
+        *([cpu_row("Scheduler alone", sched.cpu, len(profiles))] if sched else []),
         "",
         "What is left after the burst (placement engine's count, each profile alone):",
         "",
         "| | whole GPUs free | " + " | ".join(f"{p} fit" for p in MIX) + " |",
         "| --- | --- | " + " | ".join("---" for _ in MIX) + " |",
-        f"| Portal ({portal_choice}) | {ours_whole} | " + " | ".join(str(ours_fits.get(p, 0)) for p in MIX) + " |",
-        f"| Scheduler's choice | {sched_whole} | " + " | ".join(str(sched_fits.get(p, 0)) for p in MIX) + " |",
+        fits_row("Portal", ours_whole, ours_fits),
+        *([fits_row("Scheduler's choice", sched.whole, sched.fits)] if sched else []),
         "",
-        f"Fill until the first failure ({args.fill_nodes} nodes x 8 H100 of their own, the same seeded mix, one "
-        "request at a time):",
+        f"Trickle: {len(fill_sequence)} requests of the same mix (130 % of the compute of {args.fill_nodes} nodes x 8 "
+        "H100 of their own), one at a time, each allocated or refused (and withdrawn) before the next; what the "
+        f"cluster allocated, against the engine alone placing the same requests offline ({trickle_s:.0f} s):",
         "",
-        "| | requests admitted before the first failure |",
-        "| --- | --- |",
-        f"| Portal ({portal_choice}) | {ours_admitted} |",
-        f"| Scheduler alone (profile only) | {sched_admitted} |",
+        "| | compute slices served | requests admitted | before the first refusal | whole GPUs free | steered |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| Portal on the cluster | {trickle.compute} | {trickle.admitted} | {ours_admitted} | {trickle.whole_gpus} | "
+        f"{trickle_steered} |",
+        *(
+            f"| Offline {policy} | {r.compute} | {r.admitted} | "
+            f"{r.first_refusal if r.first_refusal is not None else r.admitted} | {r.whole_gpus} | |"
+            for policy, r in offline.items()
+        ),
+        *([f"| Scheduler alone (profile only), until the first refusal | | | {sched.admitted} | | |"] if sched else []),
+        "",
+        f"Share of `ours`' offline gain over first-fit that reaches the cluster: {share} "
+        f"({trickle.compute - offline['first-fit'].compute} of {offline_gain} compute slices). Target: >= 80 %.",
     ]
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "steer": args.steer,
+                    "burst": {"active": burst.active, "failed": burst.failed, "whole": ours_whole, "fits": ours_fits},
+                    "burst_s": burst.total_s,
+                    "trickle": {
+                        "requests": len(fill_sequence),
+                        "compute": trickle.compute,
+                        "admitted": trickle.admitted,
+                        "first_refusal": ours_admitted,
+                        "whole": trickle.whole_gpus,
+                        "steered": trickle_steered,
+                        "seconds": trickle_s,
+                    },
+                    "offline": {p: {"compute": r.compute, "admitted": r.admitted} for p, r in offline.items()},
+                    "reached": reached,
+                    "scheduler": {"whole": sched.whole, "fits": sched.fits, "admitted": sched.admitted}
+                    if sched
+                    else None,
+                }
+            )
+        )
     text = "\n".join(body)
     print(text)
     if not args.no_write:

@@ -342,10 +342,6 @@ FATIA_KUBE_RESTART_GRACE_S = env_int("FATIA_KUBE_RESTART_GRACE_S", 120)
 FATIA_KUBE_NAMESPACE_PREFIX = os.environ.get("FATIA_KUBE_NAMESPACE_PREFIX", "fatia-")
 # How long a claim may stay unallocated before the request fails and its quota is given back.
 FATIA_KUBE_ALLOCATION_TIMEOUT_S = env_int("FATIA_KUBE_ALLOCATION_TIMEOUT_S", 300)
-# Steer kube-scheduler to the slot our placement policy chose, with DeviceTaintRules on the devices it would take
-# first (docs/kubernetes.md); off: the slot is the scheduler's first fit and only the GPU is ours. Off by default:
-# in bench/provision.py it did not pay (fewer whole GPUs left after a burst, the same fill).
-FATIA_KUBE_STEER_SLOTS = env_bool("FATIA_KUBE_STEER_SLOTS", False)
 # The holder pod that makes the scheduler allocate a claim (allocations/cluster/kube.py): its image, fully qualified
 # so that a cluster whose runtime has no default registry (or an air-gapped mirror) pulls it; an optional
 # PriorityClass (empty: none) so that it is not the first pod evicted under node pressure.
@@ -663,3 +659,23 @@ FATIA_KUBE_NAMESPACE_ROLE = os.environ.get("FATIA_KUBE_NAMESPACE_ROLE", "fatia-p
 # namespaces. Never bound cluster-wide: the portal binds the member group to it per namespace (RoleBinding
 # fatia-member-workloads), which RBAC allows because the portal may `bind` this one ClusterRole by name.
 FATIA_KUBE_MEMBER_ROLE = os.environ.get("FATIA_KUBE_MEMBER_ROLE", "fatia-tenant-member")
+
+# --- Steering that pays (session 8, issue 14; allocations/cluster/steering.py, docs/kubernetes.md "Steering") -------
+# Steer kube-scheduler to the slot our placement policy chose, with DeviceTaintRules on the devices it would take
+# first. "adaptive": only while arrivals in the pool are sparse, since a steered claim keeps its GPU to itself until
+# it is allocated and so spreads a burst; "always"; "off": the scheduler's first-fit slot on the GPU we choose.
+# True and False, its values before, still mean always and off.
+_steer_modes = {"off": "off", "adaptive": "adaptive", "always": "always", "False": "off", "True": "always"}
+FATIA_KUBE_STEER_SLOTS = _steer_modes.get(os.environ.get("FATIA_KUBE_STEER_SLOTS", "adaptive"), "")
+if not FATIA_KUBE_STEER_SLOTS:
+    raise ImproperlyConfigured(
+        "FATIA_KUBE_STEER_SLOTS must be 'off', 'adaptive' or 'always' (True and False still mean always and off), "
+        f"not {os.environ['FATIA_KUBE_STEER_SLOTS']!r}."
+    )
+# "adaptive" steers a request only while at most this many other requests of its pool are in flight (approved, their
+# claims not yet allocated): 0, only a request that arrives alone.
+FATIA_KUBE_STEER_MAX_IN_FLIGHT = env_int("FATIA_KUBE_STEER_MAX_IN_FLIGHT", 0)
+if FATIA_KUBE_STEER_MAX_IN_FLIGHT < 0:
+    raise ImproperlyConfigured(
+        f"FATIA_KUBE_STEER_MAX_IN_FLIGHT must be 0 or more, not {FATIA_KUBE_STEER_MAX_IN_FLIGHT}."
+    )

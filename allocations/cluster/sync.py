@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
+from allocations.cluster.steering import decide_steering
 from allocations.cohorts.members import memory_ceiling
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
@@ -91,8 +92,9 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         return shared_provisioning.provision_shared(allocation=allocation, pool=pool)
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
         return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
+    steering = decide_steering(allocation=allocation)
     slices = plan_slices_for_scheduler(
-        pool=pool, profile=allocation.profile, count=allocation.count, steer=settings.FATIA_KUBE_STEER_SLOTS
+        pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer
     )
     if slices is None and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first (issue 14); the plan's end provisions this again
@@ -106,7 +108,7 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         audit=(
             {"steer_past": [f"{s.node_name}/gpu-{s.gpu_index}:{b}" for s in slices for b in s.blocked_starts]}
             if any(s.blocked_starts for s in slices)
-            else {}
+            else steering.audit()
         ),
     )
     return allocation

@@ -316,6 +316,13 @@ class KubeWorld:
         return f"{self.prefix}{slug}"
 
 
+@pytest.fixture(autouse=True)
+def steer_slots(settings: Any) -> None:
+    """Slots by the scheduler's first fit, as these tests were written (steering was off by default then);
+    test_steering.py overrides this fixture and steers."""
+    settings.FATIA_KUBE_STEER_SLOTS = "off"
+
+
 @pytest.fixture
 def kube_world(
     world: World, control_plane: ControlPlane, admin: client.ApiClient, gpu_node: Callable[..., GpuNode], settings: Any

@@ -31,7 +31,7 @@ Status = Allocation.Status
 def first_fit_slots(settings: Any) -> None:
     """These tests are about claims the scheduler places by first fit; steering a claim to another slot
     (test_steering.py) gives it its GPU alone while it waits, which would change what they set up."""
-    settings.FATIA_KUBE_STEER_SLOTS = False
+    settings.FATIA_KUBE_STEER_SLOTS = "off"
 
 
 def allocated_devices(admin: client.ApiClient, kw: KubeWorld, allocation: Allocation) -> list[tuple[str, str]]:

@@ -8,11 +8,13 @@ meanwhile. Against the real control plane: the scheduler lands where we planned,
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from allocations import services
 from allocations.cluster import kube
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.reconcile import reconcile_cluster
@@ -27,7 +29,7 @@ Status = Allocation.Status
 
 @pytest.fixture(autouse=True)
 def steer_slots(settings: Any) -> None:
-    settings.FATIA_KUBE_STEER_SLOTS = True
+    settings.FATIA_KUBE_STEER_SLOTS = "always"
 
 
 def steering_rules(admin: client.ApiClient, allocation: Allocation) -> list[tuple[str, str, str]]:
@@ -106,3 +108,34 @@ def test_steering_taints_left_by_a_dead_worker_are_deleted_by_reconcile(
     # then
     assert report.steering_deleted == [str(active.uuid)]
     wait_for("the taints to be gone", lambda: steering_rules(admin, active) == [])
+
+
+def test_adaptive_steers_a_request_that_arrives_alone_and_not_a_burst(
+    kube_world: KubeWorld, admin: client.ApiClient, settings: Any
+) -> None:
+    # given: steering adaptive (the default)
+    settings.FATIA_KUBE_STEER_SLOTS = "adaptive"
+    kw = kube_world
+    node = kw.nodes[0].name
+    # when: a 3g.40gb arrives alone
+    alone = provision_and_wait(request(kw, "3g.40gb").pk)
+    # then: the cluster allocated it at slot 4, steered past slot 0
+    [(_, gpu, start, device)] = placements(alone)
+    assert (alone.status, start) == (Status.ACTIVE, 4)
+    assert allocated_devices(admin, kw, alone) == [(node, device)]
+
+    # when: two 3g.40gb approved together (a burst), then provisioned
+    burst = [request(kw, "3g.40gb"), request(kw, "3g.40gb", tenant_b=True)]
+    for allocation in burst:
+        services.provision_allocation(allocation_id=allocation.pk)
+    for allocation in burst:
+        wait_for("the claim to be allocated", partial(settled, allocation.pk))
+
+    # then: neither is steered: first fit, beside the steered one and then on the other GPU, where the cluster put them
+    first, second = (Allocation.objects.get(pk=a.pk) for a in burst)
+    assert [(g, s) for _, g, s, _ in placements(first) + placements(second)] == [(gpu, 0), (1 - gpu, 0)]
+    for allocation in (first, second):
+        assert allocation.status == Status.ACTIVE
+        assert allocated_devices(admin, kw, allocation) == recorded_devices(allocation)
+        assert list(allocation.placements.values_list("blocked_starts", flat=True)) == [[]]
+        assert "a burst" in AuditEvent.objects.get(verb="provision", object_id=str(allocation.pk)).after["steering"]

@@ -4,7 +4,9 @@
   within its tenant's guarantee whose cohort lent that guarantee away (`accounting.reclaim_shortfall`) waits in the
   queue while borrowed allocations are given notice for it (services/cohort_notices.py) and until they are gone.
 - `reclaim_room_for(allocation)`: a request within guarantee queued because the pool has no room gives notice to
-  other members' borrowed allocations in the pool, counted by their whole size.
+  other members' borrowed allocations in the pool: those whose release lets it be placed (slot-aware, fewest then
+  youngest), else counted by their whole size. Called when it enters the queue (queue_entry.py), not on a
+  later sweep, and again by each admission pass while it has no notice pending.
 - `reclaim_borrowed(allocation_id)`: when `reclaim_at` has passed (the beat's minute sweep, or at once through the
   outbox for grace 0), the borrowed allocation is released and a copy of the request goes back to the queue with
   the place it had (its first `queued_at`, else its creation time): FIFO within its tenant is kept, while the
@@ -82,8 +84,9 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
 
 def reclaim_room_for(allocation: Allocation) -> int:
     """A request within guarantee waits for room in a full pool: notice to other members' borrowed allocations
-    there, enough slices to hold it (by count: the layout they free may still not fit, and then the next pass asks
-    again). How many were marked. Caller holds the allocation's lock (and the pool's)."""
+    there whose release makes a layout it fits (cohort_notices._choose); when no choice does, enough slices by
+    count (the layout they free may still not fit, and then the next pass asks again). How many were marked.
+    Caller holds the allocation's lock (and the pool's)."""
     if _borrows(allocation):
         return 0
     quota = _cohort_quota(allocation)

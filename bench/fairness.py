@@ -8,7 +8,7 @@ Usage::
 Three tenants send requests (time compressed: a week of demand replays in seconds) to one pool of H100s, in three
 demand shapes: ``bursty`` (bursts of requests at random), ``diurnal`` (a steady stream whose rate follows each
 tenant's working day, in three time zones) and ``greedy`` (one tenant asks for most of the pool all the time, the
-others are bursty). The tenants' quotas add up to the pool: they are guarantees. Four policies:
+others are bursty). The tenants' quotas are guarantees. Four policies:
 
 - ``fail``: today's behaviour before the queue. A request that does not fit the free layout ends FAILED, its quota
   given back; its owner tries again every RETRY_MIN minutes. No borrowing.
@@ -21,13 +21,18 @@ others are bursty). The tenants' quotas add up to the pool: they are guarantees.
 - ``borrow``: ``fair``, with the three tenants in one cohort. After each admission pass, a tenant whose next request
   is past its guarantee borrows the others' unused guarantee when the cohort's accounting admits it
   (allocations/cohorts/accounting.py ``admit_within``, the module the portal runs; no borrowing or lending limits)
-  and the pool has room now; borrowed requests do not queue, they wait on the tenant's side. When a request within
-  its tenant's guarantee does not fit, borrowed allocations of tenants above their guarantee get a notice: on the
-  GPU where the fewest compute slices make it fit, youngest first, only as many as needed and only as far as their
-  tenant is above its guarantee (Kueue's reclaimWithinCohort). After the cohort's grace (GRACE_MIN) they are taken
-  back together, the room goes to their lender first, and their owners' requests go back to the front of their
-  backlog with the run time they had left. Meanwhile no borrower is placed on a GPU the waiting lenders are
-  planned on. A lender admitted otherwise cancels its notices.
+  and the pool has room now, on a GPU without guaranteed use where one has room (cheap to take back: its release
+  frees a layout a lender can use); borrowed requests do not queue, they wait on the tenant's side. When a request
+  within its tenant's guarantee does not fit, borrowed allocations of tenants above their guarantee get a notice:
+  the portal's slot-aware choice (allocations/cohorts/reclaim.py `pick_fitting`: those whose release makes it fit,
+  fewest, then youngest), only as far as their tenant is above its guarantee (Kueue's reclaimWithinCohort). After
+  the cohort's grace (GRACE_MIN) they are taken back together, the room goes to their lender first, and their
+  owners' requests go back to the front of their backlog with the run time they had left. Meanwhile no other
+  request is placed on a GPU a waiting lender is planned on (the head past the starvation bound excepted). A
+  lender admitted otherwise cancels its notices.
+
+Two sets of guarantees: as configured (they add up to the pool's slices, and over-commit it slot-aware) and
+fitted (bench/fairness_premise.py: each tenant's every use of its guarantee fits a share of whole GPUs).
 
 In every policy a tenant sends the head of its backlog while its quota (compute and memory) allows; that is when a
 request is "within its guarantee". All policies place with the same placement engine and policy ("ours",
@@ -235,7 +240,7 @@ class Sim:
         self.reclaims = 0
         # GPUs where waiting requests within their guarantee will go once the notices given run out: no borrower
         # is placed there meanwhile (or the room a reclaim frees would not be enough when it comes).
-        self.planned: set[tuple[str, int]] = set()
+        self.planned: dict[tuple[str, int], int] = {}  # GPU -> the lender it is planned for
 
     def push(self, t: float, kind: str, pk: int) -> None:
         self.seq += 1
@@ -349,7 +354,11 @@ class Sim:
                 reserved = self.reservation(head, now)
         for w in order:
             r = by_pk[w.allocation_id]
-            if r.pk not in admitted and r is not head and self.place(r, t, avoid=reserved):
+            if r.pk in admitted or r is head:
+                continue
+            # Room planned for a lender whose borrowed slices are being taken back is its own (borrow policy).
+            others = {g for g, lender in self.planned.items() if lender != r.pk}
+            if self.place_avoiding(r, t, reserved, others) if others else self.place(r, t, avoid=reserved):
                 admitted.add(r.pk)
         self.queue = [r for r in self.queue if r.pk not in admitted]
         return reserved, [by_pk[w.allocation_id] for w in order if w.allocation_id not in admitted]
@@ -363,10 +372,16 @@ class Sim:
     # --- cohort borrowing and reclaim (policy "borrow") ---------------------------------------------------
 
     def members(self) -> list[MemberState]:
-        return [
+        members = [
             MemberState(i, self.quota[i], self.memory_quota[i], self.charged[i], self.charged_memory[i])
             for i in range(len(TENANTS))
         ]
+        # What no tenant is guaranteed (fitted guarantees) is lent by a member that never asks for anything (a
+        # tenant with quota and no users): borrowers may use it, and it is never reclaimed.
+        spare = (self.capacity - sum(self.quota), NODES * GPUS_PER_NODE * 8 - sum(self.memory_quota))
+        if spare[0] > 0 or spare[1] > 0:
+            members.append(MemberState(len(TENANTS), max(0, spare[0]), max(0, spare[1]), 0, 0))
+        return members
 
     def borrow(self, t: float, reserved: str | None) -> None:
         """Tenants past their guarantee, lowest share first, take what the cohort lends while the pool has room."""
@@ -391,28 +406,38 @@ class Sim:
         planned for waiting lenders."""
         snapshot = self.engine.snapshot()
         guaranteed = {(n, g) for x in self.running.values() if x.borrowed == (0, 0) for n, g, _ in x.where}
-        for avoid in (self.planned | guaranteed, self.planned):
-            fleet = Fleet(
-                [
-                    Node(n.name, [g for g in n.gpus if (g.node, g.index) not in avoid], n.pool)
-                    for n in snapshot.nodes
-                    if n.name != reserved
-                ]
-            )
-            decision = choose_placement(fleet, PlacementRequest(r.profile), "ours")
-            if decision is not None:
-                self.engine.commit(decision, str(r.pk))
-                self.started(r, t, decision)
-                return True
-        return False
+        planned = set(self.planned)
+        return self.place_avoiding(r, t, reserved, planned | guaranteed, snapshot) or self.place_avoiding(
+            r, t, reserved, planned, snapshot
+        )
+
+    def place_avoiding(
+        self, r: Req, t: float, reserved: str | None, avoid: set[tuple[str, int]], snapshot: Fleet | None = None
+    ) -> bool:
+        """Place on the best GPU outside `avoid` and the reserved node (searching on, where `place` gives up)."""
+        snapshot = snapshot or self.engine.snapshot()
+        fleet = Fleet(
+            [
+                Node(n.name, [g for g in n.gpus if (g.node, g.index) not in avoid], n.pool)
+                for n in snapshot.nodes
+                if n.name != reserved
+            ]
+        )
+        decision = choose_placement(fleet, PlacementRequest(r.profile), "ours")
+        if decision is None:
+            return False
+        self.engine.commit(decision, str(r.pk))
+        self.started(r, t, decision)
+        return True
 
     def reclaim(self, waiting: list[Req], t: float) -> None:
-        """Requests within their guarantee that do not fit, in admission order: each counts on the room that
-        notices already given will free (first come in that order, first served); one that still does not fit gives
-        notice to the youngest borrowed allocations of tenants above their guarantee whose release makes it fit
-        (only as many as they are above it). None when no borrowed slice is in the way: it waits for the layout like
-        any request. Works on the engine's layouts and puts them back."""
-        self.planned = set()
+        """Requests within their guarantee that do not fit: first those that already gave notice (in admission
+        order), each counting on the room its own notices will free, then the others in admission order; one that
+        does not fit gives notice to the borrowed allocations whose release makes it fit (`victims`). None when no
+        borrowed slice is in the way: it waits for the layout like any request. Works on the engine's layouts and
+        puts them back. (Counting on all notices first come, first served let a newer lender earlier in the fair
+        order take the room being freed for an older one, which then needed a second round.)"""
+        self.planned = {}
         if not waiting:
             return
         saved = self.layouts()
@@ -420,13 +445,21 @@ class Sim:
             i: [self.charged[i] - self.quota[i], self.charged_memory[i] - self.memory_quota[i]]
             for i in range(len(TENANTS))
         }
+        noticed_for: dict[int, list[Req]] = {}
         for x in self.running.values():
             if not math.isnan(x.reclaim_at):
-                self.free(x)
+                noticed_for.setdefault(x.reclaim_for, []).append(x)
                 over[x.tenant][0] -= x.compute
                 over[x.tenant][1] -= x.memory
+        waiting_pks = {r.pk for r in waiting}
+        for lender, xs in noticed_for.items():
+            if lender not in waiting_pks:
+                for x in xs:
+                    self.free(x)
         notices: list[tuple[Req, Req]] = []
-        for r in waiting:
+        for r in [r for r in waiting if r.pk in noticed_for] + [r for r in waiting if r.pk not in noticed_for]:
+            for x in noticed_for.get(r.pk, []):
+                self.free(x)
             decision = self.engine.choose(PlacementRequest(r.profile))
             if decision is None:
                 chosen = self.victims(r, over, {x.pk for x, _ in notices})
@@ -440,7 +473,7 @@ class Sim:
                 if decision is None:  # victims() found a set only if the request then fits
                     raise RuntimeError(f"request {r.pk} does not fit after its victims are freed")
             self.engine.commit(decision, f"planned-{r.pk}")  # this room is spoken for
-            self.planned.add((decision.node, decision.gpu_index))
+            self.planned[(decision.node, decision.gpu_index)] = r.pk
         self.restore(saved)
         for x, r in notices:
             r.noticed = True
@@ -488,7 +521,8 @@ class Sim:
             self.reqs.append(rest)
             self.backlog[r.tenant].appendleft(rest)
         lender = self.by_pk[lender_pk]
-        if any(q is lender for q in self.queue) and self.place(lender, t):
+        others = {g for g, pk in self.planned.items() if pk != lender_pk}
+        if any(q is lender for q in self.queue) and self.place_avoiding(lender, t, None, others):
             self.queue = [q for q in self.queue if q is not lender]
 
     def run(self) -> Sim:
@@ -714,7 +748,8 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{t.name} {share}" for t, share in zip(TENANTS, FIT_SHARES, strict=True))
         + ", and the largest guarantee every use of which fits its share): "
         + ", ".join(f"{t.name} {c} compute / {m} memory" for t, (c, m) in zip(TENANTS, fitted, strict=True))
-        + f" ({sum(c for c, _ in fitted)} of {gpus * 7} compute slices guaranteed; the rest is only ever borrowed).",
+        + f" ({sum(c for c, _ in fitted)} of {gpus * 7} compute slices guaranteed). The rest is lent to the cohort "
+        "by a member that never asks (a tenant with quota and no users): borrowers use it, and it is never reclaimed.",
         "",
         "### Guarantees as configured (over-committed)",
         *report(configured, offered),

@@ -774,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         "room was taken by another lender's request placed on the same GPU, needing a second round.",
         "- What the target needs: guarantees that fit the pool slot-aware (the portal now warns when they may "
         "not: cohort page and API), slot-aware reclaim with notice at once (the portal's `pick_fitting`), room "
-        "freed by a reclaim kept for its lender (this bench does; the portal's admission pass does not yet), and "
+        "freed by a reclaim kept for its lender (the portal's admission pass takes such lenders first; this bench also "
+        "fences off the room planned for a lender while its notices run, which the portal does not), and "
         "for the last few, compaction (issue 14) or placing each tenant's guaranteed use on its own share of GPUs.",
     ]
     text = "\n".join(body)

@@ -11,7 +11,8 @@
   outbox for grace 0), the borrowed allocation is released and a copy of the request goes back to the queue with
   the place it had (its first `queued_at`, else its creation time): FIFO within its tenant is kept, while the
   fair order across tenants (queue_order.py) counts the usage it had. Its release makes room and asks for an
-  admission pass; the lender is admitted by that pass, once (services/queue.py locks).
+  admission pass; the lender is admitted by that pass, once (services/queue.py locks), ahead of the rest of the
+  queue (`lenders_first`).
 
 A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for); the
 due step checks the lender again under the lock, so a notice it could not clear is never carried out.
@@ -96,6 +97,20 @@ def reclaim_room_for(allocation: Allocation) -> int:
         return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent
     need = Shortfall(compute=allocation.compute_slices, memory=allocation.memory_slices)
     return len(give_notice(lender=allocation, cohort=quota.cohort, need=need, whole=True))
+
+
+def lenders_first(queue: list[Allocation]) -> list[Allocation]:
+    """The admission order with lenders whose notices were carried out (or whose borrowers left meanwhile) first:
+    the room a reclaim frees is theirs, not the next queued request's (else, e.g., the reclaimed request's own
+    copy borrows it again and the lender needs a second round). The rest keep their order."""
+    if not queue:
+        return queue
+    served = set(
+        Allocation.objects.filter(reclaimed_for__in=[a.pk for a in queue], reclaim_at__isnull=False)
+        .exclude(status__in=RECLAIMABLE)
+        .values_list("reclaimed_for_id", flat=True)
+    )
+    return [a for a in queue if a.pk in served] + [a for a in queue if a.pk not in served]
 
 
 @transaction.atomic

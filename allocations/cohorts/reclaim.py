@@ -61,7 +61,10 @@ def pick_reclaims(candidates: Sequence[Candidate], need: Shortfall) -> list[Cand
 
 
 def _fits(fleet: Fleet, request: PlacementRequest, released: set[str]) -> bool:
-    """Whether the request can be placed once the instances owned by `released` are gone (dynamic MIG)."""
+    """Whether the request can be placed once the instances owned by `released` are gone (dynamic MIG). Only the
+    nodes they free room on are tried: the caller knows it does not fit as things are (a request's slices go to
+    one node), which keeps each test to a node or two on a large pool."""
+    touched = [n for n in fleet.nodes if any(i.owner in released for g in n.gpus for i in g.instances)]
     trial = Fleet(
         [
             Node(
@@ -69,10 +72,10 @@ def _fits(fleet: Fleet, request: PlacementRequest, released: set[str]) -> bool:
                 [Gpu(g.node, g.index, g.model, [i for i in g.instances if i.owner not in released]) for g in n.gpus],
                 n.pool,
             )
-            for n in fleet.nodes
+            for n in touched
         ]
     )
-    return choose_placement(trial, request, "first-fit") is not None
+    return bool(touched) and choose_placement(trial, request, "first-fit") is not None
 
 
 def _covers(chosen: Sequence[Candidate], need: Shortfall) -> bool:
@@ -85,6 +88,7 @@ def _enough(
     group: Sequence[Candidate],
     need: Shortfall,
     caps: Mapping[int, tuple[int, int]] | None,
+    fits_now: bool,
 ) -> list[Candidate]:
     """Candidates of `group`, in order, until the need is covered and the request fits; then pared down (oldest
     dropped first while both still hold). Empty when the whole group is not enough."""
@@ -99,13 +103,13 @@ def _enough(
             so_far[0] += candidate.compute
             so_far[1] += candidate.memory
         chosen.append(candidate)
-        if _covers(chosen, need) and _fits(fleet, request, {str(c.allocation_id) for c in chosen}):
+        if _covers(chosen, need) and (fits_now or _fits(fleet, request, {str(c.allocation_id) for c in chosen})):
             break
     else:
         return []
     for candidate in reversed(list(chosen)):
         rest = [c for c in chosen if c is not candidate]
-        if rest and _covers(rest, need) and _fits(fleet, request, {str(c.allocation_id) for c in rest}):
+        if rest and _covers(rest, need) and (fits_now or _fits(fleet, request, {str(c.allocation_id) for c in rest})):
             chosen = rest
     return chosen
 
@@ -122,6 +126,8 @@ def pick_fitting(
     empty list when no choice does. `fleet` holds every allocation's instances, owned by str(allocation_id);
     `caps`: per tenant, how many compute slices / memory slots may be taken (the last one taken may go past)."""
     ordered = reclaim_order(candidates)
+    # Room there already (a shortfall of quota only, the cohort's balance): what is taken need only cover it.
+    fits_now = choose_placement(fleet, request, "first-fit") is not None
     rank = {c.allocation_id: n for n, c in enumerate(ordered)}
     at: dict[str, set[tuple[str, int]]] = {}
     for gpu in fleet.gpus():
@@ -145,7 +151,7 @@ def pick_fitting(
         if not group or ids in seen:
             continue
         seen.add(ids)
-        chosen = _enough(fleet, request, group, need, caps)
+        chosen = _enough(fleet, request, group, need, caps, fits_now)
         if not chosen:
             continue
         key = (len(chosen), sum(c.compute for c in chosen), sum(rank[c.allocation_id] for c in chosen))

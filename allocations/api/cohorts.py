@@ -62,6 +62,9 @@ class CohortSerializer(serializers.Serializer[CohortView]):
     borrowed_compute = serializers.IntegerField(help_text="by all members: what the cohort has lent")
     borrowed_memory = serializers.IntegerField()
     members = MemberSerializer(many=True, help_text="every member for admins; your tenants' rows for others")
+    overcommit_warning = serializers.CharField(
+        help_text="non-empty when the members' guarantees may not fit the pool at once (issue 15)"
+    )
     created_at = serializers.DateTimeField(source="cohort.created_at")
     updated_at = serializers.DateTimeField(source="cohort.updated_at")
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Q, QuerySet, Sum
 
+from allocations.cohorts.capacity import overcommit_warning, pool_capacity
 from allocations.models import Allocation, Cohort, Quota
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class CohortView:
     member_count: int  # all of them
     borrowed_compute: int  # by all members (= what the lenders have lent in total)
     borrowed_memory: int
+    # Non-empty when the members' guarantees may not fit the pool at once (allocations/cohorts/capacity.py).
+    overcommit_warning: str = ""
 
 
 def cohort_views(cohorts: Iterable[Cohort], user: User | AnonymousUser) -> list[CohortView]:
@@ -88,8 +91,11 @@ def cohort_views(cohorts: Iterable[Cohort], user: User | AnonymousUser) -> list[
     )
     visible = None if user.is_staff else set(Quota.objects.for_user(user).values_list("pk", flat=True))
     views = []
+    capacities = {c.pool_id: pool_capacity(c.pool) for c in cohorts}
     for cohort in cohorts:
         rows = [_row(q, borrowed.get((q.tenant_id, q.pool_id), (0, 0))) for q in quotas if q.cohort_id == cohort.pk]
+        compute = sum(r.guarantee_compute for r in rows)
+        memory = sum(r.guarantee_memory for r in rows)
         views.append(
             CohortView(
                 cohort=cohort,
@@ -97,6 +103,7 @@ def cohort_views(cohorts: Iterable[Cohort], user: User | AnonymousUser) -> list[
                 member_count=len(rows),
                 borrowed_compute=sum(r.borrowed_compute for r in rows),
                 borrowed_memory=sum(r.borrowed_memory for r in rows),
+                overcommit_warning=overcommit_warning(capacities[cohort.pool_id], compute, memory),
             )
         )
     return views

@@ -2,9 +2,10 @@
 
 A lender's request within its guarantee that cannot be admitted (its cohort lent that guarantee away, or the
 pool is full while other members' borrowed slices occupy it) picks borrowed allocations of other members of the
-cohort in the same pool (allocations/cohorts/reclaim.py: least used, then youngest first), enough to make room,
-and gives their owners notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaimed_for` the
-lender's request; inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due.
+cohort in the same pool (allocations/cohorts/reclaim.py: those whose release lets the lender's request be placed,
+fewest then youngest; when none does, least used then youngest first, enough slices), and gives their owners
+notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaimed_for` the lender's request;
+inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due.
 
 Called while the lender's allocation and its pool are locked: the borrowed allocations are taken with SKIP LOCKED
 (services/locks.py), so a busy one is passed over rather than waited for.
@@ -22,9 +23,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
-from allocations.cohorts.reclaim import Candidate, pick_reclaims
+from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
+from allocations.mig.fleet import PlacementRequest
 from allocations.models import Allocation, Cohort, Notification, Quota
 from allocations.nodeagent.usage import used_slice_hours
+from allocations.placement import read_pool
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
 from tenants.services import record_audit_event
@@ -79,7 +82,7 @@ def give_notice(
         for a in rows
     ]
     by_id = {a.pk: a for a in rows}
-    marked = [by_id[c.allocation_id] for c in pick_reclaims(candidates, need)]
+    marked = [by_id[c.allocation_id] for c in _choose(lender, candidates, need, whole=whole)]
     reclaim_at = now + timedelta(minutes=cohort.reclaim_grace_minutes)
     for allocation in marked:
         allocation.reclaim_notice_at = now
@@ -102,6 +105,19 @@ def give_notice(
         if cohort.reclaim_grace_minutes == 0:
             enqueue_task(RECLAIM_TASK, allocation.pk)
     return marked
+
+
+def _choose(lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool) -> list[Candidate]:
+    """Slot-aware first: the borrowed allocations whose release lets the lender's request be placed (and, for the
+    cohort's balance, covers the shortfall); when none does (or a shared pool, placed by memory), by count as
+    before. For room (`whole`), fitting is the whole need: counting the request's slices again would take more."""
+    pool = lender.pool
+    if not pool.is_shared:
+        request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
+        fitting = pick_fitting(read_pool(pool).fleet, request, candidates, NOTHING if whole else need)
+        if fitting:
+            return fitting
+    return pick_reclaims(candidates, need)
 
 
 def _what(allocation: Allocation) -> str:

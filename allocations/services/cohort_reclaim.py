@@ -4,12 +4,15 @@
   within its tenant's guarantee whose cohort lent that guarantee away (`accounting.reclaim_shortfall`) waits in the
   queue while borrowed allocations are given notice for it (services/cohort_notices.py) and until they are gone.
 - `reclaim_room_for(allocation)`: a request within guarantee queued because the pool has no room gives notice to
-  other members' borrowed allocations in the pool, counted by their whole size.
+  other members' borrowed allocations in the pool: those whose release lets it be placed (slot-aware, fewest then
+  youngest), else counted by their whole size. Called when it enters the queue (queue_entry.py), not on a
+  later sweep, and again by each admission pass while it has no notice pending.
 - `reclaim_borrowed(allocation_id)`: when `reclaim_at` has passed (the beat's minute sweep, or at once through the
   outbox for grace 0), the borrowed allocation is released and a copy of the request goes back to the queue with
   the place it had (its first `queued_at`, else its creation time): FIFO within its tenant is kept, while the
   fair order across tenants (queue_order.py) counts the usage it had. Its release makes room and asks for an
-  admission pass; the lender is admitted by that pass, once (services/queue.py locks).
+  admission pass; the lender is admitted by that pass, once (services/queue.py locks), ahead of the rest of the
+  queue (`lenders_first`).
 
 A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for); the
 due step checks the lender again under the lock, so a notice it could not clear is never carried out.
@@ -82,8 +85,9 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
 
 def reclaim_room_for(allocation: Allocation) -> int:
     """A request within guarantee waits for room in a full pool: notice to other members' borrowed allocations
-    there, enough slices to hold it (by count: the layout they free may still not fit, and then the next pass asks
-    again). How many were marked. Caller holds the allocation's lock (and the pool's)."""
+    there whose release makes a layout it fits (cohort_notices._choose); when no choice does, enough slices by
+    count (the layout they free may still not fit, and then the next pass asks again). How many were marked.
+    Caller holds the allocation's lock (and the pool's)."""
     if _borrows(allocation):
         return 0
     quota = _cohort_quota(allocation)
@@ -93,6 +97,20 @@ def reclaim_room_for(allocation: Allocation) -> int:
         return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent
     need = Shortfall(compute=allocation.compute_slices, memory=allocation.memory_slices)
     return len(give_notice(lender=allocation, cohort=quota.cohort, need=need, whole=True))
+
+
+def lenders_first(queue: list[Allocation]) -> list[Allocation]:
+    """The admission order with lenders whose notices were carried out (or whose borrowers left meanwhile) first:
+    the room a reclaim frees is theirs, not the next queued request's (else, e.g., the reclaimed request's own
+    copy borrows it again and the lender needs a second round). The rest keep their order."""
+    if not queue:
+        return queue
+    served = set(
+        Allocation.objects.filter(reclaimed_for__in=[a.pk for a in queue], reclaim_at__isnull=False)
+        .exclude(status__in=RECLAIMABLE)
+        .values_list("reclaimed_for_id", flat=True)
+    )
+    return [a for a in queue if a.pk in served] + [a for a in queue if a.pk not in served]
 
 
 @transaction.atomic

@@ -21,7 +21,7 @@ from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
 from allocations.services.cohort_notices import cancel_notices_for
-from allocations.services.cohort_reclaim import reclaim_room_for, wait_for_reclaim
+from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again
 from allocations.services.locks import lock_pool
 from allocations.services.outbox import enqueue_task
@@ -52,7 +52,7 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     )
     pool = lock_pool(pool_id=pool_id)
     admitted = []
-    for allocation in queued_in_order(pool):  # read under the locks: only what is still QUEUED
+    for allocation in lenders_first(queued_in_order(pool)):  # read under the locks: only what is still QUEUED
         if wait_for_reclaim(allocation):
             continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
         placed = _try_admit(allocation, pool)

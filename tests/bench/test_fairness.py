@@ -10,7 +10,22 @@ from pathlib import Path
 import pytest
 
 from allocations.mig.catalog import load_catalog
-from bench.fairness import GRACE_MIN, MODEL, POLICIES, SHAPES, TENANTS, Req, Sim, demand, fresh, main
+from bench.fairness import (
+    FIT_SHARES,
+    GPUS_PER_NODE,
+    GRACE_MIN,
+    MODEL,
+    NODES,
+    POLICIES,
+    SHAPES,
+    TENANTS,
+    Req,
+    Sim,
+    demand,
+    fresh,
+    main,
+)
+from bench.fairness_premise import fitted_guarantees, overcommit
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -67,5 +82,16 @@ def test_the_report_names_its_command_each_shape_and_each_policy(tmp_path: Path)
     for shape in SHAPES:
         assert f"### {shape} (offered load " in text
         assert f"- {shape}: utilisation " in text
-    for policy in POLICIES:
-        assert text.count(f"| {policy} | ") == len(SHAPES)
+    for policy in POLICIES:  # each shape under both sets of guarantees: as configured, and fitted
+        assert text.count(f"| {policy} | ") == 2 * len(SHAPES)
+    assert "### The target's premise: do the guarantees fit the pool?" in text
+
+
+def test_the_configured_guarantees_over_commit_the_pool_and_the_fitted_ones_fit_their_shares() -> None:
+    model = load_catalog().model(MODEL)
+    failed, example = overcommit(model, NODES * GPUS_PER_NODE, [(t.mix, t.quota, t.memory_quota) for t in TENANTS])
+    assert failed > 0 and example is not None
+    for spec, share in zip(TENANTS, FIT_SHARES, strict=True):
+        compute, memory = fitted_guarantees(model, spec.mix, share)
+        # less than configured: some use of the configured guarantee does not fit the tenant's share of GPUs
+        assert 0 < compute < spec.quota and 0 < memory < spec.memory_quota

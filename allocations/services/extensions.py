@@ -186,8 +186,12 @@ def _refuse_if_waiting(allocation: Allocation) -> None:
     # partial unique constraint backs this up.
     waiting = LeaseExtension.objects.filter(allocation_id=allocation.pk, status=Status.PENDING).first()
     if waiting is not None:
+        owners = sorted(
+            waiting.consents.filter(status=ExtensionConsent.Status.PENDING).values_list("booking_id", flat=True)
+        )
+        whom = f"the owner of booking {', '.join(f'#{pk}' for pk in owners)}" if owners else "a manager"
         raise InvalidInput(
-            {"hours": [f"An extension by {waiting.hours} h already waits for a decision; ask again once it is made."]}
+            {"hours": [f"An extension by {waiting.hours} h already waits for {whom}; ask again once it is decided."]}
         )
 
 

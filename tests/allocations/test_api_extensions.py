@@ -59,6 +59,7 @@ def test_an_extension_past_the_policy_answers_202_with_the_pending_extension(wor
         "status": "pending",
         "auto_approved": False,
         "lease_hours_after": 32,
+        "waiting_for_bookings": [],
         "requested_by": "alice",
         "decided_by": None,
         "decided_at": None,

@@ -11,8 +11,14 @@ from tests.deploy.test_chart import by_kind, render
 def test_without_mig_manager_mode_the_chart_grants_none_of_its_rights(helm: Path) -> None:
     # given the default Kubernetes render
     docs = render(helm, "kubernetes")
-    # then: the portal's ClusterRole and web's token reviewer (the CI values run the node agent), no MIG-manager role
-    assert sorted(by_kind(docs, "ClusterRole")) == ["fatia-fatia", "fatia-namespace-fatia", "fatia-web-fatia"]
+    # then: the portal's ClusterRole, the members' workload role (bound per namespace only), and web's token reviewer
+    # (the CI values run the node agent); no MIG-manager role
+    assert sorted(by_kind(docs, "ClusterRole")) == [
+        "fatia-fatia",
+        "fatia-member-fatia",
+        "fatia-namespace-fatia",
+        "fatia-web-fatia",
+    ]
     assert sorted(by_kind(docs, "Role")) == ["fatia-web"]
     assert not any(
         "mig-manager" in name for kind in ("Role", "RoleBinding", "ClusterRoleBinding") for name in by_kind(docs, kind)

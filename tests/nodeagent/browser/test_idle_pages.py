@@ -4,10 +4,12 @@ page's idle banner and "Keep it", the tenant setting with a bad value, the usage
 from __future__ import annotations
 
 import pytest
+import time_machine
 from playwright.sync_api import Page, expect
 
 from allocations.services import reclaim
 from tests.nodeagent.test_idle_reclaim import NOW, idle_slices, reclaim_on
+from tests.nodeagent.test_node_history import NOW as HISTORY_NOW
 from tests.nodeagent.test_node_history import busy
 from tests.nodeagent.test_showback_used import seed as seed_used
 
@@ -51,7 +53,7 @@ def test_a_manager_sets_idle_reclaim_and_a_bad_value_is_explained(world, signed_
     page = signed_in(world.mallory)
     page.set_viewport_size({"width": width, "height": 900})
     page.goto("/quotas/")
-    page.get_by_role("link", name="Team A").click()
+    page.get_by_role("link", name="Team A", exact=True).click()
 
     # when: 10 minutes is below the 15-minute floor
     page.get_by_label("Release idle slices").check()
@@ -96,8 +98,10 @@ def test_the_node_page_draws_a_history_chart_per_gpu(world, signed_in, screensho
     page = signed_in(world.alice)
     page.set_viewport_size({"width": width, "height": 900})
 
-    # when
-    page.goto(f"/dashboard/nodes/{busy.gpu.node_id}/")
+    # when: the page is drawn at the seeds' moment (their fixed date must stay within the chart's last 24 hours; the
+    # live server runs in this process, so the travel reaches it)
+    with time_machine.travel(HISTORY_NOW, tick=True):
+        page.goto(f"/dashboard/nodes/{busy.gpu.node_id}/")
 
     # then: one drawn chart (her GPU), described in words; the others say there is nothing
     chart = page.get_by_role("img", name=f"GPU {busy.gpu.index}, your slices")

@@ -114,8 +114,11 @@ class DeviceRow:
 def _select() -> str:
     quote = connection.ops.quote_name
     meta = DeviceState._meta
-    columns = ", ".join(quote(meta.get_field(name).column) for name in FIELDS)
-    return f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {quote(meta.get_field('node').column)} = ANY(%s)"  # noqa: S608
+    column = {f.attname: f.column for f in meta.concrete_fields}  # FIELDS are attribute names (node_id, gpu_id)
+    return (
+        f"SELECT {', '.join(quote(column[name]) for name in FIELDS)} "  # noqa: S608
+        f"FROM {quote(meta.db_table)} WHERE {quote(column['node_id'])} = ANY(%s)"
+    )
 
 
 def read_device_rows(node_ids: list[int]) -> list[DeviceRow]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections
+from django.db import OperationalError, close_old_connections, connection
 
 from allocations.models import Node
 from allocations.nodeagent import ingest_queue, services
@@ -150,6 +150,19 @@ def test_every_refusal_is_the_whole_stacks_and_queues_nothing(world, tokens, set
     assert lean == stack
     expected = {"bad-json": 400, "invalid": 400, "wrong-node": 403, "backlog": 503}.get(case, 401)
     assert lean[0].startswith(str(expected))
+    assert ingest_queue.backlog() == 0
+
+
+def test_a_database_that_does_not_answer_is_the_stacks_503(tokens):
+    # A credential Redis does not share yet is looked up in PostgreSQL, which is restarting.
+    def refuse(*args: Any) -> None:
+        raise OperationalError("the database system is starting up")
+
+    with connection.execute_wrapper(refuse):
+        lean, stack, to_django = both(report(), f"Bearer {tokens['h100-node-0']}")
+    assert to_django == 0
+    assert lean == stack
+    assert lean[0].startswith("503") and dict(lean[1])["Retry-After"] == "5"
     assert ingest_queue.backlog() == 0
 
 

@@ -7,8 +7,10 @@ credential checked in the shared Redis Lua script, the same validator, the same 
 the stack that change what the agent sees are kept: the host check (a refused host falls through to Django, which
 answers it as always), the response headers the security, clickjacking and CSP middleware add, Content-Length,
 the request-latency metric, the request_started/finished signals (database connections are closed or kept as
-after any request), and Django's handling of an exception in the view (its 500). Anything else (another path or
-method, a query string, a body that is not JSON, inline ingest without the queue) is Django's, unchanged.
+after any request), the 503 for a database that does not answer, and Django's handling of any other exception in
+the view (its 500). Also skipped: the authenticating proxy's sign-in (an agent is no person, and must get no
+session cookie). Anything else (another path or method, a query string, a body that is not JSON, inline ingest
+without the queue) is Django's, unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from django.urls import resolve, set_script_prefix
 from allocations.nodeagent import ingest_queue
 from allocations.nodeagent.api.telemetry import telemetry
 from portal.metrics import events
+from portal.unavailable import DatabaseUnavailableMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,18 @@ class LeanTelemetry:
 
     def __init__(self, django: WSGIApp) -> None:
         self.django = django
-        self.view = convert_exception_to_response(telemetry)  # an exception: Django's 500, as through the stack
+        unavailable = DatabaseUnavailableMiddleware(_unused)
+
+        def view(request: HttpRequest) -> HttpResponse:
+            try:
+                return telemetry(request)
+            except Exception as exc:  # as the stack: no database is a 503 (the one process_exception it has)
+                answer = unavailable.process_exception(request, exc)
+                if answer is None:
+                    raise
+                return answer
+
+        self.view = convert_exception_to_response(view)  # any other exception: Django's 500, as through the stack
         # Response phases in the order Django runs them (MIDDLEWARE from the last): CSP, X-Frame-Options, security.
         self.on_response: list[Callable[[HttpRequest, Any], Any]] = [
             CSPMiddleware(_unused).process_response,

@@ -153,6 +153,13 @@ def test_every_refusal_is_the_whole_stacks_and_queues_nothing(world, tokens, set
     assert ingest_queue.backlog() == 0
 
 
+def test_a_refusal_is_logged_as_django_logs_it(tokens, caplog):
+    with caplog.at_level("WARNING", logger="django.request"):
+        both(b"{", f"Bearer {tokens['h100-node-0']}")
+    lean, stack = [(r.levelname, r.getMessage(), r.status_code) for r in caplog.records if r.name == "django.request"]
+    assert lean == stack == ("WARNING", f"Bad Request: {PATH}", 400)
+
+
 def test_a_database_that_does_not_answer_is_the_stacks_503(tokens):
     # A credential Redis does not share yet is looked up in PostgreSQL, which is restarting.
     def refuse(*args: Any) -> None:

@@ -1,7 +1,7 @@
 """A WSGI dispatcher in front of Django for the one hot endpoint: queued ``POST /api/v1/agent/telemetry/``.
 
 Every node reports every 5 s, so at 1,000 nodes this one request is nearly all the web processes do. Through
-Django's handler it paid the URL resolver and thirteen middleware (sessions, CSRF, authentication, messages...)
+Django's handler it paid the URL resolver and the middleware chain (sessions, CSRF, authentication, messages...)
 that an agent's report never uses. Here it goes straight to the same view (``telemetry.py``, queued: the
 credential checked in the shared Redis Lua script, the same validator, the same answers), and only the parts of
 the stack that change what the agent sees are kept: the host check (a refused host falls through to Django, which
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from csp.middleware import CSPMiddleware
+from django.conf import settings
 from django.core import signals
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.exception import convert_exception_to_response
@@ -28,7 +29,8 @@ from django.core.handlers.wsgi import WSGIRequest, get_script_name
 from django.http import HttpRequest, HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.urls import resolve, set_script_prefix
+from django.urls import resolve, set_script_prefix, set_urlconf
+from django.utils.log import log_response
 
 from allocations.nodeagent import ingest_queue
 from allocations.nodeagent.api.telemetry import telemetry
@@ -91,11 +93,15 @@ class LeanTelemetry:
         set_script_prefix(get_script_name(environ))
         signals.request_started.send(sender=self.__class__, environ=environ)
         started = time.perf_counter()
+        set_urlconf(settings.ROOT_URLCONF)  # as BaseHandler.get_response (the 500 handler is looked up there)
         response: Any = self.view(request)  # an HttpResponse: the view is synchronous
+        response._resource_closers.append(request.close)
         for process_response in self.on_response:
             response = process_response(request, response)
         if not response.has_header("Content-Length"):  # as CommonMiddleware
             response.headers["Content-Length"] = str(len(response.content))
+        if response.status_code >= 400:  # django.request's warning, as BaseHandler.get_response logs it
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
         try:
             events.observe_request(
                 view=self.view_name, method="POST", status=response.status_code, seconds=time.perf_counter() - started

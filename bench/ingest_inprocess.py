@@ -3,7 +3,8 @@
     python bench/ingest_inprocess.py [--nodes 200] [--no-write]
 
 A private PostgreSQL and Redis (as bench/agent.py starts them), N nodes x 8 GPUs with their inventory sent, then:
-the telemetry view called as gunicorn calls it (``portal.wsgi.application``, every middleware), queued
+the telemetry view called as gunicorn calls it (``portal.wsgi.application``: queued, the lean dispatcher of
+allocations/nodeagent/api/lean.py; inline, Django's whole stack), queued
 (FATIA_INGEST_QUEUE_URL) and applied in the request; and the drain's apply (``telemetry.apply_reports``) in batches
 of 10, 50 and N reports. Each figure is measured --rounds times, alternating, and reported as the smallest and the
 median round: on a machine other work shares, the smallest is the closest to the code's own cost. The queued view
@@ -179,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
 {rows}
 
 One process against a private PostgreSQL and Redis, no load generator or gunicorn; the view called as gunicorn calls
-it (`portal.wsgi.application`, every middleware); PostgreSQL's and Redis' own CPU not included (bench/agent.py
+it (`portal.wsgi.application`: queued, the lean dispatcher without Django's middleware; inline, every middleware);
+PostgreSQL's and Redis' own CPU not included (bench/agent.py
 measures them). The 1-minute load average (other work on this shared machine): {load_before:.1f} before,
 {load_after:.1f} after.
 """,

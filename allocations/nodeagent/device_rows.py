@@ -5,12 +5,20 @@ back with one UPDATE (``bulk.update_rows``); turning each into a Django model in
 descriptor and its cache check per row) was the largest piece of its Python time (docs/agent.md, "Telemetry
 ingest"). A row here has the model's attribute names, so the apply and ``update_rows`` treat both alike; new
 devices are still model instances (``bulk_create``).
+
+On PostgreSQL the rows are read with one plain query whose results come in binary: through Django's cursor (text
+results) the timestamps alone cost two Python-level parses per row (Django's time-zone loader is a Python subclass
+of psycopg's), and the read was over half of the drain's CPU per report (1.5 of 2.8 ms at 200 nodes a batch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
+
+import psycopg
+from django.db import connection
 
 from allocations.nodeagent.models import DeviceState
 
@@ -70,14 +78,54 @@ class DeviceRow:
     minute_util_max: float
     minute_processes_max: int
 
-    def __init__(self, values: Iterable[object]) -> None:
-        for name, value in zip(FIELDS, values, strict=True):
-            object.__setattr__(self, name, value)
+    def __init__(self, values: Iterable[Any]) -> None:
+        # One unpacking (in FIELDS' order), not a setattr per field: this runs for every device row of a batch.
+        (
+            self.id,
+            self.node_id,
+            self.gpu_id,
+            self.kind,
+            self.uuid,
+            self.gpu_uuid,
+            self.profile,
+            self.start,
+            self.memory_used_mib,
+            self.memory_total_mib,
+            self.processes,
+            self.utilisation,
+            self.utilisation_source,
+            self.ecc_uncorrected,
+            self.sampled_at,
+            self.minute,
+            self.minute_samples,
+            self.minute_memory_sum,
+            self.minute_memory_max,
+            self.minute_util_sum,
+            self.minute_util_samples,
+            self.minute_util_max,
+            self.minute_processes_max,
+        ) = values
 
     @property
     def pk(self) -> int:
         return self.id
 
 
+def _select() -> str:
+    quote = connection.ops.quote_name
+    meta = DeviceState._meta
+    column = {f.attname: f.column for f in meta.concrete_fields}  # FIELDS are attribute names (node_id, gpu_id)
+    return (
+        f"SELECT {', '.join(quote(column[name]) for name in FIELDS)} "  # noqa: S608
+        f"FROM {quote(meta.db_table)} WHERE {quote(column['node_id'])} = ANY(%s)"
+    )
+
+
 def read_device_rows(node_ids: list[int]) -> list[DeviceRow]:
-    return [DeviceRow(values) for values in DeviceState.objects.filter(node_id__in=node_ids).values_list(*FIELDS)]
+    if connection.vendor != "postgresql":
+        return [DeviceRow(values) for values in DeviceState.objects.filter(node_id__in=node_ids).values_list(*FIELDS)]
+    connection.ensure_connection()
+    # Same connection and transaction as the ORM (as bulk.update_rows); binary results, loaded by psycopg's C code.
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(_select(), [node_ids], prepare=True, binary=True)
+        return [DeviceRow(values) for values in cursor.fetchall()]

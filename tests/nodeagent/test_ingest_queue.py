@@ -112,10 +112,10 @@ def test_several_nodes_reports_apply_in_one_batch_with_a_fixed_number_of_queries
     with CaptureQueriesContext(connection) as queries:
         done = drain_telemetry(consumer="drain", count=100)
 
-    # then: one transaction (savepoint and release in the test's), one lock, one read of the devices: no query per
-    # node or report (the device and status UPDATEs go on psycopg's own cursor); every sample applied once
+    # then: one transaction (savepoint and release in the test's), one lock: no query per node or report (the one
+    # read of the devices and the device and status UPDATEs go on psycopg's own cursor); every sample applied once
     assert (done.reports, done.samples) == (4, 4)
-    assert len(queries) == 4, [q["sql"] for q in queries.captured_queries]
+    assert len(queries) == 3, [q["sql"] for q in queries.captured_queries]
     assert minute_samples("h100-node-0") == minute_samples("h100-node-1") == [3, 3, 3]
     assert dict(AgentStatus.objects.values_list("node__name", "last_seq")) == {name: 3 for name in NODES}
 

@@ -31,10 +31,11 @@ def token_client(raw: str) -> APIClient:
 
 
 def test_an_expiring_token_cannot_mint_a_token_that_outlives_it(world: World):
-    # given: a write token that expires in a day
-    parent, raw = create_api_token(
-        user=world.alice, name="ci", scope="write", expires_at=NOW + timedelta(days=1), actor=world.alice
-    )
+    # given: a write token that expires in a day (made at NOW too: its expiry must be in the future then)
+    with time_machine.travel(NOW, tick=False):
+        parent, raw = create_api_token(
+            user=world.alice, name="ci", scope="write", expires_at=NOW + timedelta(days=1), actor=world.alice
+        )
     client = token_client(raw)
     with time_machine.travel(NOW, tick=False):
         # when: it asks for one that never expires, then for one that lives longer than itself

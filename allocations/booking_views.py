@@ -145,7 +145,7 @@ def _consent_action(request: HttpRequest, consent_id: int, verb: str) -> HttpRes
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
-        messages.error(request, f"Extension of booking #{consent_id}'s room: {exc.message}")
+        messages.error(request, f"Question #{consent_id} about a booking's room: {exc.message}")
     else:
         verdict = "agreed to" if consent.status == ExtensionConsent.Status.AGREED else "refused"
         messages.success(request, f"You {verdict} the extension that would use booking #{consent.booking_id}'s room.")

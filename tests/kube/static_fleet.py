@@ -113,10 +113,11 @@ class FakePlugin(threading.Thread):
         while not self.stopping.wait(0.1):
             try:
                 if not self.pods():
+                    # counted before the slices go out: whoever sees the new slices may look at the count at once
+                    self.node.restarts += 1
                     fake_static.republish_static(
                         self.admin, self.node.model, self.node.name, self.node.uid, self.node.inventory()
                     )
-                    self.node.restarts += 1
                     self.start_pod()
             except ApiException as exc:  # kept for the test to report; the loop goes on
                 self.errors.append(str(exc))

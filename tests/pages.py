@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from allocations import services
+from allocations.cohorts.config import Limits, create_cohort, set_quota_cohort
 from allocations.models import Allocation, SlicePlacement
 from allocations.services.bookings import request_booking
 from tenants.services import create_api_token
@@ -66,6 +67,13 @@ def seed(world: World) -> Ids:
         purpose="Workshop on fine-tuning with a long description",
         actor=world.alice,
     )
+    # A cohort (issue 15) with both teams in it, so its page has members to show.
+    cohort = create_cohort(pool_id=world.pool.pk, name="research-and-production-teams", actor=world.root)
+    for tenant in (world.tenant_a, world.tenant_b):
+        quota = tenant.quotas.get(pool=world.pool)
+        set_quota_cohort(
+            quota_id=quota.pk, cohort_id=cohort.pk, limits=Limits(borrowing_compute_limit=7), actor=world.root
+        )
     node = SlicePlacement.objects.filter(allocation=active).values_list("gpu__node_id", flat=True).first()
     assert node is not None
     return Ids(active=active.pk, pending=pending.pk, node=node)
@@ -84,9 +92,11 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
         ("tokens", "/tokens/"),
         ("bookings", "/bookings/"),
         ("new-booking", "/bookings/new/"),
+        ("inbox", "/inbox/"),
+        ("namespaces", f"/tenants/{world.tenant_a.pk}/namespaces/"),
     ]
     if who in ("mallory", "root"):
-        pages.append(("approvals", "/approvals/"))
+        pages += [("approvals", "/approvals/"), ("idle-reclaim", f"/tenants/{world.tenant_a.pk}/idle-reclaim/")]
     if who == "root":
         pages += [
             ("admin-tenants", "/manage/tenants/"),
@@ -98,5 +108,9 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
             ("admin-audit-log", "/manage/audit/"),
             ("admin-booking-calendar", "/manage/bookings/"),
             ("admin-what-if", f"/manage/pools/{world.pool.pk}/what-if/?q=add-gpus&count=8&model=&gpus_per_node=8"),
+            ("admin-cohorts", f"/manage/pools/{world.pool.pk}/cohorts/"),
+            ("admin-compaction", f"/manage/pools/{world.pool.pk}/compaction/"),
+            ("admin-cluster-check", "/manage/cluster-check/"),
+            ("admin-sso", "/manage/sso/"),
         ]
     return pages

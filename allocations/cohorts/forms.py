@@ -26,16 +26,18 @@ def _limit(label: str) -> forms.IntegerField:
 
 
 class TenantQuotaField(forms.ModelChoiceField):  # type: ignore[type-arg]
-    """A quota of the page's pool, named by its tenant."""
+    """A quota of the page's pool, named by its tenant and the cohort it is in now (so an admin who saves the
+    form sees what the tenant leaves)."""
 
     def label_from_instance(self, obj: Quota) -> str:
-        return obj.tenant.name
+        return obj.tenant.name if obj.cohort is None else f"{obj.tenant.name} (now in {obj.cohort.name})"
 
 
 class MembershipForm(forms.Form):
     """A tenant's quota of the pool: its cohort (none: it leaves) and its four limits."""
 
-    quota = TenantQuotaField(queryset=Quota.objects.none(), label="Tenant", empty_label=None)
+    # No tenant chosen at first: saving the form as it comes would otherwise take the first tenant out of its cohort.
+    quota = TenantQuotaField(queryset=Quota.objects.none(), label="Tenant", empty_label="Choose a tenant")
     cohort = forms.ModelChoiceField(queryset=Cohort.objects.none(), required=False, empty_label="(no cohort)")
     borrowing_compute_limit = _limit("May borrow (compute slices)")
     borrowing_memory_limit = _limit("May borrow (memory slots)")

@@ -43,7 +43,7 @@ def pool_cohorts(request: HttpRequest, pool_id: int) -> HttpResponse:
     pool = _pool_or_404(pool_id)
     cohorts = Cohort.objects.filter(pool=pool).select_related("pool")
     # Platform admins only (staff_required): every tenant's quota of the pool is theirs to place.
-    quotas = Quota.objects.filter(pool=pool).select_related("tenant").order_by("tenant__name")
+    quotas = Quota.objects.filter(pool=pool).select_related("tenant", "cohort").order_by("tenant__name")
     create_form = CohortForm(prefix="create")
     member_form = MembershipForm(prefix="member", quotas=quotas, cohorts=cohorts)
     if request.method == "POST":

@@ -96,3 +96,23 @@ def test_members_and_managers_get_403(world: World):
         assert client.get(f"/manage/pools/{world.pool.pk}/cohorts/").status_code == 403
         assert client.post(f"/manage/cohorts/{cohort.pk}/delete/").status_code == 403
     assert Cohort.objects.count() == 1
+
+
+def test_the_membership_form_chooses_no_tenant_at_first_and_names_each_tenants_cohort(world: World):
+    # given: Team A in a cohort
+    cohort = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
+    quota_a = Quota.objects.get(tenant=world.tenant_a, pool=world.pool)
+    set_quota_cohort(quota_id=quota_a.pk, cohort_id=cohort.pk, limits=Limits(), actor=world.root)
+    root = browser(world.root)
+    url = f"/manage/pools/{world.pool.pk}/cohorts/"
+    # when
+    page = root.get(url).content.decode()
+    # then: nothing chosen, and the tenant's present cohort is in its name
+    assert '<option value="" selected>Choose a tenant</option>' in page
+    assert f'<option value="{quota_a.pk}">Team A (now in research)</option>' in page
+    # when: the form is sent as it came
+    untouched = root.post(url, {"form": "member", "member-quota": "", "member-cohort": ""})
+    # then: a field message, and Team A is still in its cohort
+    assert untouched.status_code == 400
+    assert "This field is required." in untouched.content.decode()
+    assert Quota.objects.get(pk=quota_a.pk).cohort_id == cohort.pk

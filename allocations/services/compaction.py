@@ -8,8 +8,11 @@ and services/moves.py applies them one step at a time.
 
 Where compaction runs: MIG pools with DynamicMIG, on the simulated backend and on Kubernetes. There a move is a new
 claim pinned at the destination (GPU by UUID, slot by steering), then the old claim and holder pod deleted
-(allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools would need a layout change of
-the node first (services/reconfiguration.py): not compacted.
+(allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools on Kubernetes: only the rescue
+runs there, with moves to FREE pre-created instances of the same profile (the new claim pins the instance's
+`uuid`; plan: allocations/cluster/static_compaction.py), after which the refused request takes the freed instance
+or has the freer GPU reconfigured for it. Freeing whole GPUs there (the beat, the admin's button) would need layout
+changes on the destinations too: not done.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).
@@ -24,6 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from allocations.cluster.static_compaction import plan_static_rescue
 from allocations.mig.defrag import DefragPlan, plan_defrag
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
@@ -42,13 +46,19 @@ ADVANCE_TASK = "allocations.tasks.advance_move_plan_task"
 RESCUE_MAX_MOVES = 2
 
 
-def compaction_refusal(pool: NodePool) -> str:
-    """Why this pool is not compacted, or "" when it is (see the module docstring)."""
+def compaction_refusal(pool: NodePool, *, rescue: bool = False) -> str:
+    """Why this pool is not compacted, or "" when it is (see the module docstring); `rescue`: for one refused
+    request rather than to free whole GPUs."""
     if pool.kind != NodePool.Kind.MIG:
         return f"{pool.name} shares whole GPUs: there are no MIG slots to compact."
-    if pool.mig_mode != NodePool.MigMode.DYNAMIC:
-        return f"{pool.name} uses static MIG: moving a slice there needs a layout change of the GPU first."
-    return ""
+    if pool.mig_mode == NodePool.MigMode.DYNAMIC:
+        return ""
+    if rescue and settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        return ""  # moves to free pre-created instances (allocations/cluster/static_compaction.py)
+    return (
+        f"{pool.name} uses static MIG: slices move there only to make room for a refused request; freeing whole "
+        "GPUs needs layout changes first."
+    )
 
 
 def movable_allocation_ids(pool: NodePool) -> set[int]:
@@ -241,15 +251,21 @@ def rescue_with_moves(allocation: Allocation) -> bool:
     if earlier is not None:
         return earlier.status == MovePlan.Status.APPLYING
     pool = allocation.pool
-    if allocation.count != 1 or compaction_refusal(pool) or _applying(pool):
+    if allocation.count != 1 or compaction_refusal(pool, rescue=True) or _applying(pool):
         return False
-    layout, fleet = movable_fleet(pool)
-    plan = plan_defrag(
-        fleet,
-        request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
-        max_moves=RESCUE_MAX_MOVES,
-        demand=recent_demand(pool),
-    )
+    if pool.is_static:
+        layout = read_pool(pool)
+        plan = plan_static_rescue(
+            pool=pool, profile=allocation.profile, movable=movable_allocation_ids(pool), max_moves=RESCUE_MAX_MOVES
+        )
+    else:
+        layout, fleet = movable_fleet(pool)
+        plan = plan_defrag(
+            fleet,
+            request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
+            max_moves=RESCUE_MAX_MOVES,
+            demand=recent_demand(pool),
+        )
     if plan is None or not plan.moves:
         return False
     move_plan = _create_plan(

@@ -3,8 +3,9 @@
 In a static pool the MIG devices are pre-created and a claim pins one by its `uuid` (static_placement.py). A move
 there is a new claim pinned to a FREE pre-created instance of the same profile on another GPU, then the old claim
 and holder pod deleted (cluster/moves.py applies it, as on DynamicMIG): no layout changes for the move itself. The
-source GPU's instance is then free, and the refused request takes it, or the reconfiguration planner (static_placement's
-StaticGpu.plan, the one provisioning uses) changes the now freer GPU for it.
+instance it leaves stays, free, and the refused request has the freed GPU reconfigured for it by the planner that
+static provisioning uses (static_placement's StaticGpu.plan). (The freed instances are never of the request's
+profile: a free instance of it elsewhere, where the moved slice goes, would have served the request directly.)
 
 The plan: for each GPU that has the profile, the fewest movable slices (at most `max_moves`) whose moves leave the
 GPU able to take the request, each with a free instance of its profile elsewhere to go to; fewest moves first,

@@ -10,9 +10,9 @@ Where compaction runs: MIG pools with DynamicMIG, on the simulated backend and o
 claim pinned at the destination (GPU by UUID, slot by steering), then the old claim and holder pod deleted
 (allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools on Kubernetes: only the rescue
 runs there, with moves to FREE pre-created instances of the same profile (the new claim pins the instance's
-`uuid`; plan: allocations/cluster/static_compaction.py), after which the refused request takes the freed instance
-or has the freer GPU reconfigured for it. Freeing whole GPUs there (the beat, the admin's button) would need layout
-changes on the destinations too: not done.
+`uuid`; plan: allocations/cluster/static_compaction.py), after which the refused request has the freed GPU
+reconfigured for it. Freeing whole GPUs there (the beat, the admin's button) would need layout changes on the
+destinations too: not done.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).

@@ -174,13 +174,14 @@ def _oracle_notes(
         "running requests and it can be laid out on the fleet at all (exact: allocations/mig/offline.py; unlimited "
         "moves, so no compaction of a fleet that admits every request that fits serves more); *repacks of <= "
         f"{ORACLE_MOVES} moves* is first fit plus, on such a refusal, the defrag search's plan with every allocation "
-        "movable, within 2 % of the allocations admitted so far.",
+        "movable, within 2 % of the allocations admitted so far. (A policy that refuses requests that fit, to keep "
+        "room for later ones, is admission control, not compaction: not bounded here.)",
         "",
         "Where first fit's loss is (each refusal classified when it happens; points of offered slice-hours):",
         "",
-        "| GPUs | refused | fit the fleet's free slices in total | a repack would admit | lost: no layout holds them "
-        "| lost: a repack would admit |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| GPUs | refused | fit the fleet's free slices in total | a repack would admit | lost: over the free slices "
+        "| lost: no layout holds them | lost: a repack would admit |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for gpus, loss in losses.items():
         refused = sum(loss.refused.values())
@@ -188,6 +189,7 @@ def _oracle_notes(
         lines.append(
             f"| {gpus} | {refused:,} | {pct(in_total / refused) if refused else 'n/a'} "
             f"| {pct(loss.refused['repack'] / refused) if refused else 'n/a'} "
+            f"| {100 * loss.slice_hours['capacity'] / loss.offered_sh:.1f} points "
             f"| {100 * (loss.slice_hours['layout'] + loss.slice_hours['unproven']) / loss.offered_sh:.1f} points "
             f"| {100 * loss.slice_hours['repack'] / loss.offered_sh:.1f} points |"
         )

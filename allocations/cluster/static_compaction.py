@@ -63,6 +63,12 @@ def _static_fleet(pool: NodePool) -> list[_StaticGpu]:
     return out
 
 
+def gpu_positions(pool: NodePool) -> dict[tuple[str, int], int]:
+    """Every GPU of the pool by (node name, index): the plan's moves name GPUs so."""
+    rows = Gpu.objects.filter(node__pool=pool).values_list("node__name", "index", "pk")
+    return {(node, index): pk for node, index, pk in rows}
+
+
 def free_static_instance(pool: NodePool, gpu: Gpu, profile: str, start: int) -> tuple[str, str] | None:
     """(uuid, device name) of the free pre-created `profile` instance at `start` of `gpu`, or None when it is not
     published (any more) or someone holds it. Caller holds `pool`'s lock."""

@@ -20,6 +20,7 @@ under it, so a pool has one plan APPLYING at a time (a constraint says so too).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from allocations.cluster.static_compaction import plan_static_rescue
+from allocations.cluster.static_compaction import gpu_positions, plan_static_rescue
 from allocations.mig.defrag import DefragPlan, plan_defrag
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
@@ -161,7 +162,7 @@ def preview_compaction(*, pool: NodePool) -> Preview:
 def _create_plan(
     *,
     pool: NodePool,
-    layout: PoolLayout,
+    positions: Mapping[tuple[str, int], int],
     plan: DefragPlan,
     trigger: str,
     actor: User | None,
@@ -185,9 +186,9 @@ def _create_plan(
                 position=n,
                 allocation_id=int(m.owner),
                 profile=m.profile,
-                from_gpu_id=layout.by_position[(m.from_node, m.from_gpu)],
+                from_gpu_id=positions[(m.from_node, m.from_gpu)],
                 from_start=m.from_start,
-                to_gpu_id=layout.by_position[(m.to_node, m.to_gpu)],
+                to_gpu_id=positions[(m.to_node, m.to_gpu)],
                 to_start=m.to_start,
             )
             for n, m in enumerate(plan.moves)
@@ -223,7 +224,7 @@ def start_compaction(*, pool_id: int, actor: User | None, trigger: str = MovePla
     layout, plan = _whole_gpu_plan(pool)
     if not plan.moves or plan.gpus_freed <= 0:
         raise InvalidInput({"pool": [f"Moving the movable slices of {pool.name} frees no whole GPU right now."]})
-    return _create_plan(pool=pool, layout=layout, plan=plan, trigger=trigger, actor=actor)
+    return _create_plan(pool=pool, positions=layout.by_position, plan=plan, trigger=trigger, actor=actor)
 
 
 def compact_pools() -> list[MovePlan]:
@@ -254,12 +255,13 @@ def rescue_with_moves(allocation: Allocation) -> bool:
     if allocation.count != 1 or compaction_refusal(pool, rescue=True) or _applying(pool):
         return False
     if pool.is_static:
-        layout = read_pool(pool)
+        positions = gpu_positions(pool)
         plan = plan_static_rescue(
             pool=pool, profile=allocation.profile, movable=movable_allocation_ids(pool), max_moves=RESCUE_MAX_MOVES
         )
     else:
         layout, fleet = movable_fleet(pool)
+        positions = layout.by_position
         plan = plan_defrag(
             fleet,
             request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
@@ -269,7 +271,12 @@ def rescue_with_moves(allocation: Allocation) -> bool:
     if plan is None or not plan.moves:
         return False
     move_plan = _create_plan(
-        pool=pool, layout=layout, plan=plan, trigger=MovePlan.Trigger.RESCUE, actor=None, for_allocation=allocation
+        pool=pool,
+        positions=positions,
+        plan=plan,
+        trigger=MovePlan.Trigger.RESCUE,
+        actor=None,
+        for_allocation=allocation,
     )
     allocation.status_message = (
         f"The pool's free slots are scattered: {len(plan.moves)} movable slice(s) of other requests move to make "

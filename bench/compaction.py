@@ -172,7 +172,9 @@ def _oracle_notes(
         "",
         "Oracle rows (bench/compaction_oracle.py): *optimal repack on every refusal* admits a request whenever the "
         "running requests and it can be laid out on the fleet at all (exact: allocations/mig/offline.py; unlimited "
-        "moves, so no compaction of a fleet that admits every request that fits serves more); *repacks of <= "
+        "moves): the most packing can do when every request that fits is admitted. It is a yardstick, not a proof: "
+        "admitting a request can cost a later, longer one (first fit + rescue serves less than first fit at 24 GPUs). "
+        "*Repacks of <= "
         f"{ORACLE_MOVES} moves* is first fit plus, on such a refusal, the defrag search's plan with every allocation "
         "movable, within 2 % of the allocations admitted so far. (A policy that refuses requests that fit, to keep "
         "room for later ones, is admission control, not compaction: not bounded here.)",
@@ -201,7 +203,7 @@ def _oracle_notes(
         verdict = "unreachable on this trace" if gain < 3.0 else "reachable in principle"
         lines += [
             "",
-            f"The bound at 24 GPUs: the target is {verdict}. Even an optimal repack of the whole fleet on every "
+            f"The bound at 24 GPUs: the target is {verdict}. An optimal repack of the whole fleet on every "
             f"refusal serves {gain:+.1f} points of offered slice-hours against first fit (it admits "
             f"{unlimited.admitted - first_fit_admitted[24]:+,} requests, but the short ones it adds hold slices that "
             "long requests arriving later then miss); with the 2 % move budget "
@@ -211,7 +213,8 @@ def _oracle_notes(
             f"({100 * (loss.slice_hours['layout'] + loss.slice_hours['unproven']) / loss.offered_sh:.1f} points) fit "
             "the fleet's free slices in total but no layout of the MIG rules holds them (the trace is mostly "
             "whole-GPU 7g.80gb and one-per-GPU 4g.40gb requests: a full fleet has no whole GPU left however it is "
-            "packed).",
+            "packed). +3 points would take compaction recovering several times what fragmentation costs first fit "
+            "here.",
         ]
     return lines
 

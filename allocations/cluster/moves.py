@@ -235,7 +235,7 @@ def _reserve(*, move_id: int) -> Reservation:
             "plan": move.plan_id,
             "claim": new_kube_name(allocation, move),
             "at": destination_of(move),
-            **({"steer_past": [f"{destination_gpu(move)}:{b}" for b in blocked]} if blocked else {}),
+            **({"steer_past": [f"{_destination_gpu(move)}:{b}" for b in blocked]} if blocked else {}),
             **({"mig_uuid": slot.mig_uuid} if slot.mig_uuid else {}),
         },
     )
@@ -252,7 +252,7 @@ class _Slot:
     mig_uuid: str = ""
 
 
-def destination_gpu(move: SliceMove) -> str:
+def _destination_gpu(move: SliceMove) -> str:
     return f"{move.to_gpu.node.name}/gpu-{move.to_gpu.index}"
 
 
@@ -283,7 +283,7 @@ def _static_slot(plan: MovePlan, move: SliceMove) -> _Slot | Reservation:
     """Static MIG: the destination is a free pre-created instance of the profile; the claim pins its uuid, so
     no steering and no waiting for other claims (none can take a device pinned by uuid)."""
     if move.to_gpu.node.state != Node.State.READY:
-        return Reservation(Check.FAIL, f"{destination_gpu(move)} is not ready (its layout may be changing).")
+        return Reservation(Check.FAIL, f"{_destination_gpu(move)} is not ready (its layout may be changing).")
     found = free_static_instance(plan.pool, move.to_gpu, move.profile, move.to_start)
     if found is None:
         return Reservation(Check.FAIL, f"{destination_of(move)} is no longer a free pre-created {move.profile}.")

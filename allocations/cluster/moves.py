@@ -27,8 +27,11 @@ What differs from the simulated backend: only requests of one slice move (a clai
 made anew before the old one is deleted without asking for its other devices twice), and a move waits while
 claims of other requests wait for the scheduler on the destination GPU (they could take the slot first). The
 tenant's device quota in its namespace counts the new and the old claim together for a moment: a tenant at its
-limit gets a refused claim, and the move fails with the API server's message. Static-MIG pools are not compacted
-(services/compaction.py says why).
+limit gets a refused claim, and the move fails with the API server's message.
+
+Static-MIG pools (rescues only, services/compaction.py): the destination is a free pre-created instance of the
+slice's profile; the new claim pins it by its `uuid` (the placement row keeps it, as static provisioning does), so
+there is no steering and no waiting for other claims on the GPU. Everything else is the steps above.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ from django.utils import timezone
 from allocations.cluster import kube
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.placements import placement_of
+from allocations.cluster.static_compaction import free_static_instance
 from allocations.costs import gpu_model_for
 from allocations.mig import scheduler
 from allocations.mig.layout import geometry
-from allocations.models import Allocation, MovePlan, SliceMove, SlicePlacement, claim_names_for, kube_name_for
+from allocations.models import Allocation, MovePlan, Node, SliceMove, SlicePlacement, claim_names_for, kube_name_for
 from allocations.placement import dra_device_name, gpu_model_of, read_pool
 from allocations.services.compaction import ADVANCE_TASK
 from allocations.services.locks import lock_allocation, lock_pool
@@ -123,6 +127,7 @@ class Reservation:
     check: Check
     reason: str = ""
     blocked_starts: tuple[int, ...] = ()
+    mig_uuid: str = ""  # static MIG: the pre-created instance the new claim pins
 
 
 def _place(move: SliceMove) -> Advance:
@@ -140,7 +145,7 @@ def _place(move: SliceMove) -> Advance:
         if _timed_out(move):
             return _roll_back(allocation, move, "Claims of other requests kept waiting on the destination GPU.")
         return Advance(move.plan, wait=True)
-    claim_spec, pod_spec = _new_specs(allocation, move)
+    claim_spec, pod_spec = _new_specs(allocation, move, reservation.mig_uuid)
     try:
         if reservation.blocked_starts:  # before the pod, so that the scheduler sees the taints
             kube.apply_steering(_steering_spec(allocation, move, reservation.blocked_starts))
@@ -191,7 +196,8 @@ def _destination_row(allocation: Allocation, move: SliceMove) -> SlicePlacement 
 
 @transaction.atomic
 def _reserve(*, move_id: int) -> Reservation:
-    """Check the destination and reserve it (a placement row with the starts to steer past), once."""
+    """Check the destination and reserve it (a placement row with the starts to steer past, or the static
+    instance's uuid), once."""
     allocation, plan, move = _lock(move_id)
     if plan.status != MovePlan.Status.APPLYING or move.step != Step.NOTIFIED:
         return Reservation(Check.STALE)
@@ -201,7 +207,58 @@ def _reserve(*, move_id: int) -> Reservation:
         return Reservation(Check.SKIP)
     reserved = _destination_row(allocation, move)
     if reserved is not None:
-        return Reservation(Check.RESERVED, blocked_starts=tuple(reserved.blocked_starts))
+        return Reservation(Check.RESERVED, blocked_starts=tuple(reserved.blocked_starts), mig_uuid=reserved.mig_uuid)
+    slot = _static_slot(plan, move) if plan.pool.is_static else _steered_slot(plan, move)
+    if isinstance(slot, Reservation):
+        return slot
+    blocked = slot.blocked_starts
+    pool_model = gpu_model_for(plan.pool.gpu_model)
+    spec = (gpu_model_of(pool_model, move.to_gpu.figures_id) or pool_model).profile(move.profile)
+    SlicePlacement.objects.create(
+        allocation=allocation,
+        gpu=move.to_gpu,
+        profile=move.profile,
+        start=move.to_start,
+        size=spec.memory_slices,
+        device_name=slot.device_name,
+        blocked_starts=list(blocked),
+        mig_uuid=slot.mig_uuid,
+    )
+    move.claim_generation = allocation.claim_generation + 1
+    move.save(update_fields=["claim_generation", "updated_at"])
+    record_audit_event(
+        actor=None,
+        verb="move_claimed",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={
+            "plan": move.plan_id,
+            "claim": new_kube_name(allocation, move),
+            "at": destination_of(move),
+            **({"steer_past": [f"{_destination_gpu(move)}:{b}" for b in blocked]} if blocked else {}),
+            **({"mig_uuid": slot.mig_uuid} if slot.mig_uuid else {}),
+        },
+    )
+    return Reservation(Check.RESERVED, blocked_starts=tuple(blocked), mig_uuid=slot.mig_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """The destination as the new claim will ask for it: its device, the starts to steer past (DynamicMIG), the
+    pre-created instance's uuid (static MIG)."""
+
+    device_name: str
+    blocked_starts: tuple[int, ...] = ()
+    mig_uuid: str = ""
+
+
+def _destination_gpu(move: SliceMove) -> str:
+    return f"{move.to_gpu.node.name}/gpu-{move.to_gpu.index}"
+
+
+def _steered_slot(plan: MovePlan, move: SliceMove) -> _Slot | Reservation:
+    """DynamicMIG: the slot must be free in the pool's layout; the scheduler is steered to it (taints on the
+    devices it would take first). WAIT while other claims wait for the scheduler on that GPU."""
     layout = read_pool(plan.pool)
     position = (move.to_gpu.node.name, move.to_gpu.index)
     if position in layout.waiting:
@@ -215,36 +272,26 @@ def _reserve(*, move_id: int) -> Reservation:
     blocked = scheduler.steer(geom, key, geom.profile_index(move.profile), move.to_start)
     if blocked is None:
         return Reservation(Check.FAIL, f"The scheduler cannot be steered to {destination_of(move)}.")
-    spec = model.profile(move.profile)
-    SlicePlacement.objects.create(
-        allocation=allocation,
-        gpu=move.to_gpu,
-        profile=move.profile,
-        start=move.to_start,
-        size=spec.memory_slices,
-        device_name=dra_device_name(
-            gpu_index=move.to_gpu.index, profile=move.profile, profile_id=spec.profile_id, start=move.to_start
-        ),
-        blocked_starts=blocked,
+    profile_id = model.profile(move.profile).profile_id
+    device = dra_device_name(
+        gpu_index=move.to_gpu.index, profile=move.profile, profile_id=profile_id, start=move.to_start
     )
-    move.claim_generation = allocation.claim_generation + 1
-    move.save(update_fields=["claim_generation", "updated_at"])
-    record_audit_event(
-        actor=None,
-        verb="move_claimed",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        after={
-            "plan": move.plan_id,
-            "claim": new_kube_name(allocation, move),
-            "at": destination_of(move),
-            **({"steer_past": [f"{position[0]}/gpu-{position[1]}:{b}" for b in blocked]} if blocked else {}),
-        },
-    )
-    return Reservation(Check.RESERVED, blocked_starts=tuple(blocked))
+    return _Slot(device, tuple(blocked))
 
 
-def _new_specs(allocation: Allocation, move: SliceMove) -> tuple[kube.ClaimSpec, kube.HolderPodSpec]:
+def _static_slot(plan: MovePlan, move: SliceMove) -> _Slot | Reservation:
+    """Static MIG: the destination is a free pre-created instance of the profile; the claim pins its uuid, so
+    no steering and no waiting for other claims (none can take a device pinned by uuid)."""
+    if move.to_gpu.node.state != Node.State.READY:
+        return Reservation(Check.FAIL, f"{_destination_gpu(move)} is not ready (its layout may be changing).")
+    found = free_static_instance(plan.pool, move.to_gpu, move.profile, move.to_start)
+    if found is None:
+        return Reservation(Check.FAIL, f"{destination_of(move)} is no longer a free pre-created {move.profile}.")
+    mig_uuid, device = found
+    return _Slot(device, mig_uuid=mig_uuid)
+
+
+def _new_specs(allocation: Allocation, move: SliceMove, mig_uuid: str) -> tuple[kube.ClaimSpec, kube.HolderPodSpec]:
     """The new claim and its holder pod, exactly as cluster_specs will describe them once the move is done (so
     that reconcile finds the spec it expects)."""
     name = new_kube_name(allocation, move)
@@ -253,7 +300,9 @@ def _new_specs(allocation: Allocation, move: SliceMove) -> tuple[kube.ClaimSpec,
         name=name,
         allocation_uuid=str(allocation.uuid),
         tenant_slug=allocation.tenant.slug,
-        requests=(kube.DeviceRequestSpec(name="mig-0", profile=move.profile, gpu_uuid=move.to_gpu.uuid),),
+        requests=(
+            kube.DeviceRequestSpec(name="mig-0", profile=move.profile, gpu_uuid=move.to_gpu.uuid, mig_uuid=mig_uuid),
+        ),
     )
     pod = kube.HolderPodSpec(
         namespace=allocation.namespace,

@@ -54,18 +54,24 @@ class StaticChoice:
         ]
 
 
-def _held_starts(pool: NodePool) -> dict[int, set[int]]:
-    held: dict[int, set[int]] = {}
+def held_owners(pool: NodePool) -> dict[int, dict[int, str]]:
+    """Per GPU pk, per start: who holds the instance there (a live request's id, or "outside" for a device
+    claimed outside the portal)."""
+    held: dict[int, dict[int, str]] = {}
     rows = SlicePlacement.objects.filter(
         gpu__node__pool=pool, allocation__status__in=Allocation.QUOTA_HOLDING
-    ).values_list("gpu_id", "start")
-    for gpu_id, start in rows:
-        held.setdefault(gpu_id, set()).add(start)
+    ).values_list("gpu_id", "start", "allocation_id")
+    for gpu_id, start, allocation_id in rows:
+        held.setdefault(gpu_id, {})[start] = str(allocation_id)
     outside = ClaimedDevice.objects.outside_fatia().filter(gpu__node__pool=pool).values_list("gpu_id", "start")
     for gpu_id, start in outside:
         if gpu_id is not None:
-            held.setdefault(gpu_id, set()).add(start)
+            held.setdefault(gpu_id, {})[start] = "outside"
     return held
+
+
+def _held_starts(pool: NodePool) -> dict[int, set[int]]:
+    return {gpu_id: set(starts) for gpu_id, starts in held_owners(pool).items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ Called by sync.start_provisioning under the allocation's and the pool's locks. W
 profile fit (static_placement.choose_static finds a plan without operations), the placements are recorded with
 the devices' uuids and the request goes on as on DynamicMIG: the claim pins `uuid` (and the profile and GPU), the
 holder pod makes the scheduler allocate it. Otherwise a reconfiguration is requested (services/reconfiguration.py)
-and the request stays APPROVED, saying so, until it is over; its task then provisions the request again.
+and the request stays APPROVED, saying so, until it is over; its task then provisions the request again. When
+not even a reconfiguration makes room, a plan of at most 2 moves of movable slices to free instances elsewhere is
+tried first (services/compaction.py rescue_with_moves); the request waits for it, then is provisioned again.
 
 A request of several slices that no single GPU can take cheaply is spread over GPUs of one node
 (static_spread.py): one reconfiguration per GPU that needs one, asked for in node and GPU order within this one
@@ -26,6 +28,7 @@ from allocations.cluster.static_placement import StaticChoice, choose_static
 from allocations.cluster.static_spread import choose_static_spread
 from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
+from allocations.services.compaction import rescue_with_moves
 from allocations.services.lifecycle import fail_locked_allocation, start_claiming
 from allocations.services.queue_entry import enqueue_allocation
 from allocations.services.reconfiguration import operations_of, queue_advance, request_reconfiguration
@@ -57,6 +60,8 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
         return _undo_and_fail(allocation, failed, done)
     choices = _choose(allocation, pool)
     if choices is None:
+        if rescue_with_moves(allocation):  # movable slices go to free instances elsewhere first (issue 14)
+            return allocation
         return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile} on one node")
     to_change = [c for c in choices if c.plan.operations]
     if not to_change:

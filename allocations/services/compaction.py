@@ -8,8 +8,11 @@ and services/moves.py applies them one step at a time.
 
 Where compaction runs: MIG pools with DynamicMIG, on the simulated backend and on Kubernetes. There a move is a new
 claim pinned at the destination (GPU by UUID, slot by steering), then the old claim and holder pod deleted
-(allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools would need a layout change of
-the node first (services/reconfiguration.py): not compacted.
+(allocations/cluster/moves.py), so only requests of one slice move. Static-MIG pools on Kubernetes: only the rescue
+runs there, with moves to FREE pre-created instances of the same profile (the new claim pins the instance's
+`uuid`; plan: allocations/cluster/static_compaction.py), after which the refused request has the freed GPU
+reconfigured for it. Freeing whole GPUs there (the beat, the admin's button) would need layout changes on the
+destinations too: not done.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).
@@ -17,6 +20,7 @@ under it, so a pool has one plan APPLYING at a time (a constraint says so too).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from allocations.cluster.static_compaction import gpu_positions, plan_static_rescue
 from allocations.mig.defrag import DefragPlan, plan_defrag
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
@@ -42,13 +47,19 @@ ADVANCE_TASK = "allocations.tasks.advance_move_plan_task"
 RESCUE_MAX_MOVES = 2
 
 
-def compaction_refusal(pool: NodePool) -> str:
-    """Why this pool is not compacted, or "" when it is (see the module docstring)."""
+def compaction_refusal(pool: NodePool, *, rescue: bool = False) -> str:
+    """Why this pool is not compacted, or "" when it is (see the module docstring); `rescue`: for one refused
+    request rather than to free whole GPUs."""
     if pool.kind != NodePool.Kind.MIG:
         return f"{pool.name} shares whole GPUs: there are no MIG slots to compact."
-    if pool.mig_mode != NodePool.MigMode.DYNAMIC:
-        return f"{pool.name} uses static MIG: moving a slice there needs a layout change of the GPU first."
-    return ""
+    if pool.mig_mode == NodePool.MigMode.DYNAMIC:
+        return ""
+    if rescue and settings.FATIA_CLUSTER_BACKEND == "kubernetes":
+        return ""  # moves to free pre-created instances (allocations/cluster/static_compaction.py)
+    return (
+        f"{pool.name} uses static MIG: slices move there only to make room for a refused request; freeing whole "
+        "GPUs needs layout changes first."
+    )
 
 
 def movable_allocation_ids(pool: NodePool) -> set[int]:
@@ -151,7 +162,7 @@ def preview_compaction(*, pool: NodePool) -> Preview:
 def _create_plan(
     *,
     pool: NodePool,
-    layout: PoolLayout,
+    positions: Mapping[tuple[str, int], int],
     plan: DefragPlan,
     trigger: str,
     actor: User | None,
@@ -175,9 +186,9 @@ def _create_plan(
                 position=n,
                 allocation_id=int(m.owner),
                 profile=m.profile,
-                from_gpu_id=layout.by_position[(m.from_node, m.from_gpu)],
+                from_gpu_id=positions[(m.from_node, m.from_gpu)],
                 from_start=m.from_start,
-                to_gpu_id=layout.by_position[(m.to_node, m.to_gpu)],
+                to_gpu_id=positions[(m.to_node, m.to_gpu)],
                 to_start=m.to_start,
             )
             for n, m in enumerate(plan.moves)
@@ -213,7 +224,7 @@ def start_compaction(*, pool_id: int, actor: User | None, trigger: str = MovePla
     layout, plan = _whole_gpu_plan(pool)
     if not plan.moves or plan.gpus_freed <= 0:
         raise InvalidInput({"pool": [f"Moving the movable slices of {pool.name} frees no whole GPU right now."]})
-    return _create_plan(pool=pool, layout=layout, plan=plan, trigger=trigger, actor=actor)
+    return _create_plan(pool=pool, positions=layout.by_position, plan=plan, trigger=trigger, actor=actor)
 
 
 def compact_pools() -> list[MovePlan]:
@@ -241,19 +252,31 @@ def rescue_with_moves(allocation: Allocation) -> bool:
     if earlier is not None:
         return earlier.status == MovePlan.Status.APPLYING
     pool = allocation.pool
-    if allocation.count != 1 or compaction_refusal(pool) or _applying(pool):
+    if allocation.count != 1 or compaction_refusal(pool, rescue=True) or _applying(pool):
         return False
-    layout, fleet = movable_fleet(pool)
-    plan = plan_defrag(
-        fleet,
-        request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
-        max_moves=RESCUE_MAX_MOVES,
-        demand=recent_demand(pool),
-    )
+    if pool.is_static:
+        positions = gpu_positions(pool)
+        plan = plan_static_rescue(
+            pool=pool, profile=allocation.profile, movable=movable_allocation_ids(pool), max_moves=RESCUE_MAX_MOVES
+        )
+    else:
+        layout, fleet = movable_fleet(pool)
+        positions = layout.by_position
+        plan = plan_defrag(
+            fleet,
+            request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
+            max_moves=RESCUE_MAX_MOVES,
+            demand=recent_demand(pool),
+        )
     if plan is None or not plan.moves:
         return False
     move_plan = _create_plan(
-        pool=pool, layout=layout, plan=plan, trigger=MovePlan.Trigger.RESCUE, actor=None, for_allocation=allocation
+        pool=pool,
+        positions=positions,
+        plan=plan,
+        trigger=MovePlan.Trigger.RESCUE,
+        actor=None,
+        for_allocation=allocation,
     )
     allocation.status_message = (
         f"The pool's free slots are scattered: {len(plan.moves)} movable slice(s) of other requests move to make "

@@ -1,0 +1,122 @@
+"""The room a reclaim frees stays its lender's (issue 15, allocations/cohorts/fence.py): while the notices run and
+after the release, no other request (a borrower's, another lender's) is placed in the slots planned for the
+lender, and the admission pass after the release gives them to it (PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from allocations import services
+from allocations.models import Allocation, Quota, SlicePlacement
+from allocations.services.cohort_reclaim import reclaim_due_borrowed
+from allocations.services.queue import admit_queued
+from tenants.models import Membership, Tenant
+from tests.cohorts.helpers import cohort_pool, verbs
+from tests.conftest import World
+from tests.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.queue.helpers import ask
+
+Status = Allocation.Status
+
+
+def lender_waits(world: World) -> tuple[Allocation, list[Allocation], Tenant]:
+    """Given: two H100s. Team A (guaranteed 21 / 24) runs a 4g.40gb and a 3g.40gb on node 0 and a 3g.40gb at start 4
+    of node 1; Team B (no guarantee) runs two borrowed 1g.10gb at starts 0 and 1 of node 1, leaving 2-3 free; Team
+    C, a third member of the cohort, lends a guarantee of 7 / 8 it does not use. Team A then asks for a 4g.40gb
+    (start 0 only): it waits while both borrowed slices get notice. Returns (the lender, the borrowed, Team C)."""
+    pool, cohort = cohort_pool(world)
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
+        actor=world.root,
+    )  # fmt: skip
+    team_c = TenantFactory(name="Team C", slug="team-c", auto_approve_max_compute_slices=7)
+    MembershipFactory(user=UserFactory(username="dora"), tenant=team_c, role=Membership.Role.MEMBER)
+    services.set_tenant_quota(
+        tenant_id=team_c.pk, pool_id=pool.pk, compute_slices_limit=7, memory_slices_limit=8, actor=world.root
+    )
+    Quota.objects.filter(pool=pool).update(cohort=cohort)
+    ask(world, pool, "4g.40gb")
+    ask(world, pool, "3g.40gb")
+    borrowed = [ask(world, pool, "1g.10gb", b=True) for _ in range(2)]
+    ask(world, pool, "3g.40gb")
+    where = SlicePlacement.objects.filter(allocation__in=borrowed).values_list("gpu__node__name", "start")
+    assert sorted(where) == [("q1-node-1", 0), ("q1-node-1", 1)]
+    lender = ask(world, pool, "4g.40gb")
+    assert lender.status == Status.QUEUED
+    noticed = Allocation.objects.filter(reclaimed_for=lender).values_list("pk", flat=True)
+    assert sorted(noticed) == sorted(b.pk for b in borrowed)
+    return lender, borrowed, team_c
+
+
+def ask_c(world: World, team_c: Tenant, profile: str) -> Allocation:
+    allocation, _ = services.request_allocation(
+        tenant_id=team_c.pk, pool_id=lender_pool(team_c), profile=profile, count=1, lease_hours=8,
+        purpose="another lender", actor=Membership.objects.get(tenant=team_c).user,
+    )  # fmt: skip
+    assert allocation.status == Status.APPROVED
+    return services.provisioning.provision_allocation(allocation_id=allocation.pk)
+
+
+def lender_pool(team_c: Tenant) -> int:
+    return Quota.objects.get(tenant=team_c).pool_id
+
+
+def test_the_planned_room_free_slots_included_is_held_for_the_lender_until_it_is_admitted_there(world: World):
+    lender, borrowed, team_c = lender_waits(world)
+    pool = lender.pool
+    # then: the lender's room is planned where its 4g.40gb goes once the borrowed slices are gone, with the free
+    # slots next to them, and audited
+    lender.refresh_from_db()
+    node_1 = SlicePlacement.objects.filter(allocation=borrowed[0]).values_list("gpu_id", flat=True).get()
+    assert lender.reclaim_room == [{"gpu": node_1, "node": "q1-node-1", "index": 0, "start": 0, "size": 4}]
+    assert "reclaim_room" in verbs(lender)
+    # when: during the grace, a borrower asks for a 1g.10gb and another lender (Team C, within its guarantee) for a
+    # 2g.20gb: each would fit only in the free slots 2-3 of the lender's room
+    borrower = ask(world, pool, "1g.10gb", b=True)
+    other_lender = ask_c(world, team_c, "2g.20gb")
+    # then: both wait in the queue, told for whom the room is held; nothing was placed there
+    for waiting in (borrower, other_lender):
+        assert waiting.status == Status.QUEUED, waiting.status_message
+        assert f"held for request #{lender.pk}" in waiting.status_message
+    assert not SlicePlacement.objects.filter(allocation__in=[borrower, other_lender]).exists()
+    # when: the grace is over: both borrowed slices are taken back and released (their copies queue)
+    deadline = Allocation.objects.get(pk=borrowed[0].pk).reclaim_at
+    assert reclaim_due_borrowed(now=deadline + timedelta(seconds=1)) == {"reclaimed": 2}
+    for allocation in borrowed:
+        services.provisioning.teardown_allocation(allocation_id=allocation.pk)
+    # and: a fresh request of the borrower comes before the admission pass: the freed room is still held
+    late = ask(world, pool, "1g.10gb", b=True)
+    assert late.status == Status.QUEUED and f"held for request #{lender.pk}" in late.status_message
+    # when: the admission pass runs (the releases asked for it)
+    admitted = admit_queued(pool_id=pool.pk)
+    # then: the lender is admitted first, into its room, and the fence ends with its wait
+    assert [a.pk for a in admitted] == [lender.pk]
+    lender.refresh_from_db()
+    assert lender.status == Status.ACTIVE and lender.reclaim_room == []
+    assert list(SlicePlacement.objects.filter(allocation=lender).values_list("gpu_id", "start")) == [(node_1, 0)]
+    # and: the pool is full again: the others still wait, and a second pass admits nothing
+    assert admit_queued(pool_id=pool.pk) == []
+    assert Allocation.objects.filter(pk__in=[borrower.pk, other_lender.pk, late.pk], status=Status.QUEUED).count() == 3
+
+
+def test_a_request_that_fits_outside_the_room_is_placed_there_at_once(world: World):
+    lender, _, _ = lender_waits(world)
+    pool = lender.pool
+    # given: a third node joins the pool during the grace
+    services.register_node(pool_id=pool.pk, name="q1-node-2", gpu_count=1, actor=world.root)
+    # when: the borrower asks for a 1g.10gb
+    elsewhere = ask(world, pool, "1g.10gb", b=True)
+    # then: it is placed outside the held room, at once
+    assert elsewhere.status == Status.ACTIVE
+    assert set(elsewhere.placements.values_list("gpu__node__name", flat=True)) == {"q1-node-2"}
+
+
+def test_a_withdrawn_lender_frees_its_room(world: World):
+    lender, _, team_c = lender_waits(world)
+    # when: the lender's request is withdrawn
+    services.release_allocation(allocation_id=lender.pk, actor=world.alice)
+    # then: its notices are called off and the room is no longer held: Team C's 2g.20gb goes there
+    assert not Allocation.objects.filter(reclaimed_for=lender, reclaim_at__isnull=False).exists()
+    other_lender = ask_c(world, team_c, "2g.20gb")
+    assert other_lender.status == Status.ACTIVE, other_lender.status_message
+    assert list(other_lender.placements.values_list("gpu__node__name", "start")) == [("q1-node-1", 2)]

@@ -7,58 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from allocations import services
-from allocations.models import Allocation, Quota, SlicePlacement
+from allocations.models import Allocation, SlicePlacement
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.queue import admit_queued
-from tenants.models import Membership, Tenant
-from tests.cohorts.helpers import cohort_pool, verbs
+from tests.cohorts.helpers import ask_c, lender_waits, verbs
 from tests.conftest import World
-from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.queue.helpers import ask
 
 Status = Allocation.Status
-
-
-def lender_waits(world: World) -> tuple[Allocation, list[Allocation], Tenant]:
-    """Given: two H100s. Team A (guaranteed 21 / 24) runs a 4g.40gb and a 3g.40gb on node 0 and a 3g.40gb at start 4
-    of node 1; Team B (no guarantee) runs two borrowed 1g.10gb at starts 0 and 1 of node 1, leaving 2-3 free; Team
-    C, a third member of the cohort, lends a guarantee of 7 / 8 it does not use. Team A then asks for a 4g.40gb
-    (start 0 only): it waits while both borrowed slices get notice. Returns (the lender, the borrowed, Team C)."""
-    pool, cohort = cohort_pool(world)
-    services.set_tenant_quota(
-        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
-        actor=world.root,
-    )  # fmt: skip
-    team_c = TenantFactory(name="Team C", slug="team-c", auto_approve_max_compute_slices=7)
-    MembershipFactory(user=UserFactory(username="dora"), tenant=team_c, role=Membership.Role.MEMBER)
-    services.set_tenant_quota(
-        tenant_id=team_c.pk, pool_id=pool.pk, compute_slices_limit=7, memory_slices_limit=8, actor=world.root
-    )
-    Quota.objects.filter(pool=pool).update(cohort=cohort)
-    ask(world, pool, "4g.40gb")
-    ask(world, pool, "3g.40gb")
-    borrowed = [ask(world, pool, "1g.10gb", b=True) for _ in range(2)]
-    ask(world, pool, "3g.40gb")
-    where = SlicePlacement.objects.filter(allocation__in=borrowed).values_list("gpu__node__name", "start")
-    assert sorted(where) == [("q1-node-1", 0), ("q1-node-1", 1)]
-    lender = ask(world, pool, "4g.40gb")
-    assert lender.status == Status.QUEUED
-    noticed = Allocation.objects.filter(reclaimed_for=lender).values_list("pk", flat=True)
-    assert sorted(noticed) == sorted(b.pk for b in borrowed)
-    return lender, borrowed, team_c
-
-
-def ask_c(world: World, team_c: Tenant, profile: str) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=team_c.pk, pool_id=lender_pool(team_c), profile=profile, count=1, lease_hours=8,
-        purpose="another lender", actor=Membership.objects.get(tenant=team_c).user,
-    )  # fmt: skip
-    assert allocation.status == Status.APPROVED
-    return services.provisioning.provision_allocation(allocation_id=allocation.pk)
-
-
-def lender_pool(team_c: Tenant) -> int:
-    return Quota.objects.get(tenant=team_c).pool_id
 
 
 def test_the_planned_room_free_slots_included_is_held_for_the_lender_until_it_is_admitted_there(world: World):

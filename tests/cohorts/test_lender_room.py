@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from allocations import services
+from allocations.cohorts.fence import Fence, HeldSlot, fence_hit, plan_room
 from allocations.models import Allocation, SlicePlacement
+from allocations.placement import PlannedSlice
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.queue import admit_queued
 from tests.cohorts.helpers import ask_c, lender_waits, verbs
@@ -76,3 +78,30 @@ def test_a_withdrawn_lender_frees_its_room(world: World):
     other_lender = ask_c(world, team_c, "2g.20gb")
     assert other_lender.status == Status.ACTIVE, other_lender.status_message
     assert list(other_lender.placements.values_list("gpu__node__name", "start")) == [("q1-node-1", 2)]
+
+
+def test_on_kubernetes_the_room_is_the_scheduler_s_first_fit_and_a_slice_passes_only_where_it_is_predicted_outside(
+    world: World, settings
+):
+    lender, borrowed, _ = lender_waits(world)
+    node_1 = SlicePlacement.objects.filter(allocation=borrowed[0]).values_list("gpu_id", flat=True).get()
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    # when: the room is planned where the scheduler picks the slot (DynamicMIG)
+    [held] = plan_room(lender, [b.pk for b in borrowed])
+    # then: it is the slot the scheduler's first fit gives a 4g.40gb on that GPU once they are gone
+    assert held == HeldSlot(gpu=node_1, node="q1-node-1", index=0, start=0, size=4)
+    fences = [Fence(lender_id=lender.pk, slots=(held,))]
+
+    def one(start: int, size: int) -> list[PlannedSlice]:
+        return [PlannedSlice(node_1, "q1-node-1", 0, start, size, device_name="")]
+
+    # and: a slice predicted inside it runs into the fence; one predicted outside passes
+    assert fence_hit(fences, one(2, 1), predicted=True) == fences[0]
+    assert fence_hit(fences, one(6, 1), predicted=True) is None
+    # when: a claim on that GPU still waits for the scheduler (the order it is allocated in may shift the slots)
+    Allocation.objects.filter(pool=lender.pool, tenant=world.tenant_a, status=Status.ACTIVE).update(
+        status=Status.PROVISIONING
+    )
+    # then: the prediction is not trusted there: the whole GPU is held
+    assert fence_hit(fences, one(6, 1), predicted=True) == fences[0]
+    assert fence_hit(fences, one(6, 1), predicted=False) is None  # the simulated fleet: our own slot choice

@@ -1231,10 +1231,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
     ):
         tenant_id = row["allocation__tenant_id"]
         # Borrowed slices are marked to everyone (issue 15), other tenants' included: not who, only that they may go.
-        cohort = {
-            "borrowed": bool(row["allocation__borrowed_compute_slices"] or row["allocation__borrowed_memory_slices"]),
-            "reclaim_at": row["allocation__reclaim_at"],
-        }
+        borrowed = bool(row["allocation__borrowed_compute_slices"] or row["allocation__borrowed_memory_slices"])
+        reclaim_at = row["allocation__reclaim_at"]
         if shared_bar is not None:
             row["start"], row["size"], row["profile"] = shared_bar.cells(
                 row["gpu_id"], row["memory_mib"], pool_model.memory_slices
@@ -1255,7 +1253,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
                 requested_by=row["allocation__requested_by__username"],
                 lease_expires_at=row["allocation__lease_expires_at"],
                 device_name=row["device_name"],
-                **cohort,
+                borrowed=borrowed,
+                reclaim_at=reclaim_at,
             )
             legend.setdefault(view.tenant_name, TenantUsage(view.tenant_name, colour, 0, 0, True))
         else:
@@ -1266,7 +1265,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
                 size=row["size"],
                 visible=False,
                 colour="",
-                **cohort,
+                borrowed=borrowed,
+                reclaim_at=reclaim_at,
             )
             legend.setdefault("", TenantUsage("Occupied (another tenant)", "", 0, 0, False))
         slices.setdefault(row["gpu_id"], []).append(view)

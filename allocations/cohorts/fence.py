@@ -30,17 +30,15 @@ fences already standing.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
-from allocations.mig import scheduler
+from allocations.cohorts.reclaim import driver_slots
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
-from allocations.mig.layout import geometry
 from allocations.models import Allocation, NodePool, SlicePlacement
 from allocations.placement import PlannedSlice, PoolLayout, read_pool
 
@@ -187,37 +185,32 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     nodes = {node for node, _ in touched}
     others = {p for fence in pool_fences(pool.pk, besides=lender.pk) for p in fence.positions}
     request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
+    driver = scheduler_picks_slots(pool)
     for positions in (touched, {p for p in layout.by_position if p[0] in nodes}, None):
         fleet = _without(layout, owners, positions, others)
+        if driver:  # the slots the scheduler's first fit gives it there (cohorts/reclaim.driver_slots)
+            predicted = driver_slots(fleet, request)
+            if predicted is not None:
+                return _held(layout, lender.profile, {p: [(s, False) for s in found] for p, found in predicted.items()})
         decision = choose_placement(fleet, request, "first-fit")
         if decision is not None:
-            return _held(layout, fleet, lender.profile, [(s.node, s.gpu_index, s.start) for s in decision.slots], pool)
+            # On Kubernetes with no prediction (the counters refuse where our rules allow): its whole GPUs.
+            slots: dict[Position, list[tuple[int, bool]]] = {}
+            for slot in decision.slots:
+                slots.setdefault((slot.node, slot.gpu_index), []).append((slot.start, driver))
+            return _held(layout, lender.profile, slots)
     return []
 
 
-def _held(
-    layout: PoolLayout, fleet: Fleet, profile: str, slots: list[tuple[str, int, int]], pool: NodePool
-) -> list[HeldSlot]:
-    per_gpu = Counter((node, index) for node, index, _ in slots)
-    starts: dict[Position, list[int] | None] = {(n, i): [] for n, i in per_gpu}
-    for node, index, start in slots:
-        found = starts[(node, index)]
-        if found is not None:
-            found.append(start)
-    if scheduler_picks_slots(pool):
-        for position, n in per_gpu.items():
-            geom = geometry(layout.models[position])
-            gpu = fleet.gpu(*position)
-            key = geom.named_key(tuple([(i.profile, i.start, False) for i in gpu.instances]))
-            predicted = scheduler.first_fit(geom, key, [geom.profile_index(profile)] * n)
-            starts[position] = None if predicted is None else predicted[1]
-    held = []
-    for position, found in starts.items():
+def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:
+    """Per GPU, (start, whole GPU?) of each planned slice, as held slots."""
+    held: list[HeldSlot] = []
+    for position, found in slots.items():
         model = layout.models[position]
         gpu_id = layout.by_position[position]
-        if found is None:  # the scheduler's slot cannot be predicted there: the whole GPU is held
+        if any(whole for _, whole in found):
             held.append(HeldSlot(gpu_id, position[0], position[1], 0, model.memory_slices))
             continue
         size = model.profile(profile).memory_slices
-        held += [HeldSlot(gpu_id, position[0], position[1], start, size) for start in found]
+        held += [HeldSlot(gpu_id, position[0], position[1], start, size) for start, _ in found]
     return held

@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
-from allocations.cohorts.fence import plan_room
+from allocations.cohorts.fence import plan_room, scheduler_picks_slots
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
 from allocations.mig.fleet import PlacementRequest
 from allocations.models import Allocation, Cohort, Notification, Quota
@@ -126,12 +126,15 @@ def _hold_room(lender: Allocation, marked: list[Allocation]) -> None:
 
 def _choose(lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool) -> list[Candidate]:
     """Slot-aware first: the borrowed allocations whose release lets the lender's request be placed (and, for the
-    cohort's balance, covers the shortfall); when none does (or a shared pool, placed by memory), by count as
-    before. For room (`whole`), fitting is the whole need: counting the request's slices again would take more."""
+    cohort's balance, covers the shortfall; on Kubernetes DynamicMIG, placed where the driver's first fit puts
+    it); when none does (or a shared pool, placed by memory), by count as before. For room (`whole`), fitting is
+    the whole need: counting the request's slices again would take more."""
     pool = lender.pool
     if not pool.is_shared:
         request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
-        fitting = pick_fitting(read_pool(pool).fleet, request, candidates, NOTHING if whole else need)
+        fitting = pick_fitting(
+            read_pool(pool).fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
+        )
         if fitting:
             return fitting
     return pick_reclaims(candidates, need)

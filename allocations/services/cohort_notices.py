@@ -201,7 +201,16 @@ def cancel_notices_for(lender: Allocation, *, why: str) -> int:
     )
     for allocation in rows:
         clear_notice(allocation, why=why)
-    if lender.reclaim_room:  # the fence ends with the wait (the caller holds the lender's lock)
+    drop_room(lender)  # the fence ends with the wait
+    return len(rows)
+
+
+def drop_room(lender: Allocation) -> None:
+    """Hold no room for the lender any more (allocations/cohorts/fence.py). Caller holds the lender's lock."""
+    if lender.reclaim_room:
+        held = lender.reclaim_room
         lender.reclaim_room = []
         lender.save(update_fields=["reclaim_room", "updated_at"])
-    return len(rows)
+        record_audit_event(
+            actor=None, verb="reclaim_room", obj=lender, tenant_id=lender.tenant_id, before={"held": held}
+        )

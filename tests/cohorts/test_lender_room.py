@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from allocations import services
-from allocations.cohorts.fence import Fence, HeldSlot, fence_hit, plan_room
-from allocations.models import Allocation, SlicePlacement
+from allocations.cohorts.fence import Fence, HeldSlot, fence_hit, plan_room, pool_fences
+from allocations.models import Allocation, Node, SlicePlacement
 from allocations.placement import PlannedSlice
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.queue import admit_queued
@@ -105,3 +105,22 @@ def test_on_kubernetes_the_room_is_the_scheduler_s_first_fit_and_a_slice_passes_
     # then: the prediction is not trusted there: the whole GPU is held
     assert fence_hit(fences, one(6, 1), predicted=True) == fences[0]
     assert fence_hit(fences, one(6, 1), predicted=False) is None  # the simulated fleet: our own slot choice
+
+
+def test_a_room_the_lender_cannot_use_once_freed_is_let_go(world: World):
+    lender, borrowed, _ = lender_waits(world)
+    pool = lender.pool
+    # given: the grace is over and the borrowed slices are gone, but the node of the lender's room left meanwhile
+    deadline = Allocation.objects.get(pk=borrowed[0].pk).reclaim_at
+    assert reclaim_due_borrowed(now=deadline + timedelta(seconds=1)) == {"reclaimed": 2}
+    for allocation in borrowed:
+        services.provisioning.teardown_allocation(allocation_id=allocation.pk)
+    Node.objects.filter(pool=pool, name="q1-node-1").update(state=Node.State.GONE)
+    assert [f.lender_id for f in pool_fences(pool.pk)] == [lender.pk]
+    # when: the admission pass cannot place the lender
+    assert admit_queued(pool_id=pool.pk) == []
+    # then: it still waits, but holds no room any more (audited): nothing it could use is kept from others
+    lender.refresh_from_db()
+    assert lender.status == Status.QUEUED and lender.reclaim_room == []
+    assert pool_fences(pool.pk) == []
+    assert verbs(lender).count("reclaim_room") == 2

@@ -381,6 +381,7 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
         ("namespace", a.get("namespace")),
         ("active since", when(a.get("activated_at"))),
         ("lease expires", when(a.get("lease_expires_at"))),
+        *_borrowed_pairs(a),
         ("ended", when(a.get("ended_at"))),
     ]
     lines.append(fields(pairs))
@@ -613,6 +614,27 @@ def claim_hint(a: JsonObject) -> str:
     return "  It has no claim to use."
 
 
+BORROWED_NOTE = "borrowed: runs on slices borrowed from the cohort, which may be reclaimed (after notice)."
+
+
+def _status_cell(a: JsonObject) -> str:
+    """The status, marked when the request runs on borrowed slices (issue 15), with the reclaim deadline if any."""
+    if not a.get("is_borrowed"):
+        return str(a["status"])
+    reclaim = f", reclaim at {when(a['reclaim_at'])}" if a.get("reclaim_at") else ""
+    return f"{a['status']} (borrowed{reclaim})"
+
+
+def _borrowed_pairs(a: JsonObject) -> list[tuple[str, object]]:
+    if not a.get("is_borrowed"):
+        return []
+    part = f"{a.get('borrowed_compute_slices', 0)} compute / {a.get('borrowed_memory_slices', 0)} memory slices"
+    pairs: list[tuple[str, object]] = [("borrowed", f"{part} from the cohort, may be reclaimed")]
+    if a.get("reclaim_at"):
+        pairs.append(("reclaim at", when(a["reclaim_at"])))
+    return pairs
+
+
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     params = [("status", s) for s in args.status or []]
@@ -631,7 +653,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         rows = [
             (
                 a["id"],
-                a["status"],
+                _status_cell(a),
                 a["tenant_name"],
                 a["pool_name"],
                 a["profile"],
@@ -644,6 +666,8 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
             for a in results
         ]
         text = table(["ID", "STATUS", "TENANT", "POOL", "PROFILE", "COUNT", "HOURS", "BY", "CREATED", "EXPIRES"], rows)
+        if any(a.get("is_borrowed") for a in results):
+            text += f"\n{BORROWED_NOTE}"
         if page["count"] > len(results):
             text += f"\n{len(results)} of {page['count']}; --all-pages shows the rest."
         return text

@@ -5,7 +5,7 @@ the slot layout everyone sees and of the viewer's own tenants' requests there, a
 tenants' requests (the request pages follow it). No counts, no times, nothing about other tenants beyond the
 occupied slots the dashboard draws anyway. The page refetches what changed through the tenancy-scoped views.
 
-Cost: the versions are read by five aggregate queries, at most once a second per process, whatever the number
+Cost: the versions are read by seven aggregate queries, at most once a second per process, whatever the number
 of open streams (VersionsCache). Under ASGI (portal.asgi) a stream is an async generator on the event loop: it
 waits with asyncio.sleep, takes the versions from the cache without leaving the loop, and when they are stale
 one read for every stream of the process runs on a single reader thread with its own database connection. So

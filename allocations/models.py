@@ -424,6 +424,10 @@ class Allocation(models.Model):
     reclaim_notice_at = models.DateTimeField(null=True, blank=True)
     reclaim_at = models.DateTimeField(null=True, blank=True)
     reclaimed_for = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # A lender's request while its notices run (issue 15, allocations/cohorts/fence.py): the slots planned for it in
+    # the room its reclaim frees, as [{"gpu", "node", "index", "start", "size"}], held from every other request
+    # until it is admitted, withdrawn or its notices are called off. Empty: nothing held.
+    reclaim_room = models.JSONField(default=list, blank=True)
     # Kubernetes compaction (issue 14): how many times a move replaced its claim and holder pod. A move makes the
     # new claim before deleting the old one, so the two need different names: generation n > 0 adds "-m<n>".
     claim_generation = models.PositiveSmallIntegerField(default=0, db_default=0)

@@ -195,17 +195,25 @@ def recent_demand(pool: NodePool) -> DemandMix:
     return DemandMix(counts={row["profile"]: float(row["n"]) for row in counts}, prior_weight=DEMAND_PRIOR_WEIGHT)
 
 
-def plan_slices(*, pool: NodePool, profile: str, count: int) -> list[PlannedSlice] | None:
-    """Choose GPUs and slots for `count` slices of `profile` on one node of the pool, or None."""
+def plan_slices(
+    *, pool: NodePool, profile: str, count: int, avoid: frozenset[tuple[str, int]] = frozenset()
+) -> list[PlannedSlice] | None:
+    """Choose GPUs and slots for `count` slices of `profile` on one node of the pool, or None. `avoid`: GPUs
+    (node, index) not to use (room held for a lender, allocations/cohorts/fence.py)."""
     layout = read_pool(pool)
+    fleet = layout.fleet
+    if avoid:
+        fleet = Fleet(
+            [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in avoid], n.pool) for n in fleet.nodes]
+        )
     decision = choose_placement(
-        layout.fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
+        fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
     )
     return None if decision is None else _planned(layout, profile, decision)
 
 
 def plan_slices_for_scheduler(
-    *, pool: NodePool, profile: str, count: int, steer: bool = False
+    *, pool: NodePool, profile: str, count: int, steer: bool = False, avoid: frozenset[tuple[str, int]] = frozenset()
 ) -> list[PlannedSlice] | None:
     """Kubernetes: choose GPUs for `count` slices of `profile` on one node, each slot where kube-scheduler
     will put it, or None when nothing fits (allocations/mig/scheduler.py).
@@ -221,7 +229,8 @@ def plan_slices_for_scheduler(
 
     Each GPU is predicted with its own figures: those its node publishes where fleet discovery has seen them,
     NVIDIA's from the catalog otherwise; a GPU whose counters refuse the slices (or that has no figures for
-    the profile) is not a candidate. Devices held by claims made outside the portal are occupancy."""
+    the profile) is not a candidate. Devices held by claims made outside the portal are occupancy. `avoid`: GPUs
+    not to use (room held for a lender, allocations/cohorts/fence.py)."""
     layout = read_pool(pool)
     request = PlacementRequest(profile=profile, count=count, pool=pool.slug)
     demand = recent_demand(pool)
@@ -244,7 +253,7 @@ def plan_slices_for_scheduler(
     steered: PlannedSlice | None = None
     steered_rank: tuple[float, ...] = ()
     if steer and count == 1:
-        quiet = set(layout.by_position) - set(layout.waiting)
+        quiet = set(layout.by_position) - set(layout.waiting) - avoid
         decision = choose_placement(only(quiet), request, POLICY, demand)
         if decision is not None:
             [slot] = decision.slots
@@ -274,7 +283,7 @@ def plan_slices_for_scheduler(
         return None if placed is None else placed[1]
 
     busy = {position for position in layout.waiting if not admits(position, 1)}
-    refused: set[tuple[str, int]] = set()  # the counters say no: not a candidate, and not worth waiting for
+    refused: set[tuple[str, int]] = set(avoid)  # the counters say no (or held): not a candidate, not worth waiting for
     for _ in range(len(layout.by_position) + 1):
         decision = choose_placement(only(set(layout.by_position) - busy - refused), request, SCHEDULER_POLICY, demand)
         if steered is not None and (decision is None or steered_rank < decision.rank):

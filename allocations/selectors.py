@@ -699,6 +699,9 @@ class SliceView:
     namespace: str = ""
     # What the node's agent last reported for the MIG device in this slot (allocations/nodeagent/); None without one.
     usage: SliceUsage | None = None
+    # Runs on slices borrowed from its cohort (issue 15), and when they are taken back: shown to every viewer.
+    borrowed: bool = False
+    reclaim_at: datetime | None = None
 
     @property
     def label(self) -> str:
@@ -768,6 +771,8 @@ class NodePage:
     page: int
     pages: int
     legend: list[TenantUsage]
+    # Some slice on the page is borrowed from its cohort (issue 15): the legend explains the marker.
+    borrowed: bool = False
 
 
 def _visible_tenant_ids(user: User) -> set[int] | None:
@@ -813,8 +818,8 @@ def _digest(*parts: object) -> str:
 
 def _pool_versions() -> dict[int, str]:
     """Per pool, an opaque hash of what every viewer sees of it anyway: its nodes with their states and which
-    slots are occupied (not by whom). Requests that change no slot (pending, rejected, a lease extended) do not
-    change it. Three queries whatever the fleet size."""
+    slots are occupied (not by whom), and which are borrowed. Requests that change no slot (pending, rejected, a
+    lease extended) do not change it. Five queries whatever the fleet size."""
     parts: dict[int, list[str]] = {pk: [] for pk in NodePool.objects.values_list("pk", flat=True)}
     # Discovery saves a node's updated_at whenever it changes it or its GPUs (cluster/discovery.py).
     nodes = Node.objects.filter(pool__isnull=False)
@@ -835,6 +840,18 @@ def _pool_versions() -> dict[int, str]:
         .order_by()
     ):
         parts.setdefault(row["gpu__node__pool_id"], []).append(f"o{row['n']}:{row['s']}:{row['q']}")
+    # Borrowed slices and their reclaim deadlines (issue 15): every viewer's slot view marks them, so a notice given
+    # or called off on another tenant's request is an event for all. No owner in it, as above.
+    for row in (
+        Allocation.objects.filter(status__in=Allocation.QUOTA_HOLDING)
+        .exclude(status=Allocation.Status.QUEUED)
+        .filter(Q(borrowed_compute_slices__gt=0) | Q(borrowed_memory_slices__gt=0) | Q(reclaim_at__isnull=False))
+        .values("pool_id")
+        .annotate(n=Count("pk"), s=Sum("pk"), r=Count("reclaim_at"), m=Max("reclaim_at"))
+        .order_by()
+    ):
+        when = row["m"].isoformat() if row["m"] else ""
+        parts.setdefault(row["pool_id"], []).append(f"b{row['n']}:{row['s']}:{row['r']}:{when}")
     # The queue (issue 15): its length and last change (joined, admitted, withdrawn, reordered), no owner: every
     # viewer's pool card shows queued demand per profile, and positions move with other tenants' requests.
     for row in _queue_versions():
@@ -1207,9 +1224,15 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
             "allocation__status",
             "allocation__requested_by__username",
             "allocation__lease_expires_at",
+            "allocation__borrowed_compute_slices",
+            "allocation__borrowed_memory_slices",
+            "allocation__reclaim_at",
         )
     ):
         tenant_id = row["allocation__tenant_id"]
+        # Borrowed slices are marked to everyone (issue 15), other tenants' included: not who, only that they may go.
+        borrowed = bool(row["allocation__borrowed_compute_slices"] or row["allocation__borrowed_memory_slices"])
+        reclaim_at = row["allocation__reclaim_at"]
         if shared_bar is not None:
             row["start"], row["size"], row["profile"] = shared_bar.cells(
                 row["gpu_id"], row["memory_mib"], pool_model.memory_slices
@@ -1230,6 +1253,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
                 requested_by=row["allocation__requested_by__username"],
                 lease_expires_at=row["allocation__lease_expires_at"],
                 device_name=row["device_name"],
+                borrowed=borrowed,
+                reclaim_at=reclaim_at,
             )
             legend.setdefault(view.tenant_name, TenantUsage(view.tenant_name, colour, 0, 0, True))
         else:
@@ -1240,6 +1265,8 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
                 size=row["size"],
                 visible=False,
                 colour="",
+                borrowed=borrowed,
+                reclaim_at=reclaim_at,
             )
             legend.setdefault("", TenantUsage("Occupied (another tenant)", "", 0, 0, False))
         slices.setdefault(row["gpu_id"], []).append(view)
@@ -1295,6 +1322,7 @@ def dashboard_nodes(user: User, pool_id: int, filters: DashboardFilters, *, node
         page=page,
         pages=pages,
         legend=sorted(legend.values(), key=lambda u: (not u.mine, u.label)),
+        borrowed=any(v.borrowed for on_gpu in slices.values() for v in on_gpu),
     )
 
 

@@ -23,6 +23,7 @@ from django.utils import timezone
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
 from allocations.cluster.steering import decide_steering
+from allocations.cohorts.fence import place_around
 from allocations.cohorts.members import memory_ceiling
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
@@ -96,6 +97,17 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     slices = plan_slices_for_scheduler(
         pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer
     )
+    slices, held = place_around(  # not in the room a reclaim frees for a lender (issue 15)
+        pool=pool,
+        allocation=allocation,
+        slices=slices,
+        replan=lambda avoid: plan_slices_for_scheduler(
+            pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer, avoid=avoid
+        ),
+    )
+    if held:
+        what = f"{allocation.count} x {allocation.profile}"
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=held)
     if slices is None and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first (issue 14); the plan's end provisions this again
     blocker = None if slices is None else reservation_blocker(pool=pool, allocation=allocation, slices=slices)

@@ -12,17 +12,25 @@ are chosen per GPU (then per node, then pool-wide), in the order above, until re
 placed (the placement engine decides, allocations/mig); then those not needed are dropped again, oldest first. Of
 the sets found, the one with the fewest allocations wins, then the fewest compute slices, then the youngest. None
 found: the caller falls back to `pick_reclaims`. The bench (bench/fairness.py) runs the same function.
+
+On Kubernetes DynamicMIG (`driver=True`) the portal pins the GPU and the scheduler takes the slot: the first
+placement in the driver's order whose counters are free (allocations/mig/scheduler.py). "Fits" is then what
+`driver_slots` predicts, not our engine's first fit, so the room a reclaim frees is the room the driver will
+really use (the counters may refuse a start our layout rules allow, e.g. a second media-engine profile).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from allocations.cohorts.accounting import Shortfall
+from allocations.mig import scheduler
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
+from allocations.mig.layout import geometry
 
 NOTHING = Shortfall(0, 0)  # room alone: no slices to count
 
@@ -60,7 +68,41 @@ def pick_reclaims(candidates: Sequence[Candidate], need: Shortfall) -> list[Cand
     return picked
 
 
-def _fits(fleet: Fleet, request: PlacementRequest, released: set[str]) -> bool:
+def driver_slots(fleet: Fleet, request: PlacementRequest) -> dict[tuple[str, int], list[int]] | None:
+    """Kubernetes DynamicMIG: per GPU (node, index), the starts the driver's first fit gives the request's slices
+    on the GPUs first fit in device order would pin, passing over GPUs whose counters refuse them; None when no
+    GPU set takes it. Mirrors placement.plan_slices_for_scheduler's prediction without its ranking policy."""
+    refused: set[tuple[str, int]] = set()
+    gpus = sum(len(n.gpus) for n in fleet.nodes)
+    for _ in range(gpus + 1):
+        trial = Fleet(
+            [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in refused], n.pool) for n in fleet.nodes]
+        )
+        decision = choose_placement(trial, request, "first-fit")
+        if decision is None:
+            return None
+        found: dict[tuple[str, int], list[int]] = {}
+        for position, n in Counter((s.node, s.gpu_index) for s in decision.slots).items():
+            gpu = fleet.gpu(*position)
+            geom = geometry(gpu.model)
+            key = geom.named_key(tuple([(i.profile, i.start, False) for i in gpu.instances]))
+            placed = scheduler.first_fit(geom, key, [geom.profile_index(request.profile)] * n)
+            if placed is None:
+                refused.add(position)
+            else:
+                found[position] = placed[1]
+        if all(p in found for p in {(s.node, s.gpu_index) for s in decision.slots}):
+            return found
+    return None
+
+
+def _placeable(fleet: Fleet, request: PlacementRequest, driver: bool) -> bool:
+    if driver:
+        return driver_slots(fleet, request) is not None
+    return choose_placement(fleet, request, "first-fit") is not None
+
+
+def _fits(fleet: Fleet, request: PlacementRequest, released: set[str], driver: bool = False) -> bool:
     """Whether the request can be placed once the instances owned by `released` are gone (dynamic MIG). Only the
     nodes they free room on are tried: the caller knows it does not fit as things are (a request's slices go to
     one node), which keeps each test to a node or two on a large pool."""
@@ -75,7 +117,7 @@ def _fits(fleet: Fleet, request: PlacementRequest, released: set[str]) -> bool:
             for n in touched
         ]
     )
-    return bool(touched) and choose_placement(trial, request, "first-fit") is not None
+    return bool(touched) and _placeable(trial, request, driver)
 
 
 def _covers(chosen: Sequence[Candidate], need: Shortfall) -> bool:
@@ -89,6 +131,7 @@ def _enough(
     need: Shortfall,
     caps: Mapping[int, tuple[int, int]] | None,
     fits_now: bool,
+    driver: bool = False,
 ) -> list[Candidate]:
     """Candidates of `group`, in order, until the need is covered and the request fits; then pared down (oldest
     dropped first while both still hold). Empty when the whole group is not enough."""
@@ -103,13 +146,19 @@ def _enough(
             so_far[0] += candidate.compute
             so_far[1] += candidate.memory
         chosen.append(candidate)
-        if _covers(chosen, need) and (fits_now or _fits(fleet, request, {str(c.allocation_id) for c in chosen})):
+        if _covers(chosen, need) and (
+            fits_now or _fits(fleet, request, {str(c.allocation_id) for c in chosen}, driver)
+        ):
             break
     else:
         return []
     for candidate in reversed(list(chosen)):
         rest = [c for c in chosen if c is not candidate]
-        if rest and _covers(rest, need) and (fits_now or _fits(fleet, request, {str(c.allocation_id) for c in rest})):
+        if (
+            rest
+            and _covers(rest, need)
+            and (fits_now or _fits(fleet, request, {str(c.allocation_id) for c in rest}, driver))
+        ):
             chosen = rest
     return chosen
 
@@ -121,13 +170,15 @@ def pick_fitting(
     need: Shortfall = NOTHING,
     *,
     caps: Mapping[int, tuple[int, int]] | None = None,
+    driver: bool = False,
 ) -> list[Candidate]:
     """The fewest borrowed allocations whose release covers `need` and makes room where `request` fits, or an
     empty list when no choice does. `fleet` holds every allocation's instances, owned by str(allocation_id);
-    `caps`: per tenant, how many compute slices / memory slots may be taken (the last one taken may go past)."""
+    `caps`: per tenant, how many compute slices / memory slots may be taken (the last one taken may go past);
+    `driver`: fitting is the Kubernetes driver's first fit (`driver_slots`), not our engine's."""
     ordered = reclaim_order(candidates)
     # Room there already (a shortfall of quota only, the cohort's balance): what is taken need only cover it.
-    fits_now = choose_placement(fleet, request, "first-fit") is not None
+    fits_now = _placeable(fleet, request, driver)
     rank = {c.allocation_id: n for n, c in enumerate(ordered)}
     at: dict[str, set[tuple[str, int]]] = {}
     for gpu in fleet.gpus():
@@ -151,7 +202,7 @@ def pick_fitting(
         if not group or ids in seen:
             continue
         seen.add(ids)
-        chosen = _enough(fleet, request, group, need, caps, fits_now)
+        chosen = _enough(fleet, request, group, need, caps, fits_now, driver)
         if not chosen:
             continue
         key = (len(chosen), sum(c.compute for c in chosen), sum(rank[c.allocation_id] for c in chosen))

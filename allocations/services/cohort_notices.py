@@ -5,7 +5,8 @@ pool is full while other members' borrowed slices occupy it) picks borrowed allo
 cohort in the same pool (allocations/cohorts/reclaim.py: those whose release lets the lender's request be placed,
 fewest then youngest; when none does, least used then youngest first, enough slices), and gives their owners
 notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaimed_for` the lender's request;
-inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due.
+inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due. The room their
+release plans for the lender is held for it meanwhile (allocations/cohorts/fence.py; audited `reclaim_room`).
 
 Called while the lender's allocation and its pool are locked: the borrowed allocations are taken with SKIP LOCKED
 (services/locks.py), so a busy one is passed over rather than waited for.
@@ -23,6 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
+from allocations.cohorts.fence import plan_room, scheduler_picks_slots
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
 from allocations.mig.fleet import PlacementRequest
 from allocations.models import Allocation, Cohort, Notification, Quota
@@ -104,17 +106,35 @@ def give_notice(
         _tell_owner(allocation, cohort=cohort, reclaim_at=reclaim_at)
         if cohort.reclaim_grace_minutes == 0:
             enqueue_task(RECLAIM_TASK, allocation.pk)
+    _hold_room(lender, marked)
     return marked
+
+
+def _hold_room(lender: Allocation, marked: list[Allocation]) -> None:
+    """Fence the room the marked allocations' release plans for the lender (allocations/cohorts/fence.py), so
+    that nothing else is placed there meanwhile; audited with the notices."""
+    if not marked:
+        return
+    room = [slot.as_json() for slot in plan_room(lender, [a.pk for a in marked])]
+    lender.reclaim_room = room
+    lender.save(update_fields=["reclaim_room", "updated_at"])
+    if room:
+        record_audit_event(
+            actor=None, verb="reclaim_room", obj=lender, tenant_id=lender.tenant_id, after={"held": room}
+        )
 
 
 def _choose(lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool) -> list[Candidate]:
     """Slot-aware first: the borrowed allocations whose release lets the lender's request be placed (and, for the
-    cohort's balance, covers the shortfall); when none does (or a shared pool, placed by memory), by count as
-    before. For room (`whole`), fitting is the whole need: counting the request's slices again would take more."""
+    cohort's balance, covers the shortfall; on Kubernetes DynamicMIG, placed where the driver's first fit puts
+    it); when none does (or a shared pool, placed by memory), by count as before. For room (`whole`), fitting is
+    the whole need: counting the request's slices again would take more."""
     pool = lender.pool
     if not pool.is_shared:
         request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
-        fitting = pick_fitting(read_pool(pool).fleet, request, candidates, NOTHING if whole else need)
+        fitting = pick_fitting(
+            read_pool(pool).fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
+        )
         if fitting:
             return fitting
     return pick_reclaims(candidates, need)
@@ -181,4 +201,16 @@ def cancel_notices_for(lender: Allocation, *, why: str) -> int:
     )
     for allocation in rows:
         clear_notice(allocation, why=why)
+    drop_room(lender)  # the fence ends with the wait
     return len(rows)
+
+
+def drop_room(lender: Allocation) -> None:
+    """Hold no room for the lender any more (allocations/cohorts/fence.py). Caller holds the lender's lock."""
+    if lender.reclaim_room:
+        held = lender.reclaim_room
+        lender.reclaim_room = []
+        lender.save(update_fields=["reclaim_room", "updated_at"])
+        record_audit_event(
+            actor=None, verb="reclaim_room", obj=lender, tenant_id=lender.tenant_id, before={"held": held}
+        )

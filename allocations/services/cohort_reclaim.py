@@ -6,7 +6,8 @@
 - `reclaim_room_for(allocation)`: a request within guarantee queued because the pool has no room gives notice to
   other members' borrowed allocations in the pool: those whose release lets it be placed (slot-aware, fewest then
   youngest), else counted by their whole size. Called when it enters the queue (queue_entry.py), not on a
-  later sweep, and again by each admission pass while it has no notice pending.
+  later sweep, and again by each admission pass while it has no notice pending; a room held for it whose
+  reclaimed allocations are all gone, and which it still did not fit, is let go first.
 - `reclaim_borrowed(allocation_id)`: when `reclaim_at` has passed (the beat's minute sweep, or at once through the
   outbox for grace 0), the borrowed allocation is released and a copy of the request goes back to the queue with
   the place it had (its first `queued_at`, else its creation time): FIFO within its tenant is kept, while the
@@ -29,7 +30,7 @@ from django.utils import timezone
 from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
 from allocations.cohorts.members import member_state
 from allocations.models import Allocation, Quota
-from allocations.services.cohort_notices import RECLAIMABLE, clear_notice, give_notice
+from allocations.services.cohort_notices import RECLAIMABLE, clear_notice, drop_room, give_notice
 from allocations.services.cohorts import held_quota
 from allocations.services.locks import lock_allocation, lock_quota
 from allocations.services.requests import release_allocation
@@ -90,8 +91,13 @@ def reclaim_room_for(allocation: Allocation) -> int:
     Caller holds the allocation's lock (and the pool's)."""
     if _borrows(allocation):
         return 0
+    pending = _pending(allocation)
+    if allocation.reclaim_room and not pending:
+        # Everything taken back for it is gone and it still did not fit (a node left, say): its room holds
+        # nothing it can use, so other requests may have it again (allocations/cohorts/fence.py).
+        drop_room(allocation)
     quota = _cohort_quota(allocation)
-    if quota is None or quota.cohort is None or _pending(allocation):
+    if quota is None or quota.cohort is None or pending:
         return 0
     if quota.compute_slices_used > quota.compute_slices_limit or quota.memory_slices_used > quota.memory_slices_limit:
         return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from allocations.cohorts.fence import place_around
 from allocations.models import Allocation
 from allocations.placement import plan_slices
 from allocations.queue_reservation import reservation_blocker
@@ -86,6 +87,14 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         what = f"{allocation.count} x {allocation.profile}"
     if not pool.is_shared and wait_for_reclaim(allocation):  # a lender waits for what it lent (issue 15)
         return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
+    slices, held = place_around(  # not in the room a reclaim frees for a lender (issue 15)
+        pool=pool,
+        allocation=allocation,
+        slices=slices,
+        replan=lambda avoid: plan_slices(pool=pool, profile=allocation.profile, count=allocation.count, avoid=avoid),
+    )
+    if held:
+        return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=held)
     if slices is None and not pool.is_shared and rescue_with_moves(allocation):
         return allocation  # compaction moves other slices first; the plan's end provisions this one again
     if not pool.is_shared:

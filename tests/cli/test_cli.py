@@ -28,7 +28,9 @@ from allocations.models import Allocation, LeaseExtension
 from allocations.services.tenant_namespaces import assign_namespace
 from tenants.models import ApiToken, AuditEvent, Tenant
 from tenants.services import create_api_token
+from tests.cohorts.helpers import cohort_pool
 from tests.conftest import World
+from tests.queue.helpers import ask
 
 Status = Allocation.Status
 ROOT = Path(__file__).resolve().parents[2]
@@ -345,6 +347,24 @@ def test_list_shows_the_tenants_requests_newest_first_and_filters_by_status(worl
     assert everything.out.splitlines() == table(header, big_row, small_row)
     assert pending.out.splitlines() == table(header, big_row)
     assert theirs == Outcome(0, "No allocations.\n", "")
+
+
+def test_list_and_show_mark_borrowed_slices_and_their_reclaim_time(world: World, tokens: Tokens, fatia):
+    # given (issue 15): Team B runs a 1g.10gb on a slice Team A lends, given notice: A needs its guarantee back
+    pool, _ = cohort_pool(world)
+    borrowed = ask(world, pool, "1g.10gb", b=True)
+    ask(world, pool, "7g.80gb")
+    borrowed.refresh_from_db()
+    assert borrowed.reclaim_at is not None
+    # when
+    listed = fatia(tokens.charlie, "list")
+    shown = fatia(tokens.charlie, "show", str(borrowed.pk))
+    # then: the list marks its status and explains the mark; `show` names the borrowed part and the deadline
+    [row] = [line for line in listed.out.splitlines() if line.startswith(str(borrowed.pk))]
+    assert f"active (borrowed, reclaim at {minute(borrowed.reclaim_at)})" in row
+    assert listed.out.splitlines()[-1] == cli.BORROWED_NOTE
+    assert "  borrowed       1 compute / 1 memory slices from the cohort, may be reclaimed" in shown.out.splitlines()
+    assert f"  reclaim at     {minute(borrowed.reclaim_at)}" in shown.out.splitlines()
 
 
 def test_list_all_pages_follows_the_pagination(world: World, tokens: Tokens, fatia):

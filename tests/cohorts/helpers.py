@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from allocations import services
-from allocations.models import Allocation, Cohort, NodePool, Quota
-from tenants.models import AuditEvent
+from allocations.models import Allocation, Cohort, NodePool, Quota, SlicePlacement
+from tenants.models import AuditEvent, Membership, Tenant
 from tests.conftest import World
-from tests.queue.helpers import small_pool
+from tests.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.queue.helpers import ask, small_pool
 
 
 def cohort_pool(world: World, *, grace_minutes: int = 30, b_guarantee: int = 0) -> tuple[NodePool, Cohort]:
@@ -41,3 +42,42 @@ def verbs(allocation: Allocation) -> list[str]:
 
 def sent(callbacks) -> list[str]:  # type: ignore[no-untyped-def]
     return [c.func.__self__.name for c in callbacks if hasattr(c.func, "__self__")]
+
+
+def lender_waits(world: World) -> tuple[Allocation, list[Allocation], Tenant]:
+    """Given: two H100s. Team A (guaranteed 21 / 24) runs a 4g.40gb and a 3g.40gb on node 0 and a 3g.40gb at start 4
+    of node 1; Team B (no guarantee) runs two borrowed 1g.10gb at starts 0 and 1 of node 1, leaving 2-3 free; Team
+    C, a third member of the cohort, lends a guarantee of 7 / 8 it does not use. Team A then asks for a 4g.40gb
+    (start 0 only): it waits while both borrowed slices get notice. Returns (the lender, the borrowed, Team C)."""
+    pool, cohort = cohort_pool(world)
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
+        actor=world.root,
+    )  # fmt: skip
+    team_c = TenantFactory(name="Team C", slug="team-c", auto_approve_max_compute_slices=7)
+    MembershipFactory(user=UserFactory(username="dora"), tenant=team_c, role=Membership.Role.MEMBER)
+    services.set_tenant_quota(
+        tenant_id=team_c.pk, pool_id=pool.pk, compute_slices_limit=7, memory_slices_limit=8, actor=world.root
+    )
+    Quota.objects.filter(pool=pool).update(cohort=cohort)
+    ask(world, pool, "4g.40gb")
+    ask(world, pool, "3g.40gb")
+    borrowed = [ask(world, pool, "1g.10gb", b=True) for _ in range(2)]
+    ask(world, pool, "3g.40gb")
+    where = SlicePlacement.objects.filter(allocation__in=borrowed).values_list("gpu__node__name", "start")
+    assert sorted(where) == [("q1-node-1", 0), ("q1-node-1", 1)]
+    lender = ask(world, pool, "4g.40gb")
+    assert lender.status == Allocation.Status.QUEUED
+    noticed = Allocation.objects.filter(reclaimed_for=lender).values_list("pk", flat=True)
+    assert sorted(noticed) == sorted(b.pk for b in borrowed)
+    return lender, borrowed, team_c
+
+
+def ask_c(world: World, team_c: Tenant, profile: str) -> Allocation:
+    """Team C's request (see `lender_waits`), approved at once, then provisioned."""
+    allocation, _ = services.request_allocation(
+        tenant_id=team_c.pk, pool_id=Quota.objects.get(tenant=team_c).pool_id, profile=profile, count=1, lease_hours=8,
+        purpose="another lender", actor=Membership.objects.get(tenant=team_c).user,
+    )  # fmt: skip
+    assert allocation.status == Allocation.Status.APPROVED
+    return services.provisioning.provision_allocation(allocation_id=allocation.pk)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from allocations.cohorts.accounting import Shortfall
-from allocations.cohorts.reclaim import Candidate, pick_fitting, pick_reclaims
+from allocations.cohorts.reclaim import Candidate, driver_slots, pick_fitting, pick_reclaims
 from allocations.mig.catalog import load_catalog
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementRequest
 
@@ -51,3 +51,25 @@ def test_caps_keep_what_is_taken_from_a_tenant_within_what_it_borrowed():
     # a 4g.40gb needs starts 0-3: both of tenant 5's 1g; capped at one slice from it, no set fits
     assert pick_fitting(pool, PlacementRequest("4g.40gb"), [a1, a2, b], caps={5: (1, 1), 6: (3, 4)}) == []
     assert sorted(c.allocation_id for c in pick_fitting(pool, PlacementRequest("4g.40gb"), [a1, a2, b])) == [1, 2]
+
+
+def test_on_kubernetes_the_choice_follows_the_driver_s_first_fit_not_only_our_layout_rules():
+    # given: two A100 40GB; on n0 a device made outside the portal of a profile NVIDIA publishes no figures for
+    # (1g.10gb there: the driver's counters for it are unknown, so nothing is predicted next to it) and a younger
+    # borrowed 3g.20gb at start 4; on n1 guaranteed use at start 0 and an older borrowed 3g.20gb at start 4
+    a100 = load_catalog().model("NVIDIA A100-SXM4-40GB")
+    pool = Fleet(
+        [
+            Node("n0", [Gpu("n0", 0, a100, [Instance("1g.10gb", 0, "outside:0"), Instance("3g.20gb", 4, "7")])]),
+            Node("n1", [Gpu("n1", 0, a100, [Instance("3g.20gb", 0, "g"), Instance("3g.20gb", 4, "8")])]),
+        ]
+    )
+    candidates = [candidate(7, 3, 4, age_h=1), candidate(8, 3, 4, age_h=5)]
+    lender = PlacementRequest("3g.20gb")
+    # when: the lender's 3g.20gb is placed by our engine (simulated fleet): the younger one frees a start it fits
+    assert [c.allocation_id for c in pick_fitting(pool, lender, candidates)] == [7]
+    # when: the scheduler takes the slot (Kubernetes DynamicMIG): n0 would not take it even with start 4 free
+    assert [c.allocation_id for c in pick_fitting(pool, lender, candidates, driver=True)] == [8]
+    # and: the prediction itself says where the lender lands once the older one is gone
+    freed = Fleet([pool.nodes[0], Node("n1", [Gpu("n1", 0, a100, [Instance("3g.20gb", 0, "g")])])])
+    assert driver_slots(freed, lender) == {("n1", 0): [4]}

@@ -13,11 +13,12 @@ from django.db import connection
 from django.utils import timezone
 
 from allocations import services
-from allocations.models import Allocation
+from allocations.models import Allocation, SlicePlacement
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
-from allocations.services.provisioning import provision_allocation
+from allocations.services.provisioning import provision_allocation, teardown_allocation
+from allocations.services.queue import admit_queued
 from tenants.models import AuditEvent
-from tests.cohorts.helpers import cohort_pool
+from tests.cohorts.helpers import cohort_pool, lender_waits
 from tests.conftest import World
 from tests.queue.helpers import ask
 
@@ -78,3 +79,25 @@ def test_concurrent_lender_requests_each_reclaim_once_and_each_borrowed_request_
     reclaims = Counter(AuditEvent.objects.filter(verb="reclaim").values_list("object_id", flat=True))
     assert reclaims == Counter({str(b.pk): 1 for b in borrowed})
     assert Allocation.objects.filter(tenant=world.tenant_b, status=Status.QUEUED).count() == 2
+
+
+def test_concurrent_releases_of_the_reclaimed_slices_admit_the_lender_once_into_its_room(world: World):
+    # given: a lender waits for two borrowed slices, and the grace is over: both are being released
+    lender, borrowed, _ = lender_waits(world)
+    later = timezone.now() + timedelta(minutes=31)
+    assert reclaim_due_borrowed(now=later) == {"reclaimed": 2}
+    # when: each release finishes, and asks for an admission pass, at the same time
+    passes = at_once(
+        [
+            lambda pk=b.pk: (teardown_allocation(allocation_id=pk), admit_queued(pool_id=lender.pool_id))[1]
+            for b in borrowed
+        ]
+    )
+    # then: the lender is admitted once, by one of the passes, into the room planned for it; nothing else is
+    assert not [p for p in passes if isinstance(p, Exception)], passes
+    admitted = [a.pk for p in passes if isinstance(p, list) for a in p]
+    assert admitted == [lender.pk]
+    assert AuditEvent.objects.filter(verb="admit", object_id=str(lender.pk)).count() == 1
+    assert list(SlicePlacement.objects.filter(allocation=lender).values_list("gpu__node__name", "start")) == [
+        ("q1-node-1", 0)
+    ]

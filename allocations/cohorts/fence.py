@@ -1,0 +1,216 @@
+"""The room a reclaim frees is kept for its lender (issue 15): a fence around the slots planned for it.
+
+Between the notice and the release (the cohort's grace), and between the release and the admission pass that
+follows it, another request (a borrower's new one, another lender's) could be placed in the room the reclaim
+planned for the lender R; R would then wait a second round, past the bound. So while R's notices run, its
+planned slots are held from every other request's placement.
+
+Where it lives: the plan is stored on R's own row (Allocation.reclaim_room), written when its notices are given
+(services/cohort_notices.give_notice). It cannot be derived: the reclaimed allocations' placements are deleted
+when they are released (services/lifecycle.finish_release), and the plan may also use free slots next to them.
+Whether the fence holds is derived, so that it cannot outlive its reason: R still waits (APPROVED or QUEUED) and
+a notice given for it stands or was carried out (an allocation with reclaimed_for = R and reclaim_at set). R
+admitted (cohort_notices.cancel_notices_for clears the plan), withdrawn (no longer waiting) or its notices called
+off (clear_notice unsets reclaimed_for): the fence is gone.
+
+What is held: on the simulated fleet, the exact GPU and slots R's first fit takes once the reclaimed allocations
+are gone. On Kubernetes DynamicMIG the scheduler picks the slot on the GPU the portal pins: the slots its first
+fit will give R there (allocations/mig/scheduler.first_fit, the prediction placement uses), or the whole GPU
+when that cannot be predicted. Another request's slice passes a fenced GPU only when its own predicted slot lies
+outside R's and no claim on that GPU still waits for the scheduler (the order claims are allocated in could
+shift both). Static pools pin pre-made devices and are not fenced; shared pools place by memory and reclaim by
+count, so they have nothing to fence either.
+
+Placement (services/provisioning.py, cluster/sync.py) plans as usual; a plan that runs into a fence is made
+again without the fenced GPUs (`place_around`), and when nothing else fits the request waits in the queue, told
+for whom the room is held. R itself passes its own fence, and the admission pass takes it first
+(services/cohort_reclaim.lenders_first). Plans for two lenders never share a slot: each is planned around the
+fences already standing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+
+from allocations.cohorts.reclaim import driver_slots
+from allocations.mig.engine import choose_placement
+from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
+from allocations.models import Allocation, NodePool, SlicePlacement
+from allocations.placement import PlannedSlice, PoolLayout, read_pool
+
+Status = Allocation.Status
+# The lender still needs its room while in one of these (services/cohort_reclaim.LENDER_WAITING).
+WAITING = (Status.APPROVED, Status.QUEUED)
+
+Position = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSlot:
+    """Memory slots [start, start + size) of one GPU, held for a lender."""
+
+    gpu: int
+    node: str
+    index: int
+    start: int
+    size: int
+
+    def as_json(self) -> dict[str, object]:
+        return {"gpu": self.gpu, "node": self.node, "index": self.index, "start": self.start, "size": self.size}
+
+    @classmethod
+    def from_json(cls, row: dict[str, object]) -> HeldSlot:
+        return cls(
+            gpu=int(str(row["gpu"])),
+            node=str(row["node"]),
+            index=int(str(row["index"])),
+            start=int(str(row["start"])),
+            size=int(str(row["size"])),
+        )
+
+    def overlaps(self, gpu: int, start: int, size: int) -> bool:
+        return gpu == self.gpu and start < self.start + self.size and self.start < start + size
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    lender_id: int
+    slots: tuple[HeldSlot, ...]
+
+    @property
+    def positions(self) -> set[Position]:
+        return {(s.node, s.index) for s in self.slots}
+
+
+def scheduler_picks_slots(pool: NodePool) -> bool:
+    """Kubernetes DynamicMIG: the slot is the scheduler's first fit, a prediction rather than our choice."""
+    return settings.FATIA_CLUSTER_BACKEND == "kubernetes" and not pool.is_static
+
+
+def pool_fences(pool_id: int, *, besides: int | None = None) -> list[Fence]:
+    """The fences standing in the pool (one indexed query), but the one of request `besides`."""
+    standing = Allocation.objects.filter(reclaimed_for=OuterRef("pk"), reclaim_at__isnull=False)
+    rows = (
+        Allocation.objects.filter(pool_id=pool_id, status__in=WAITING)
+        .exclude(reclaim_room=[])
+        .filter(Exists(standing))
+        .order_by("pk")
+        .values_list("pk", "reclaim_room")
+    )
+    return [
+        Fence(lender_id=pk, slots=tuple(HeldSlot.from_json(s) for s in room))
+        for pk, room in rows
+        if pk != besides and room
+    ]
+
+
+def fence_hit(fences: Sequence[Fence], slices: Sequence[PlannedSlice], *, predicted: bool) -> Fence | None:
+    """The fence `slices` run into, or None. `predicted`: the slices' starts are the scheduler's first fit
+    (Kubernetes), trusted only on a GPU with no claim the scheduler has still to allocate."""
+    for fence in fences:
+        if any(slot.overlaps(s.gpu_id, s.start, s.size) for slot in fence.slots for s in slices):
+            return fence
+    if not predicted:
+        return None
+    fenced = {slot.gpu: fence for fence in fences for slot in fence.slots}
+    on = {s.gpu_id for s in slices} & set(fenced)
+    if not on:
+        return None
+    waiting = SlicePlacement.objects.filter(gpu_id__in=on, allocation__status=Status.PROVISIONING)
+    gpu = waiting.values_list("gpu_id", flat=True).first()
+    return None if gpu is None else fenced[gpu]
+
+
+def held_message(fence: Fence) -> str:
+    """The queued request's reason, in words (services/queue_entry.enqueue_allocation's `waiting_for`)."""
+    return (
+        f"the free room it fits is held for request #{fence.lender_id}, for which borrowed slices are being taken "
+        "back in its cohort"
+    )
+
+
+def place_around(
+    *,
+    pool: NodePool,
+    allocation: Allocation,
+    slices: list[PlannedSlice] | None,
+    replan: Callable[[frozenset[Position]], list[PlannedSlice] | None],
+) -> tuple[list[PlannedSlice] | None, str]:
+    """`slices` when they keep out of every other lender's fence; else `replan` without the fenced GPUs; else
+    (None, why). Caller holds the pool's lock, as for the plan itself."""
+    if slices is None or pool.is_shared:
+        return slices, ""
+    fences = pool_fences(pool.pk, besides=allocation.pk)
+    if not fences:
+        return slices, ""
+    hit = fence_hit(fences, slices, predicted=scheduler_picks_slots(pool))
+    if hit is None:
+        return slices, ""
+    again = replan(frozenset(p for fence in fences for p in fence.positions))
+    return (again, "") if again is not None else (None, held_message(hit))
+
+
+def _without(layout: PoolLayout, owners: set[str], positions: set[Position] | None, skip: set[Position]) -> Fleet:
+    """The pool's fleet without the instances of `owners`, on `positions` only (None: all), less `skip`."""
+    return Fleet(
+        [
+            Node(
+                n.name,
+                [
+                    Gpu(g.node, g.index, g.model, [i for i in g.instances if i.owner not in owners])
+                    for g in n.gpus
+                    if (positions is None or (n.name, g.index) in positions) and (n.name, g.index) not in skip
+                ],
+                n.pool,
+            )
+            for n in layout.fleet.nodes
+        ]
+    )
+
+
+def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
+    """The slots `lender` gets once the allocations `released` are gone: first fit on the GPUs they free (then
+    their nodes, then the pool), around the other lenders' fences; empty when it fits nowhere (nothing held:
+    the next admission pass asks again). Caller holds the lender's and the pool's locks."""
+    pool = lender.pool
+    if pool.is_shared or pool.is_static or not released:
+        return []
+    layout = read_pool(pool)
+    owners = {str(pk) for pk in released}
+    touched = {(g.node, g.index) for g in layout.fleet.gpus() if any(i.owner in owners for i in g.instances)}
+    nodes = {node for node, _ in touched}
+    others = {p for fence in pool_fences(pool.pk, besides=lender.pk) for p in fence.positions}
+    request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
+    driver = scheduler_picks_slots(pool)
+    for positions in (touched, {p for p in layout.by_position if p[0] in nodes}, None):
+        fleet = _without(layout, owners, positions, others)
+        if driver:  # the slots the scheduler's first fit gives it there (cohorts/reclaim.driver_slots)
+            predicted = driver_slots(fleet, request)
+            if predicted is not None:
+                return _held(layout, lender.profile, {p: [(s, False) for s in found] for p, found in predicted.items()})
+        decision = choose_placement(fleet, request, "first-fit")
+        if decision is not None:
+            # On Kubernetes with no prediction (the counters refuse where our rules allow): its whole GPUs.
+            slots: dict[Position, list[tuple[int, bool]]] = {}
+            for slot in decision.slots:
+                slots.setdefault((slot.node, slot.gpu_index), []).append((slot.start, driver))
+            return _held(layout, lender.profile, slots)
+    return []
+
+
+def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:
+    """Per GPU, (start, whole GPU?) of each planned slice, as held slots."""
+    held: list[HeldSlot] = []
+    for position, found in slots.items():
+        model = layout.models[position]
+        gpu_id = layout.by_position[position]
+        if any(whole for _, whole in found):
+            held.append(HeldSlot(gpu_id, position[0], position[1], 0, model.memory_slices))
+            continue
+        size = model.profile(profile).memory_slices
+        held += [HeldSlot(gpu_id, position[0], position[1], start, size) for start, _ in found]
+    return held

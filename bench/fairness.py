@@ -490,12 +490,14 @@ class Sim:
             if pk in waiting_pks and (pk in noticed_for or pk in self.moving_until)
         }
         by_pk = {r.pk: r for r in waiting}
+        fenced_before = set(self.fence)
+        # All their notices first: a fenced room may lie partly in what another fenced lender's notices free.
+        for x in [x for pk in self.fence for x in noticed_for.get(pk, [])]:
+            self.free(x)
         for pk, (node, gpu, start) in list(self.fence.items()):
-            for x in noticed_for.get(pk, []):
-                self.free(x)
             try:
                 self.engine.commit(at(node, gpu, by_pk[pk].profile, start), f"planned-{pk}")
-            except InvalidLayout:  # not expected: its room was fenced; plan it again below
+            except InvalidLayout:  # the room it counted on is held again (a notice it counted on was called off)
                 del self.fence[pk]
                 continue
             self.planned.setdefault((node, gpu), set()).add(pk)
@@ -504,8 +506,9 @@ class Sim:
         moved: set[int] = set()  # where they are in this pass's layouts is not their `where` any more
         rest = [r for r in waiting if r.pk not in self.fence]
         for r in [r for r in rest if r.pk in noticed_for] + [r for r in rest if r.pk not in noticed_for]:
-            for x in noticed_for.get(r.pk, []):
-                self.free(x)
+            if r.pk not in fenced_before:  # else freed above
+                for x in noticed_for.get(r.pk, []):
+                    self.free(x)
             decision = self.engine.choose(PlacementRequest(r.profile))
             fenced = r.pk in noticed_for
             if decision is None:

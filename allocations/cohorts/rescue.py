@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from allocations.cohorts.accounting import Shortfall
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, reclaim_order
-from allocations.mig.defrag import Move, plan_defrag
+from allocations.mig.defrag import DefragPlan, Move, plan_defrag
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest, SlotChoice
 
@@ -33,13 +33,22 @@ MAX_MOVES = 2
 
 @dataclass(frozen=True)
 class RoomPlan:
-    """What makes room for the request: borrowed allocations to take back (with notice), then moves of movable
-    allocations (owner, from, to), and where the request goes once both are done (None: reclaim alone, the
-    placement engine decides when the room is free)."""
+    """What makes room for the request: borrowed allocations to take back (with notice), and the defrag plan of
+    the moves to make meanwhile (None: reclaim alone). The moves are valid on today's layout: none lands where a
+    slice taken back still is, so they can start at once, during the grace."""
 
     reclaims: list[Candidate]
-    moves: tuple[Move, ...] = ()
-    placement: SlotChoice | None = None
+    defrag: DefragPlan | None = None
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        return () if self.defrag is None else self.defrag.moves
+
+    @property
+    def placement(self) -> SlotChoice | None:
+        """Where the request goes once the moves are made and the reclaimed slices gone (None: reclaim alone,
+        the placement engine decides then)."""
+        return None if self.defrag is None else self.defrag.placement
 
 
 def _without(fleet: Fleet, released: set[str], movable: Collection[str]) -> Fleet:
@@ -67,6 +76,10 @@ def _without(fleet: Fleet, released: set[str], movable: Collection[str]) -> Flee
             for n in fleet.nodes
         ]
     )
+
+
+def _holds(fleet: Fleet, owners: set[str], node: str, gpu: int) -> bool:
+    return bool(owners) and any(i.owner in owners for i in fleet.gpu(node, gpu).instances)
 
 
 def _prefixes(group: Sequence[Candidate], caps: Mapping[int, tuple[int, int]] | None) -> list[list[Candidate]]:
@@ -131,6 +144,8 @@ def plan_room(
         plan = plan_defrag(_without(fleet, released, movable), pool=request.pool, request=request, max_moves=max_moves)
         if plan is None or plan.placement is None or not (plan.moves or taken):
             continue
+        if any(_holds(fleet, released, m.to_node, m.to_gpu) for m in plan.moves):
+            continue  # it would land where a slice on notice runs until the grace is over
         key = (
             len(taken) + len(plan.moves),
             len(taken),
@@ -138,5 +153,5 @@ def plan_room(
             sum(rank[c.allocation_id] for c in taken),
         )
         if best_key is None or key < best_key:
-            best, best_key = RoomPlan(taken, plan.moves, plan.placement), key
+            best, best_key = RoomPlan(taken, plan), key
     return best

@@ -24,10 +24,13 @@ from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
+from allocations.cohorts.rescue import plan_room
+from allocations.mig.defrag import DefragPlan
 from allocations.mig.fleet import PlacementRequest
-from allocations.models import Allocation, Cohort, Notification, Quota
+from allocations.models import Allocation, Cohort, NodePool, Notification, Quota
 from allocations.nodeagent.usage import used_slice_hours
-from allocations.placement import read_pool
+from allocations.placement import PoolLayout, read_pool
+from allocations.services.compaction import may_rescue, movable_allocation_ids, rescue_lender
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
 from tenants.services import record_audit_event
@@ -68,9 +71,9 @@ def give_notice(
         .exclude(tenant_id=lender.tenant_id)
         .order_by("pk")
     )
-    if not rows:
-        return []
-    used = _used_fractions(rows, now)
+    if not rows and not whole:
+        return []  # room, though, may come from moves alone (`_choose`)
+    used = _used_fractions(rows, now) if rows else {}
     candidates = [
         Candidate(
             allocation_id=a.pk,
@@ -82,7 +85,8 @@ def give_notice(
         for a in rows
     ]
     by_id = {a.pk: a for a in rows}
-    marked = [by_id[c.allocation_id] for c in _choose(lender, candidates, need, whole=whole)]
+    chosen, moves = _choose(lender, candidates, need, whole=whole)
+    marked = [by_id[c.allocation_id] for c in chosen]
     reclaim_at = now + timedelta(minutes=cohort.reclaim_grace_minutes)
     for allocation in marked:
         allocation.reclaim_notice_at = now
@@ -104,20 +108,38 @@ def give_notice(
         _tell_owner(allocation, cohort=cohort, reclaim_at=reclaim_at)
         if cohort.reclaim_grace_minutes == 0:
             enqueue_task(RECLAIM_TASK, allocation.pk)
+    if moves is not None:
+        rescue_lender(lender, layout=moves[0], plan=moves[1])
     return marked
 
 
-def _choose(lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool) -> list[Candidate]:
+def _choose(
+    lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool
+) -> tuple[list[Candidate], tuple[PoolLayout, DefragPlan] | None]:
     """Slot-aware first: the borrowed allocations whose release lets the lender's request be placed (and, for the
-    cohort's balance, covers the shortfall); when none does (or a shared pool, placed by memory), by count as
-    before. For room (`whole`), fitting is the whole need: counting the request's slices again would take more."""
+    cohort's balance, covers the shortfall); for room (`whole`) in a pool that compacts, when no such set exists,
+    a set taken back together with at most two moves of movable slices (allocations/cohorts/rescue.py
+    `plan_room`; the moves are returned, to start); when none does (or a shared pool, placed by memory), by count
+    as before. For room, fitting is the whole need: counting the request's slices again would take more."""
     pool = lender.pool
     if not pool.is_shared:
         request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
-        fitting = pick_fitting(read_pool(pool).fleet, request, candidates, NOTHING if whole else need)
-        if fitting:
-            return fitting
-    return pick_reclaims(candidates, need)
+        layout = read_pool(pool)
+        if whole and may_rescue(lender):
+            room = plan_room(layout.fleet, request, candidates, _movable(pool))
+            if room is not None:
+                return room.reclaims, None if room.defrag is None else (layout, room.defrag)
+        else:
+            fitting = pick_fitting(layout.fleet, request, candidates, NOTHING if whole else need)
+            if fitting:
+                return fitting, None
+    return pick_reclaims(candidates, need), None
+
+
+def _movable(pool: NodePool) -> set[str]:
+    """Owners (as in the fleet) of the slices compaction may move, less those on notice: they are leaving."""
+    leaving = set(Allocation.objects.filter(pool=pool).exclude(reclaim_at=None).values_list("pk", flat=True))
+    return {str(pk) for pk in movable_allocation_ids(pool) - leaving}
 
 
 def _what(allocation: Allocation) -> str:

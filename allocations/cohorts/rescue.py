@@ -17,6 +17,7 @@ the youngest. Moves never land on an empty GPU, and never move what is taken bac
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,6 +26,7 @@ from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, reclai
 from allocations.mig.defrag import DefragPlan, Move, plan_defrag
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest, SlotChoice
+from allocations.mig.layout import geometry
 
 # At most this many moves for one lender, as compaction's rescue of a refused request (services/compaction.py
 # RESCUE_MAX_MOVES; not imported: this module stays free of Django).
@@ -51,9 +53,11 @@ class RoomPlan:
         return None if self.defrag is None else self.defrag.placement
 
 
-def _without(fleet: Fleet, released: set[str], movable: Collection[str]) -> Fleet:
+def _without(fleet: Fleet, released: set[str], movable: Collection[str], only: tuple[str, int] | None = None) -> Fleet:
     """The fleet with `released` owners' instances gone and the other `movable` owners' marked idle (the defrag
-    planner's word for "may move"); every other instance stays put."""
+    planner's word for "may move"), on GPU `only` when given (the room is made there: moving others is no use,
+    and the planner then tries that GPU alone, which keeps a large pool's search short); every other instance
+    stays put."""
     return Fleet(
         [
             Node(
@@ -64,7 +68,12 @@ def _without(fleet: Fleet, released: set[str], movable: Collection[str]) -> Flee
                         g.index,
                         g.model,
                         [
-                            replace(i, idle=i.owner is not None and i.owner in movable)
+                            replace(
+                                i,
+                                idle=i.owner is not None
+                                and i.owner in movable
+                                and (only is None or only == (g.node, g.index)),
+                            )
                             for i in g.instances
                             if i.owner is None or i.owner not in released
                         ],
@@ -76,6 +85,23 @@ def _without(fleet: Fleet, released: set[str], movable: Collection[str]) -> Flee
             for n in fleet.nodes
         ]
     )
+
+
+def _room_on(gpu: Gpu, profile: str, released: set[str], movable: Collection[str], max_moves: int) -> bool:
+    """Whether the profile could go on this GPU once `released` is gone and at most `max_moves` of its movable
+    instances moved (where to is the planner's question: this only rules out a GPU cheaply)."""
+    geom = geometry(gpu.model)
+    i = geom.index.get(profile)
+    if i is None:
+        return False
+    rest = [x for x in gpu.instances if x.owner is not None and x.owner not in released]
+    may_move = [x for x in rest if x.owner in movable]
+    for k in range(min(max_moves, len(may_move)) + 1):
+        for drop in itertools.combinations(may_move, k):
+            kept = [x for x in rest if x not in drop]
+            if geom.options(geom.key((geom.index[x.profile], x.start, False) for x in kept), i):
+                return True
+    return False
 
 
 def _holds(fleet: Fleet, owners: set[str], node: str, gpu: int) -> bool:
@@ -126,22 +152,25 @@ def plan_room(
         for instance in gpu.instances:
             if instance.owner is not None:
                 at.setdefault(instance.owner, set()).add((gpu.node, gpu.index))
-    trials: list[list[Candidate]] = [[]]
+    trials: list[tuple[tuple[str, int] | None, list[Candidate]]] = [(None, [])]
     seen: set[tuple[int, ...]] = {()}
     for gpu in fleet.gpus():
         group = [c for c in ordered if (gpu.node, gpu.index) in at.get(str(c.allocation_id), set())]
         for prefix in _prefixes(group, caps):
             ids = tuple(sorted(c.allocation_id for c in prefix))
+            if not _room_on(gpu, request.profile, {str(c.allocation_id) for c in prefix}, movable, max_moves):
+                continue  # no take-back of these and moves off this GPU can free a place for the profile here
             if ids not in seen:
                 seen.add(ids)
-                trials.append(prefix)
+                trials.append(((gpu.node, gpu.index), prefix))
     best: RoomPlan | None = None
     best_key: tuple[int, int, int, int] | None = None
-    for taken in trials:
+    for only, taken in trials:
         if sum(c.compute for c in taken) < need.compute or sum(c.memory for c in taken) < need.memory:
             continue
         released = {str(c.allocation_id) for c in taken}
-        plan = plan_defrag(_without(fleet, released, movable), pool=request.pool, request=request, max_moves=max_moves)
+        trial = _without(fleet, released, movable, only)
+        plan = plan_defrag(trial, pool=request.pool, request=request, max_moves=max_moves)
         if plan is None or plan.placement is None or not (plan.moves or taken):
             continue
         if any(_holds(fleet, released, m.to_node, m.to_gpu) for m in plan.moves):

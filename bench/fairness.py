@@ -952,9 +952,10 @@ def main(argv: list[str] | None = None) -> int:
         "+8.8), against +9.8 for `borrow` and `moves`: +10 per seed is out of reach of any policy at about 60 % "
         "offered load, and on average only a policy that starts every request on arrival reaches it. The greedy "
         "shape (135 %) meets it on every seed.",
-        "- Waits within guarantee, fitted guarantees: traced (session 9) in the run before this one, 7 lenders "
-        "waited past the bound under `borrow`. Three had their planned room taken by another lender: one placed "
-        "into it on the same GPU, or planned into it in a later pass; the fence modelled as the portal builds it "
+        "- Waits within guarantee, fitted guarantees: traced in the previous run (2026-12-01 11:29 UTC, before "
+        "the fence and `moves`), 7 lenders waited past the bound under `borrow` (1 / 2 / 4). Three had their "
+        "planned room taken by another lender: one placed into it on the same GPU, or planned into it in a later "
+        "pass; the fence modelled as the portal builds it "
         "(the exact slot, kept from pass to pass until the lender is admitted) removes those. Four (4g.40gb, "
         "7g.80gb: start 0 or a whole GPU) had no GPU that taking back borrowed slices could free: a small slice of "
         "a tenant within its guarantee (or the lender's own tenant's) held each; one move each clears one, which "
@@ -962,7 +963,8 @@ def main(argv: list[str] | None = None) -> int:
         "tenant would free; that lender was admitted elsewhere, its notice was called off, and the second one "
         "started a new grace. Handing such a notice to the next lender it serves was tried and not adopted: it "
         "removed that wait and caused another (greedy, seed 1, 42 min).",
-        "- Moves needed: a few per run with fitted guarantees (see the table); with only borrowed allocations "
+        "- Moves: fewer than one per run with fitted guarantees, up to about 40 with the configured ones (table); "
+        "with only borrowed allocations "
         "movable (`--movable borrowed`) the fitted set's waits past the bound were 0 / 1 / 1 (bursty / diurnal / "
         "greedy) in this session's run, against 0 / 0 / 1 with every allocation movable.",
         "- Guarantees as configured over-commit the pool: a lender waits for others' *guaranteed* use (fifo and "

@@ -7,6 +7,11 @@ fewest then youngest; when none does, least used then youngest first, enough sli
 notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaimed_for` the lender's request;
 inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due.
 
+Room for a lender in a pool that compacts (services/compaction.py), when no set of borrowed allocations taken back
+makes a place its profile fits: allocations/cohorts/rescue.py `plan_room` takes back those of one GPU together with
+at most two moves of movable slices off it; the notices are given and the moves started at once as the lender's
+rescue (compaction.rescue_lender, once per request), so they are done within the grace.
+
 Called while the lender's allocation and its pool are locked: the borrowed allocations are taken with SKIP LOCKED
 (services/locks.py), so a busy one is passed over rather than waited for.
 """

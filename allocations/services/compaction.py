@@ -298,6 +298,11 @@ def rescue_lender(allocation: Allocation, *, layout: PoolLayout, plan: DefragPla
         actor=None,
         for_allocation=allocation,
     )
+    if plan.placement is not None:
+        # Where the lender goes once the moves are made (and any slices on notice gone): the room to keep for it.
+        where = plan.placement
+        move_plan.summary["placement"] = [_where(where.node, where.gpu_index, where.start), where.profile]
+        move_plan.save(update_fields=["summary"])
     record_audit_event(
         actor=None,
         verb="rescue",

@@ -67,6 +67,7 @@ def test_a_take_back_and_a_move_make_room_for_a_lender_that_neither_alone_would(
     plan = MovePlan.objects.get(for_allocation=lender)
     assert plan.trigger == MovePlan.Trigger.RESCUE
     assert [(m.allocation_id, m.from_gpu.index, m.to_gpu.index) for m in plan.moves.all()] == [(lone.pk, 0, 1)]
+    assert plan.summary["placement"] == ["mv-node-0/gpu-0:0", "4g.40gb"]  # the room the moves make for the lender
     assert "rescue" in verbs(lender)
     # when: the move is made, and another admission pass runs meanwhile: no further notice, no second plan
     for _ in range(10):

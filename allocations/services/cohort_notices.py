@@ -8,6 +8,11 @@ notice: `reclaim_notice_at` now, `reclaim_at` after the cohort's grace, `reclaim
 inbox and e-mail; audited `reclaim_notice`. services/cohort_reclaim.py takes them back when due. The room their
 release plans for the lender is held for it meanwhile (allocations/cohorts/fence.py; audited `reclaim_room`).
 
+Room for a lender in a pool that compacts (services/compaction.py), when no set of borrowed allocations taken back
+makes a place its profile fits: allocations/cohorts/rescue.py `plan_room` takes back those of one GPU together with
+at most two moves of movable slices off it; the notices are given and the moves started at once as the lender's
+rescue (compaction.rescue_lender, once per request), so they are done within the grace.
+
 Called while the lender's allocation and its pool are locked: the borrowed allocations are taken with SKIP LOCKED
 (services/locks.py), so a busy one is passed over rather than waited for.
 """
@@ -24,12 +29,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
-from allocations.cohorts.fence import plan_room, scheduler_picks_slots
+from allocations.cohorts.fence import HeldSlot, scheduler_picks_slots
+from allocations.cohorts.fence import plan_room as room_after_release
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
+from allocations.cohorts.rescue import plan_room
+from allocations.mig.defrag import DefragPlan
 from allocations.mig.fleet import PlacementRequest
-from allocations.models import Allocation, Cohort, Notification, Quota
+from allocations.models import Allocation, Cohort, NodePool, Notification, Quota
 from allocations.nodeagent.usage import used_slice_hours
-from allocations.placement import read_pool
+from allocations.placement import PoolLayout, read_pool
+from allocations.services.compaction import may_rescue, movable_allocation_ids, rescue_lender
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
 from tenants.services import record_audit_event
@@ -70,9 +79,9 @@ def give_notice(
         .exclude(tenant_id=lender.tenant_id)
         .order_by("pk")
     )
-    if not rows:
-        return []
-    used = _used_fractions(rows, now)
+    if not rows and not whole:
+        return []  # room, though, may come from moves alone (`_choose`)
+    used = _used_fractions(rows, now) if rows else {}
     candidates = [
         Candidate(
             allocation_id=a.pk,
@@ -84,7 +93,8 @@ def give_notice(
         for a in rows
     ]
     by_id = {a.pk: a for a in rows}
-    marked = [by_id[c.allocation_id] for c in _choose(lender, candidates, need, whole=whole)]
+    chosen, moves = _choose(lender, candidates, need, whole=whole)
+    marked = [by_id[c.allocation_id] for c in chosen]
     reclaim_at = now + timedelta(minutes=cohort.reclaim_grace_minutes)
     for allocation in marked:
         allocation.reclaim_notice_at = now
@@ -106,16 +116,26 @@ def give_notice(
         _tell_owner(allocation, cohort=cohort, reclaim_at=reclaim_at)
         if cohort.reclaim_grace_minutes == 0:
             enqueue_task(RECLAIM_TASK, allocation.pk)
-    _hold_room(lender, marked)
+    if moves is not None:
+        rescue_lender(lender, layout=moves[0], plan=moves[1])
+    _hold_room(lender, marked, moves)
     return marked
 
 
-def _hold_room(lender: Allocation, marked: list[Allocation]) -> None:
-    """Fence the room the marked allocations' release plans for the lender (allocations/cohorts/fence.py), so
-    that nothing else is placed there meanwhile; audited with the notices."""
+def _hold_room(lender: Allocation, marked: list[Allocation], moves: tuple[PoolLayout, DefragPlan] | None) -> None:
+    """Fence the room the marked allocations' release (and the rescue's moves, if any) plans for the lender
+    (allocations/cohorts/fence.py), so that nothing else is placed there meanwhile; audited with the notices."""
     if not marked:
         return
-    room = [slot.as_json() for slot in plan_room(lender, [a.pk for a in marked])]
+    if moves is not None and moves[1].placement is not None:
+        # The moves make the room: the slot the rescue plan planned for the lender is the one to keep.
+        layout, placement = moves[0], moves[1].placement
+        position = (placement.node, placement.gpu_index)
+        size = layout.models[position].profile(placement.profile).memory_slices
+        slots = [HeldSlot(layout.by_position[position], position[0], position[1], placement.start, size)]
+    else:
+        slots = room_after_release(lender, [a.pk for a in marked])
+    room = [slot.as_json() for slot in slots]
     lender.reclaim_room = room
     lender.save(update_fields=["reclaim_room", "updated_at"])
     if room:
@@ -124,20 +144,36 @@ def _hold_room(lender: Allocation, marked: list[Allocation]) -> None:
         )
 
 
-def _choose(lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool) -> list[Candidate]:
+def _choose(
+    lender: Allocation, candidates: list[Candidate], need: Shortfall, *, whole: bool
+) -> tuple[list[Candidate], tuple[PoolLayout, DefragPlan] | None]:
     """Slot-aware first: the borrowed allocations whose release lets the lender's request be placed (and, for the
     cohort's balance, covers the shortfall; on Kubernetes DynamicMIG, placed where the driver's first fit puts
-    it); when none does (or a shared pool, placed by memory), by count as before. For room (`whole`), fitting is
-    the whole need: counting the request's slices again would take more."""
+    it); for room (`whole`) in a pool that compacts, when no such set exists, a set taken back together with at
+    most two moves of movable slices (allocations/cohorts/rescue.py `plan_room`; the moves are returned, to
+    start); when none does (or a shared pool, placed by memory), by count as before. For room, fitting is the
+    whole need: counting the request's slices again would take more."""
     pool = lender.pool
     if not pool.is_shared:
         request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
-        fitting = pick_fitting(
-            read_pool(pool).fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
-        )
-        if fitting:
-            return fitting
-    return pick_reclaims(candidates, need)
+        layout = read_pool(pool)
+        if whole and may_rescue(lender):
+            room = plan_room(layout.fleet, request, candidates, _movable(pool))
+            if room is not None:
+                return room.reclaims, None if room.defrag is None else (layout, room.defrag)
+        else:
+            fitting = pick_fitting(
+                layout.fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
+            )
+            if fitting:
+                return fitting, None
+    return pick_reclaims(candidates, need), None
+
+
+def _movable(pool: NodePool) -> set[str]:
+    """Owners (as in the fleet) of the slices compaction may move, less those on notice: they are leaving."""
+    leaving = set(Allocation.objects.filter(pool=pool).exclude(reclaim_at=None).values_list("pk", flat=True))
+    return {str(pk) for pk in movable_allocation_ids(pool) - leaving}
 
 
 def _what(allocation: Allocation) -> str:

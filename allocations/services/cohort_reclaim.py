@@ -32,6 +32,7 @@ from allocations.cohorts.members import member_state
 from allocations.models import Allocation, Quota
 from allocations.services.cohort_notices import RECLAIMABLE, clear_notice, drop_room, give_notice
 from allocations.services.cohorts import held_quota
+from allocations.services.compaction import rescue_applying
 from allocations.services.locks import lock_allocation, lock_quota
 from allocations.services.requests import release_allocation
 from tenants.services import record_audit_event
@@ -97,8 +98,8 @@ def reclaim_room_for(allocation: Allocation) -> int:
         # nothing it can use, so other requests may have it again (allocations/cohorts/fence.py).
         drop_room(allocation)
     quota = _cohort_quota(allocation)
-    if quota is None or quota.cohort is None or pending:
-        return 0
+    if quota is None or quota.cohort is None or pending or rescue_applying(allocation):
+        return 0  # notices or moves for it under way
     if quota.compute_slices_used > quota.compute_slices_limit or quota.memory_slices_used > quota.memory_slices_limit:
         return 0  # beyond its guarantee (a limit lowered meanwhile): no claim on what it lent
     need = Shortfall(compute=allocation.compute_slices, memory=allocation.memory_slices)

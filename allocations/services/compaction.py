@@ -291,3 +291,51 @@ def rescue_with_moves(allocation: Allocation) -> bool:
         after={"plan": move_plan.pk, "moves": len(plan.moves)},
     )
     return True
+
+
+def may_rescue(allocation: Allocation) -> bool:
+    """Whether moves may be started for this request now: one slice, a compacted pool with no plan applying, and
+    no rescue of this request before (one per request, as `rescue_with_moves`: a plan overtaken does not loop)."""
+    pool = allocation.pool
+    return (
+        allocation.count == 1
+        and not compaction_refusal(pool)
+        and not _applying(pool)
+        and not MovePlan.objects.filter(for_allocation=allocation).exists()
+    )
+
+
+def rescue_lender(allocation: Allocation, *, layout: PoolLayout, plan: DefragPlan) -> MovePlan | None:
+    """Moves that make room for a lender of a cohort (issue 15), with or without borrowed slices taken back
+    meanwhile (allocations/cohorts/rescue.py `plan_room` made `plan` on `layout`), started as a rescue of that
+    request. None when `may_rescue` refuses. When the plan ends the pool gets an admission pass (services/moves.py).
+
+    The caller holds the request's lock, then its pool's."""
+    if not plan.moves or not may_rescue(allocation):
+        return None
+    move_plan = _create_plan(
+        pool=allocation.pool,
+        positions=layout.by_position,
+        plan=plan,
+        trigger=MovePlan.Trigger.RESCUE,
+        actor=None,
+        for_allocation=allocation,
+    )
+    if plan.placement is not None:
+        # Where the lender goes once the moves are made (and any slices on notice gone): the room to keep for it.
+        where = plan.placement
+        move_plan.summary["placement"] = [_where(where.node, where.gpu_index, where.start), where.profile]
+        move_plan.save(update_fields=["summary"])
+    record_audit_event(
+        actor=None,
+        verb="rescue",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        after={"plan": move_plan.pk, "moves": len(plan.moves), "lender": True},
+    )
+    return move_plan
+
+
+def rescue_applying(allocation: Allocation) -> bool:
+    """Whether a move plan started for this request is being applied."""
+    return MovePlan.objects.filter(for_allocation=allocation, status=MovePlan.Status.APPLYING).exists()

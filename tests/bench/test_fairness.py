@@ -17,10 +17,12 @@ from bench.fairness import (
     MODEL,
     NODES,
     POLICIES,
+    PROVISION_S,
     SHAPES,
     TENANTS,
     Req,
     Sim,
+    at,
     demand,
     fresh,
     main,
@@ -34,7 +36,7 @@ def test_the_simulation_keeps_quotas_and_slots_and_every_start_follows_its_arriv
     sim = Sim(policy, model, fresh(demand(7, 1.0, model, "greedy")), 1.0).run()
     result = sim.result("greedy", 7)
     # then: without borrowing no tenant ever held more than its quota; with it, the pool as a whole
-    if policy != "borrow":
+    if policy not in ("borrow", "moves"):
         assert all(p <= t.quota for p, t in zip(sim.peak_held, TENANTS, strict=True))
     assert 0 < sim.peak_total <= sim.capacity
     assert 0 < result.utilisation <= 1
@@ -42,7 +44,8 @@ def test_the_simulation_keeps_quotas_and_slots_and_every_start_follows_its_arriv
     assert 0 < result.jain <= 1
     # and: only the fail-and-retry baseline fails tries, only borrowing takes anything back
     assert policy == "fail" or result.failures == 0
-    assert policy == "borrow" or result.reclaims == 0
+    assert policy in ("borrow", "moves") or result.reclaims == 0
+    assert policy == "moves" or result.moves == 0
 
 
 def test_a_lender_gets_the_room_back_after_exactly_the_grace() -> None:
@@ -64,6 +67,31 @@ def test_a_lender_gets_the_room_back_after_exactly_the_grace() -> None:
     assert (rest.tenant, rest.profile, rest.run_s) == (1, "7g.80gb", 20 * 3600 - (3600 + GRACE_MIN * 60))
 
 
+def test_a_move_makes_room_for_a_lender_when_nothing_borrowed_is_in_the_way() -> None:
+    # given: speech runs a 1g.10gb at start 0 of every GPU, within its guarantee, for 20 hours (placed there by
+    # the test: the layout is the point); an hour in, nlp asks for a 7g.80gb within its guarantee
+    model = load_catalog().model(MODEL)
+    big = model.profile("7g.80gb")
+    held = [Req(pk, 2, "1g.10gb", 1, 0.0, 20 * 3600, memory=1) for pk in range(1, NODES * GPUS_PER_NODE + 1)]
+    lender = Req(99, 1, "7g.80gb", big.compute_slices, 3600.0, 3600, memory=big.memory_slices)
+    starts = {}
+    for policy in ("borrow", "moves"):
+        reqs = fresh([*held, lender])
+        sim = Sim(policy, model, reqs, 1.0)
+        for r, gpu in zip(reqs, sim.engine.snapshot().gpus(), strict=False):
+            decision = at(gpu.node, gpu.index, r.profile, 0)
+            sim.engine.commit(decision, str(r.pk))
+            sim.charged[2] += r.compute
+            sim.charged_memory[2] += r.memory
+            sim.started(r, 0.0, decision)
+        sim.reqs = reqs[-1:]  # only the lender arrives
+        sim.run()
+        starts[policy] = (reqs[-1].start, sim.moves, sim.reclaims)
+    # then: with reclaim alone it waits until the 1g.10gb end; with moves, one of them moves next to another
+    # and the lender starts one provisioning time later (the move's)
+    assert starts == {"borrow": (20 * 3600, 0, 0), "moves": (3600 + PROVISION_S, 1, 0)}
+
+
 def test_without_borrowing_nothing_is_lent_and_the_lender_starts_at_once() -> None:
     model = load_catalog().model(MODEL)
     big, small = model.profile("7g.80gb"), model.profile("1g.10gb")
@@ -81,7 +109,8 @@ def test_the_report_names_its_command_each_shape_and_each_policy(tmp_path: Path)
     assert text.startswith("Command: `python ")
     for shape in SHAPES:
         assert f"### {shape} (offered load " in text
-        assert f"- {shape}: utilisation " in text
+        assert f"- {shape}, borrow: utilisation " in text and f"- {shape}, moves: utilisation " in text
+        assert f"- {shape}: the most any policy could gain over fifo" in text
     for policy in POLICIES:  # each shape under both sets of guarantees: as configured, and fitted
         assert text.count(f"| {policy} | ") == 2 * len(SHAPES)
     assert "### The target's premise: do the guarantees fit the pool?" in text

@@ -154,6 +154,18 @@ def place_around(
     return (again, "") if again is not None else (None, held_message(hit))
 
 
+def fenced_positions(fences: Sequence[Fence]) -> frozenset[Position]:
+    """The GPUs (node, index) the fences hold slots of."""
+    return frozenset(p for fence in fences for p in fence.positions)
+
+
+def landing_hit(pool: NodePool, fences: Sequence[Fence], landings: Sequence[PlannedSlice]) -> Fence | None:
+    """The fence that slices moved to `landings` (compaction's destinations, allocations/services/compaction.py)
+    run into, or None. A move's slot is ours (steered or pinned), but on Kubernetes DynamicMIG the lender's room
+    is a prediction that a claim still waiting on the GPU can shift: the same test as a placement's."""
+    return fence_hit(fences, landings, predicted=scheduler_picks_slots(pool)) if fences and landings else None
+
+
 def _without(layout: PoolLayout, owners: set[str], positions: set[Position] | None, skip: set[Position]) -> Fleet:
     """The pool's fleet without the instances of `owners`, on `positions` only (None: all), less `skip`."""
     return Fleet(

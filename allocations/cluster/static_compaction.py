@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import TYPE_CHECKING
 
-from allocations.cluster.static_placement import StaticGpu, held_owners
+from allocations.cluster.static_placement import StaticGpu, held_owners, whole_gpu_held
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import GpuModel
 from allocations.mig.defrag import DefragPlan, Move
@@ -140,8 +140,8 @@ def plan_static_rescue(
     fleet = _static_fleet(pool, held)
     best: tuple[tuple[int, int, str, int], list[Move]] | None = None
     for target in fleet:
-        if not target.model.has_profile(profile):
-            continue
+        if not target.model.has_profile(profile) or whole_gpu_held(held, target.gpu.pk, target.model):
+            continue  # (a GPU whose reconfiguration is held for a lender is not changed for anyone else)
         candidates = [s for s in target.slots if s.owner is not None and s.owner.isdigit() and int(s.owner) in movable]
         for k in range(1, max_moves + 1):
             if best is not None and best[0][0] < k:

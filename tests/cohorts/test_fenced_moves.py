@@ -4,16 +4,22 @@ admin's and the beat's plans, the rescue of a refused request, and a plan made b
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from allocations import services
 from allocations.costs import gpu_model_for
 from allocations.models import Allocation, Gpu, MovePlan, SlicePlacement
 from allocations.placement import dra_device_name
 from allocations.services.compaction import compact_pools, preview_compaction, start_compaction
-from allocations.services.moves import advance_move_plan
+from allocations.services.moves import advance_move_plan, step_move_plan
 from tenants.errors import InvalidInput
 from tests.cohorts.helpers import ask_c, lender_waits
+from tests.compaction.fake_kube import FakeKube, install
+from tests.compaction.test_kube_moves import on_cluster
+from tests.compaction.world import Small, small_pool, where
 from tests.conftest import World
 from tests.queue.helpers import H100, ask
 
@@ -115,3 +121,46 @@ def test_a_plan_made_before_the_room_was_held_fails_at_the_move_that_would_land_
     assert list(SlicePlacement.objects.filter(allocation=lone).values_list("gpu__node__name", "start")) == [
         ("q1-node-2", 0)
     ]
+
+
+@pytest.fixture
+def small(world: World) -> Small:
+    return small_pool(world)
+
+
+@pytest.fixture
+def cluster(small: Small, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
+    """As tests/compaction/test_kube_moves.py's: the pool's GPUs with UUIDs, the fake adapter installed."""
+    for gpu in Gpu.objects.filter(node__pool=small.pool):
+        Gpu.objects.filter(pk=gpu.pk).update(uuid=f"GPU-{gpu.index}")
+    fake = install(monkeypatch)
+    fake.nodes = ("small-node-0",)
+    return fake
+
+
+def test_on_kubernetes_a_move_into_a_room_held_since_the_plan_was_made_fails_before_any_claim(
+    small: Small, cluster: FakeKube, settings
+):
+    # given (tests/compaction/test_kube_moves.py): GPU 0's movable 1g.10gb is planned next to GPU 1's busy one
+    lone = small.active("1g.10gb", gpu=0, start=0, movable=True)
+    busy = small.active("1g.10gb", gpu=1, start=0)
+    lender = small.active("3g.40gb", gpu=2, start=0)  # made a lender below
+    on_cluster(cluster, settings, lone, busy)
+    plan = start_compaction(pool_id=small.pool.pk, actor=small.world.root)
+    move = plan.moves.get()
+    assert move.to_gpu.index == 1
+    # and then: a cohort reclaim gave notice to the busy one for a waiting lender, whose room is GPU 1 whole
+    room = [{"gpu": move.to_gpu_id, "node": "small-node-0", "index": 1, "start": 0, "size": 8}]
+    Allocation.objects.filter(pk=lender.pk).update(status=Status.QUEUED, reclaim_room=room)
+    SlicePlacement.objects.filter(allocation=lender).delete()  # a queued request holds no slot
+    Allocation.objects.filter(pk=busy.pk).update(reclaimed_for=lender, reclaim_at=timezone.now() + timedelta(hours=1))
+    # when: the plan is applied (the owner told, then the new claim would be made)
+    for _ in range(3):
+        step_move_plan(plan_id=plan.pk)
+    # then: the move fails, saying for whom the room is held; no claim was made at the destination
+    plan.refresh_from_db()
+    move.refresh_from_db()
+    assert plan.status == MovePlan.Status.FAILED
+    assert f"held for request #{lender.pk}" in plan.status_message
+    assert cluster.calls["apply_resource_claim"] == 0
+    assert where(lone) == [(0, 0)]

@@ -60,6 +60,7 @@ from allocations.services.moves import (
     destination_of,
     destination_problem,
     finish_plan,
+    held_problem,
     may_move,
     skip_move,
     source_of,
@@ -264,9 +265,10 @@ def _steered_slot(plan: MovePlan, move: SliceMove) -> _Slot | Reservation:
     if position in layout.waiting:
         return Reservation(Check.WAIT)
     problem = destination_problem(layout, move)
-    if problem:
+    model = layout.models.get(position)
+    problem = problem or held_problem(plan, move, model.profile(move.profile).memory_slices if model else 0)
+    if problem or model is None:
         return Reservation(Check.FAIL, problem)
-    model = layout.models[position]
     geom = geometry(model)
     key = geom.named_key(tuple([(i.profile, i.start, False) for i in layout.settled[position]]))
     blocked = scheduler.steer(geom, key, geom.profile_index(move.profile), move.to_start)
@@ -287,6 +289,10 @@ def _static_slot(plan: MovePlan, move: SliceMove) -> _Slot | Reservation:
     found = free_static_instance(plan.pool, move.to_gpu, move.profile, move.to_start)
     if found is None:
         return Reservation(Check.FAIL, f"{destination_of(move)} is no longer a free pre-created {move.profile}.")
+    size = gpu_model_for(plan.pool.gpu_model).profile(move.profile).memory_slices
+    problem = held_problem(plan, move, size)
+    if problem:
+        return Reservation(Check.FAIL, problem)
     mig_uuid, device = found
     return _Slot(device, mig_uuid=mig_uuid)
 

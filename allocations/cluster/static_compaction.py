@@ -11,20 +11,31 @@ The plan: for each GPU that has the profile, the fewest movable slices (at most 
 GPU able to take the request, each with a free instance of its profile elsewhere to go to; fewest moves first,
 then the fewest MIG operations left to do, then node and GPU order. Destinations: GPUs that hold something first
 (an empty GPU stays whole for a large request), then node, GPU and slot order; two moves never share one.
+
+Instances held for a lender (issue 15, allocations/cohorts/fence.py: a cohort reclaim's room) count as held here:
+no move goes to them, and the GPU they are on is freed for the request only around them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import TYPE_CHECKING
 
-from allocations.cluster.static_placement import StaticGpu, held_owners
+from allocations.cluster.static_placement import StaticGpu, held_owners, whole_gpu_held
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import GpuModel
 from allocations.mig.defrag import DefragPlan, Move
 from allocations.mig.fleet import Instance
 from allocations.models import Gpu, Node, NodePool
 from allocations.placement import gpu_model_of
+
+if TYPE_CHECKING:
+    from allocations.cohorts.fence import HeldSlot
+
+# The owner of an instance held for a lender: neither free nor movable.
+LENDER = "lender"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +59,7 @@ class _StaticGpu:
         return any(s.owner is not None for s in self.slots)
 
 
-def _static_fleet(pool: NodePool) -> list[_StaticGpu]:
+def _static_fleet(pool: NodePool, fenced: Sequence[HeldSlot] = ()) -> list[_StaticGpu]:
     pool_model = gpu_model_for(pool.gpu_model)
     held = held_owners(pool)
     out = []
@@ -56,9 +67,14 @@ def _static_fleet(pool: NodePool) -> list[_StaticGpu]:
     for gpu in gpus.order_by("node__name", "index"):
         model = gpu_model_of(pool_model, gpu.figures_id) or pool_model
         owners = held.get(gpu.pk, {})
-        slots = [
-            _Slot(gpu, str(i["profile"]), int(i["start"]), owners.get(int(i["start"]))) for i in gpu.static_instances
-        ]
+        slots = []
+        for i in gpu.static_instances:
+            profile, start = str(i["profile"]), int(i["start"])
+            owner = owners.get(start)
+            if owner is None and model.has_profile(profile):
+                size = model.profile(profile).memory_slices
+                owner = LENDER if any(f.overlaps(gpu.pk, start, size) for f in fenced) else None
+            slots.append(_Slot(gpu, profile, start, owner))
         out.append(_StaticGpu(gpu, model, slots))
     return out
 
@@ -115,14 +131,17 @@ def _destinations(fleet: list[_StaticGpu], target: _StaticGpu, moving: tuple[_Sl
     return out
 
 
-def plan_static_rescue(*, pool: NodePool, profile: str, movable: set[int], max_moves: int) -> DefragPlan | None:
+def plan_static_rescue(
+    *, pool: NodePool, profile: str, movable: set[int], max_moves: int, held: Sequence[HeldSlot] = ()
+) -> DefragPlan | None:
     """The cheapest plan of at most `max_moves` moves of `movable` requests' slices after which one `profile`
-    instance fits the pool (see the module docstring), or None. Caller holds the pool's lock."""
-    fleet = _static_fleet(pool)
+    instance fits the pool (see the module docstring), or None. `held`: slots held for lenders, kept as they are.
+    Caller holds the pool's lock."""
+    fleet = _static_fleet(pool, held)
     best: tuple[tuple[int, int, str, int], list[Move]] | None = None
     for target in fleet:
-        if not target.model.has_profile(profile):
-            continue
+        if not target.model.has_profile(profile) or whole_gpu_held(held, target.gpu.pk, target.model):
+            continue  # (a GPU whose reconfiguration is held for a lender is not changed for anyone else)
         candidates = [s for s in target.slots if s.owner is not None and s.owner.isdigit() and int(s.owner) in movable]
         for k in range(1, max_moves + 1):
             if best is not None and best[0][0] < k:

@@ -9,13 +9,17 @@ GPU when they can; allocations/cluster/static_spread.py spreads a larger request
 plan per GPU. In MIG-manager mode a GPU that holds anything is never changed:
 mig-parted rebuilds a whole GPU, so only its free instances (or an empty GPU's) serve a request there.
 
-Held: instances with a live request's placement on them, and devices claimed outside the portal.
+Held: instances with a live request's placement on them, and devices claimed outside the portal; for any request
+but its lender, the instances a cohort reclaim holds for a lender (issue 15, allocations/cohorts/fence.py), and
+every instance of a GPU whose reconfiguration is held for one (no other plan may touch that GPU meanwhile).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from allocations.costs import gpu_model_for
 from allocations.mig.catalog import GpuModel
@@ -23,6 +27,9 @@ from allocations.mig.fleet import Instance
 from allocations.mig.reconfig import ReconfigurationPlan, plan_reconfiguration
 from allocations.models import Allocation, ClaimedDevice, Gpu, Node, NodePool, SlicePlacement
 from allocations.placement import PlannedSlice, dra_device_name, gpu_model_of
+
+if TYPE_CHECKING:
+    from allocations.cohorts.fence import HeldSlot
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +77,17 @@ def held_owners(pool: NodePool) -> dict[int, dict[int, str]]:
     return held
 
 
-def _held_starts(pool: NodePool) -> dict[int, set[int]]:
-    return {gpu_id: set(starts) for gpu_id, starts in held_owners(pool).items()}
+def _held_starts(pool: NodePool, freed: Collection[str]) -> dict[int, set[int]]:
+    """Per GPU pk, the starts of held instances, but those of the requests `freed` (ids as strings)."""
+    return {
+        gpu_id: {start for start, owner in starts.items() if owner not in freed}
+        for gpu_id, starts in held_owners(pool).items()
+    }
+
+
+def whole_gpu_held(fenced: Sequence[HeldSlot], gpu_id: int, model: GpuModel) -> bool:
+    """A lender's room is this GPU's reconfiguration: nothing else is planned on it (fence.plan_room)."""
+    return any(f.gpu == gpu_id and f.start == 0 and f.size >= model.memory_slices for f in fenced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +117,26 @@ class StaticGpu:
         return StaticChoice(gpu=self.gpu, model=self.model, plan=plan, existing=self.existing)
 
 
-def static_gpus(*, pool: NodePool, profile: str) -> list[StaticGpu]:
-    """The pool's ready GPUs that have `profile`, in node and index order. Caller holds the pool lock."""
+def static_gpus(
+    *, pool: NodePool, profile: str, freed: Collection[str] = (), fenced: Sequence[HeldSlot] = ()
+) -> list[StaticGpu]:
+    """The pool's ready GPUs that have `profile`, in node and index order. `freed`: requests (ids as strings)
+    whose instances count as free (a reclaim's room is planned so); `fenced`: slots held for lenders, whose
+    instances count as held and whose whole-GPU holds leave the GPU out. Caller holds the pool lock."""
     pool_model = gpu_model_for(pool.gpu_model)
-    held = _held_starts(pool)
+    held = _held_starts(pool, freed)
     out = []
     gpus = Gpu.objects.filter(node__pool=pool, node__state=Node.State.READY).select_related("node")
     for gpu in gpus.order_by("node__name", "index"):
         model = gpu_model_of(pool_model, gpu.figures_id) or pool_model
-        if not model.has_profile(profile):
+        if not model.has_profile(profile) or whole_gpu_held(fenced, gpu.pk, model):
             continue
-        taken = held.get(gpu.pk, set())
+        taken = held.get(gpu.pk, set()) | {
+            int(i["start"])
+            for i in gpu.static_instances
+            if model.has_profile(str(i["profile"]))
+            and any(f.overlaps(gpu.pk, int(i["start"]), model.profile(str(i["profile"])).memory_slices) for f in fenced)
+        }
         instances = [
             Instance(
                 profile=str(i["profile"]), start=int(i["start"]), owner="held" if int(i["start"]) in taken else None
@@ -123,11 +148,14 @@ def static_gpus(*, pool: NodePool, profile: str) -> list[StaticGpu]:
     return out
 
 
-def choose_static(*, pool: NodePool, profile: str, count: int) -> StaticChoice | None:
+def choose_static(
+    *, pool: NodePool, profile: str, count: int, freed: Collection[str] = (), fenced: Sequence[HeldSlot] = ()
+) -> StaticChoice | None:
     """The GPU of the pool's ready nodes where `count` x `profile` costs the fewest MIG operations, or None when
-    no GPU can take them even by destroying every free instance. Caller holds the pool lock."""
+    no GPU can take them even by destroying every free instance (`freed`, `fenced`: see static_gpus). Caller
+    holds the pool lock."""
     best: tuple[tuple[int, str, int], StaticChoice] | None = None
-    for candidate in static_gpus(pool=pool, profile=profile):
+    for candidate in static_gpus(pool=pool, profile=profile, freed=freed, fenced=fenced):
         plan = candidate.plan(profile, count, pool.mig_mode)
         if plan is None:
             continue

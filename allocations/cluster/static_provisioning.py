@@ -15,6 +15,10 @@ one on, and placement skips it), and provisioned when all of them are over. When
 changes are undone (each by a reconfiguration of the inverse plan, unless what it created is held by now) and the
 request fails with its quota given back. A request whose reconfiguration failed is never planned into a second
 one. In MIG-manager mode a spread may change one GPU at most (the manager applies a whole node's config at a time).
+
+The room a cohort reclaim holds for a lender (issue 15, allocations/cohorts/fence.py: pre-created instances, or a
+GPU to reconfigure) is planned around for every other request; one that would fit only there waits in the queue,
+told for whom the room is held.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from django.utils import timezone
 
 from allocations.cluster.static_placement import StaticChoice, choose_static
 from allocations.cluster.static_spread import choose_static_spread
+from allocations.cohorts.fence import Fence, HeldSlot, held_message, pool_fences
 from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
 from allocations.services.compaction import rescue_with_moves
@@ -58,8 +63,13 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
     done = list(mine.filter(status=RStatus.DONE).order_by("pk"))
     if failed is not None and done:
         return _undo_and_fail(allocation, failed, done)
-    choices = _choose(allocation, pool)
+    fences = pool_fences(pool.pk, besides=allocation.pk)
+    choices = _choose(allocation, pool, [slot for fence in fences for slot in fence.slots])
     if choices is None:
+        held = _held_for(allocation, pool, fences)
+        if held is not None:
+            what = f"{allocation.count} x {allocation.profile}"
+            return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=held_message(held))
         if rescue_with_moves(allocation):  # movable slices go to free instances elsewhere first (issue 14)
             return allocation
         return enqueue_allocation(allocation, pool=pool, what=f"{allocation.count} x {allocation.profile} on one node")
@@ -90,12 +100,24 @@ def start_static_provisioning(*, allocation: Allocation, pool: NodePool) -> Allo
     return allocation
 
 
-def _choose(allocation: Allocation, pool: NodePool) -> list[StaticChoice] | None:
-    """One GPU when free instances there fit, or when no spread over GPUs costs fewer operations."""
-    single = choose_static(pool=pool, profile=allocation.profile, count=allocation.count)
+def _held_for(allocation: Allocation, pool: NodePool, fences: list[Fence]) -> Fence | None:
+    """The lender's fence that alone keeps the request out: it would fit were the room not held."""
+    if not fences:
+        return None
+    unfenced = _choose(allocation, pool, [])
+    if unfenced is None:
+        return None
+    gpus = {choice.gpu.pk for choice in unfenced}
+    return next((f for f in fences if any(slot.gpu in gpus for slot in f.slots)), fences[0])
+
+
+def _choose(allocation: Allocation, pool: NodePool, fenced: list[HeldSlot]) -> list[StaticChoice] | None:
+    """One GPU when free instances there fit, or when no spread over GPUs costs fewer operations; around the
+    slots `fenced` for lenders."""
+    single = choose_static(pool=pool, profile=allocation.profile, count=allocation.count, fenced=fenced)
     if (single is not None and not single.plan.operations) or allocation.count == 1:
         return None if single is None else [single]
-    spread = choose_static_spread(pool=pool, profile=allocation.profile, count=allocation.count)
+    spread = choose_static_spread(pool=pool, profile=allocation.profile, count=allocation.count, fenced=fenced)
     if spread is not None and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER and len(spread.to_reconfigure) > 1:
         # The MIG manager applies a whole node's config per change: two changes of one node at once would each
         # write the other GPU's old layout back. One change per request there.

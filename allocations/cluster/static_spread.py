@@ -10,12 +10,17 @@ that needs one, in this order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from allocations.cluster.static_placement import StaticChoice, StaticGpu, static_gpus
 from allocations.mig.reconfig import ReconfigurationPlan
 from allocations.models import NodePool
+
+if TYPE_CHECKING:
+    from allocations.cohorts.fence import HeldSlot
 
 Rank = tuple[int, int, int]  # operations, GPUs to reconfigure, GPUs
 
@@ -66,11 +71,14 @@ def _spread_on_node(gpus: list[StaticGpu], profile: str, count: int, mig_mode: s
     return rank, StaticSpread(choices=tuple(gpu.choice(plan) for gpu, plan in picks))
 
 
-def choose_static_spread(*, pool: NodePool, profile: str, count: int) -> StaticSpread | None:
+def choose_static_spread(
+    *, pool: NodePool, profile: str, count: int, fenced: Sequence[HeldSlot] = ()
+) -> StaticSpread | None:
     """The cheapest way to place `count` x `profile` on GPUs of one ready node of the pool (one GPU included),
-    or None when no node can take them even after changing its GPUs' free space. Caller holds the pool lock."""
+    or None when no node can take them even after changing its GPUs' free space; `fenced`: slots held for
+    lenders (static_placement.static_gpus). Caller holds the pool lock."""
     best: tuple[Rank, StaticSpread] | None = None
-    candidates = static_gpus(pool=pool, profile=profile)
+    candidates = static_gpus(pool=pool, profile=profile, fenced=fenced)
     for _, on_node in groupby(candidates, key=lambda g: g.gpu.node.name):
         found = _spread_on_node(list(on_node), profile, count, pool.mig_mode)
         if found is not None and (best is None or found[0] < best[0]):

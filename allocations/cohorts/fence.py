@@ -18,8 +18,10 @@ are gone. On Kubernetes DynamicMIG the scheduler picks the slot on the GPU the p
 fit will give R there (allocations/mig/scheduler.first_fit, the prediction placement uses), or the whole GPU
 when that cannot be predicted. Another request's slice passes a fenced GPU only when its own predicted slot lies
 outside R's and no claim on that GPU still waits for the scheduler (the order claims are allocated in could
-shift both). Static pools pin pre-made devices and are not fenced; shared pools place by memory and reclaim by
-count, so they have nothing to fence either.
+shift both). Static pools: the pre-made instances static placement will pin R to, or the whole GPU when R needs
+a reconfiguration there (_static_room); other requests' static placement counts them held (static_placement
+.static_gpus). Shared pools never reclaim (their placement skips wait_for_reclaim and a full one fails rather than
+queues), so they have nothing to fence. Compaction's moves keep out of fences too (services/compaction.py).
 
 Placement (services/provisioning.py, cluster/sync.py) plans as usual; a plan that runs into a fence is made
 again without the fenced GPUs (`place_around`), and when nothing else fits the request waits in the queue, told
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
+from allocations.cluster.static_placement import choose_static
 from allocations.cohorts.reclaim import driver_slots
 from allocations.mig.engine import choose_placement
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
@@ -154,6 +157,18 @@ def place_around(
     return (again, "") if again is not None else (None, held_message(hit))
 
 
+def fenced_positions(fences: Sequence[Fence]) -> frozenset[Position]:
+    """The GPUs (node, index) the fences hold slots of."""
+    return frozenset(p for fence in fences for p in fence.positions)
+
+
+def landing_hit(pool: NodePool, fences: Sequence[Fence], landings: Sequence[PlannedSlice]) -> Fence | None:
+    """The fence that slices moved to `landings` (compaction's destinations, allocations/services/compaction.py)
+    run into, or None. A move's slot is ours (steered or pinned), but on Kubernetes DynamicMIG the lender's room
+    is a prediction that a claim still waiting on the GPU can shift: the same test as a placement's."""
+    return fence_hit(fences, landings, predicted=scheduler_picks_slots(pool)) if fences and landings else None
+
+
 def _without(layout: PoolLayout, owners: set[str], positions: set[Position] | None, skip: set[Position]) -> Fleet:
     """The pool's fleet without the instances of `owners`, on `positions` only (None: all), less `skip`."""
     return Fleet(
@@ -177,8 +192,10 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     their nodes, then the pool), around the other lenders' fences; empty when it fits nowhere (nothing held:
     the next admission pass asks again). Caller holds the lender's and the pool's locks."""
     pool = lender.pool
-    if pool.is_shared or pool.is_static or not released:
+    if pool.is_shared or not released:
         return []
+    if pool.is_static:
+        return _static_room(lender, released)
     layout = read_pool(pool)
     owners = {str(pk) for pk in released}
     touched = {(g.node, g.index) for g in layout.fleet.gpus() if any(i.owner in owners for i in g.instances)}
@@ -200,6 +217,23 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
                 slots.setdefault((slot.node, slot.gpu_index), []).append((slot.start, driver))
             return _held(layout, lender.profile, slots)
     return []
+
+
+def _static_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
+    """Static MIG: the pre-created instances the lender is pinned to once `released` are gone (static placement's
+    own choice, around the other lenders' fences), or the whole GPU when it needs a reconfiguration there (its
+    steps cannot be held slot by slot: they may destroy free instances around the target). Empty when one GPU
+    cannot take it (a spread over GPUs is not held: the next admission pass asks again)."""
+    pool = lender.pool
+    others = [slot for fence in pool_fences(pool.pk, besides=lender.pk) for slot in fence.slots]
+    freed = {str(pk) for pk in released}
+    choice = choose_static(pool=pool, profile=lender.profile, count=lender.count, freed=freed, fenced=others)
+    if choice is None:
+        return []
+    gpu, node, index = choice.gpu.pk, choice.gpu.node.name, choice.gpu.index
+    if choice.plan.operations:
+        return [HeldSlot(gpu, node, index, 0, choice.model.memory_slices)]
+    return [HeldSlot(gpu, node, index, s.start, s.size) for s in choice.slices(lender.profile)]
 
 
 def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:

@@ -14,6 +14,12 @@ runs there, with moves to FREE pre-created instances of the same profile (the ne
 reconfigured for it. Freeing whole GPUs there (the beat, the admin's button) would need layout changes on the
 destinations too: not done.
 
+Lenders' rooms (issue 15, allocations/cohorts/fence.py): no move lands in the room a cohort reclaim holds for a
+waiting lender, and a rescue does not make room there. A plan that would is made again without the fenced GPUs
+(dynamic pools), or around the held instances from the start (static pools); when nothing useful is left, the
+admin is told for whom the room is held, the beat passes, and a rescued request waits in the queue saying so.
+A fence raised while a plan applies fails the plan at the move that would land in it (services/moves.py).
+
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).
 """
@@ -29,10 +35,12 @@ from django.db import transaction
 from django.db.models import Q
 
 from allocations.cluster.static_compaction import gpu_positions, plan_static_rescue
+from allocations.cohorts.fence import Fence, fenced_positions, held_message, landing_hit, pool_fences
+from allocations.costs import gpu_model_for
 from allocations.mig.defrag import DefragPlan, plan_defrag
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
-from allocations.placement import PoolLayout, read_pool, recent_demand
+from allocations.placement import PlannedSlice, PoolLayout, read_pool, recent_demand
 from allocations.services.locks import lock_pool
 from allocations.services.outbox import enqueue_task
 from tenants.errors import InvalidInput
@@ -74,20 +82,44 @@ def movable_allocation_ids(pool: NodePool) -> set[int]:
     return set(movable.values_list("pk", flat=True))
 
 
-def movable_fleet(pool: NodePool) -> tuple[PoolLayout, Fleet]:
+def movable_fleet(pool: NodePool, *, skip: frozenset[tuple[str, int]] = frozenset()) -> tuple[PoolLayout, Fleet]:
     """The pool's layout, and its fleet with the movable requests' instances marked idle (the planner's word for
-    "may move"); devices held outside the portal and every other request stay put."""
+    "may move"); devices held outside the portal and every other request stay put. `skip`: GPUs (node, index)
+    left out of the fleet (rooms held for lenders)."""
     layout = read_pool(pool)
     ids = {str(pk) for pk in movable_allocation_ids(pool)}
     nodes = [
         Node(
             n.name,
-            [Gpu(g.node, g.index, g.model, [replace(i, idle=i.owner in ids) for i in g.instances]) for g in n.gpus],
+            [
+                Gpu(g.node, g.index, g.model, [replace(i, idle=i.owner in ids) for i in g.instances])
+                for g in n.gpus
+                if (n.name, g.index) not in skip
+            ],
             n.pool,
         )
         for n in layout.fleet.nodes
     ]
     return layout, Fleet(nodes)
+
+
+def _landings(pool: NodePool, positions: Mapping[tuple[str, int], int], plan: DefragPlan) -> list[PlannedSlice]:
+    """Where the plan puts slices: each move's destination and the rescued request's slot (its size from the
+    pool's catalog model: a profile's memory slices are the same on every GPU of one model)."""
+    model = gpu_model_for(pool.gpu_model)
+    spots = [(m.to_node, m.to_gpu, m.profile, m.to_start) for m in plan.moves]
+    if plan.placement is not None:
+        p = plan.placement
+        spots.append((p.node, p.gpu_index, p.profile, p.start))
+    return [
+        PlannedSlice(positions[(node, gpu)], node, gpu, start, model.profile(profile).memory_slices, device_name="")
+        for node, gpu, profile, start in spots
+    ]
+
+
+def held_refusal(pool: NodePool, fence: Fence) -> str:
+    """Why a compaction of the pool is refused: its only useful plan lands in a lender's room."""
+    return f"The only compaction of {pool.name} right now would move slices into the room {held_message(fence)}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +172,28 @@ def _preview(plan: DefragPlan) -> Preview:
     )
 
 
-def _whole_gpu_plan(pool: NodePool) -> tuple[PoolLayout, DefragPlan]:
-    layout, fleet = movable_fleet(pool)
+def _plan_whole_gpus(pool: NodePool, skip: frozenset[tuple[str, int]]) -> tuple[PoolLayout, DefragPlan]:
+    layout, fleet = movable_fleet(pool, skip=skip)
     plan = plan_defrag(fleet, max_moves=settings.FATIA_COMPACTION_MAX_MOVES, demand=recent_demand(pool))
     if plan is None:  # without a request the planner always answers, possibly with an empty plan
         raise RuntimeError("plan_defrag answered None without a request")
     return layout, plan
+
+
+def _frees_a_gpu(plan: DefragPlan) -> bool:
+    return bool(plan.moves) and plan.gpus_freed > 0
+
+
+def _whole_gpu_plan(pool: NodePool) -> tuple[PoolLayout, DefragPlan, str]:
+    """The plan that frees whole GPUs, kept out of lenders' rooms (made again without their GPUs when it lands in
+    one), and why it is refused when only a plan landing in a room would free a GPU ("" otherwise)."""
+    layout, plan = _plan_whole_gpus(pool, frozenset())
+    fences = pool_fences(pool.pk)
+    hit = landing_hit(pool, fences, _landings(pool, layout.by_position, plan))
+    if hit is None:
+        return layout, plan, ""
+    layout, plan = _plan_whole_gpus(pool, fenced_positions(fences))
+    return layout, plan, "" if _frees_a_gpu(plan) else held_refusal(pool, hit)
 
 
 def preview_compaction(*, pool: NodePool) -> Preview:
@@ -156,7 +204,8 @@ def preview_compaction(*, pool: NodePool) -> Preview:
         return Preview([], 0, 0, {}, refusal)
     if MovePlan.objects.filter(pool=pool, status=MovePlan.Status.APPLYING).exists():
         return Preview([], 0, 0, {}, f"A compaction of {pool.name} is being applied; wait until it ends.")
-    return _preview(_whole_gpu_plan(pool)[1])
+    _, plan, held = _whole_gpu_plan(pool)
+    return Preview([], 0, 0, {}, held) if held else _preview(plan)
 
 
 def _create_plan(
@@ -221,8 +270,10 @@ def start_compaction(*, pool_id: int, actor: User | None, trigger: str = MovePla
         raise InvalidInput({"pool": [refusal]})
     if _applying(pool):
         raise InvalidInput({"pool": [f"A compaction of {pool.name} is being applied; wait until it ends."]})
-    layout, plan = _whole_gpu_plan(pool)
-    if not plan.moves or plan.gpus_freed <= 0:
+    layout, plan, held = _whole_gpu_plan(pool)
+    if held:
+        raise InvalidInput({"pool": [held]})
+    if not _frees_a_gpu(plan):
         raise InvalidInput({"pool": [f"Moving the movable slices of {pool.name} frees no whole GPU right now."]})
     return _create_plan(pool=pool, positions=layout.by_position, plan=plan, trigger=trigger, actor=actor)
 
@@ -243,9 +294,11 @@ def compact_pools() -> list[MovePlan]:
 
 def rescue_with_moves(allocation: Allocation) -> bool:
     """A request refused for fragmentation alone: start a plan of at most RESCUE_MAX_MOVES moves that makes room
-    for it. True when a plan is applying for it (the request waits, APPROVED, and is provisioned again when the plan
-    ends); False when there is none (no such plan, a multi-slice request, another plan applying in the pool, or
-    this request had its rescue already: one per request, so a plan overtaken by others does not loop).
+    for it. True when the request is dealt with: a plan is applying for it (the request waits, APPROVED, and is
+    provisioned again when the plan ends), or the only plan would move slices into (or make room in) a room held
+    for a lender, and the request is queued saying for whom; False when there is none (no such plan, a
+    multi-slice request, another plan applying in the pool, or this request had its rescue already: one per
+    request, so a plan overtaken by others does not loop).
 
     The caller holds the request's lock, then its pool's (provisioning does)."""
     earlier = MovePlan.objects.filter(for_allocation=allocation).order_by("-pk").first()
@@ -254,20 +307,10 @@ def rescue_with_moves(allocation: Allocation) -> bool:
     pool = allocation.pool
     if allocation.count != 1 or compaction_refusal(pool, rescue=True) or _applying(pool):
         return False
-    if pool.is_static:
-        positions = gpu_positions(pool)
-        plan = plan_static_rescue(
-            pool=pool, profile=allocation.profile, movable=movable_allocation_ids(pool), max_moves=RESCUE_MAX_MOVES
-        )
-    else:
-        layout, fleet = movable_fleet(pool)
-        positions = layout.by_position
-        plan = plan_defrag(
-            fleet,
-            request=PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug),
-            max_moves=RESCUE_MAX_MOVES,
-            demand=recent_demand(pool),
-        )
+    fences = pool_fences(pool.pk, besides=allocation.pk)
+    positions, plan, held = _rescue_plan(allocation, fences)
+    if held is not None:
+        return _held_from_rescue(allocation, held)
     if plan is None or not plan.moves:
         return False
     move_plan = _create_plan(
@@ -339,3 +382,51 @@ def rescue_lender(allocation: Allocation, *, layout: PoolLayout, plan: DefragPla
 def rescue_applying(allocation: Allocation) -> bool:
     """Whether a move plan started for this request is being applied."""
     return MovePlan.objects.filter(for_allocation=allocation, status=MovePlan.Status.APPLYING).exists()
+
+
+def _rescue_plan(
+    allocation: Allocation, fences: list[Fence]
+) -> tuple[Mapping[tuple[str, int], int], DefragPlan | None, Fence | None]:
+    """(GPU ids by position, the rescue plan around the lenders' rooms or None, the fence that alone stops it)."""
+    pool = allocation.pool
+    if pool.is_static:  # the held instances are neither destinations nor freed for the request
+        positions = gpu_positions(pool)
+        movable = movable_allocation_ids(pool)
+
+        def static(held: list[Fence]) -> DefragPlan | None:
+            slots = [slot for fence in held for slot in fence.slots]
+            plan = plan_static_rescue(
+                pool=pool, profile=allocation.profile, movable=movable, max_moves=RESCUE_MAX_MOVES, held=slots
+            )
+            return plan if plan is not None and plan.moves else None
+
+        plan = static(fences)
+        if plan is not None or not fences:
+            return positions, plan, None
+        unfenced = static([])
+        if unfenced is None:
+            return positions, None, None
+        return positions, None, landing_hit(pool, fences, _landings(pool, positions, unfenced)) or fences[0]
+
+    def dynamic(skip: frozenset[tuple[str, int]]) -> tuple[PoolLayout, DefragPlan | None]:
+        layout, fleet = movable_fleet(pool, skip=skip)
+        request = PlacementRequest(profile=allocation.profile, count=1, pool=pool.slug)
+        plan = plan_defrag(fleet, request=request, max_moves=RESCUE_MAX_MOVES, demand=recent_demand(pool))
+        return layout, plan if plan is not None and plan.moves else None
+
+    layout, plan = dynamic(frozenset())
+    hit = None if plan is None else landing_hit(pool, fences, _landings(pool, layout.by_position, plan))
+    if hit is None:
+        return layout.by_position, plan, None
+    layout, plan = dynamic(fenced_positions(fences))
+    return layout.by_position, plan, None if plan is not None else hit
+
+
+def _held_from_rescue(allocation: Allocation, fence: Fence) -> bool:
+    """The rescue would land in a lender's room: the request waits in the queue, told for whom it is held."""
+    # queue_entry -> cohort_reclaim -> cohort_notices imports this module: import at the call.
+    from allocations.services.queue_entry import enqueue_allocation  # noqa: PLC0415
+
+    what = f"{allocation.count} x {allocation.profile}"
+    enqueue_allocation(allocation, pool=allocation.pool, what=what, waiting_for=held_message(fence))
+    return True

@@ -11,8 +11,9 @@ Steps of one move (SliceMove.Step):
                         one still holds its slot, so both GPUs stay valid
   PLACED   -> DONE      the old placement is deleted; the owner is told it moved
 A move whose request ended or stopped being movable before it was placed is SKIPPED. A destination taken meanwhile
-ends the plan FAILED (the moves done so far stay: each left every layout valid). When the plan ends, a rescued
-request is provisioned again.
+ends the plan FAILED (the moves done so far stay: each left every layout valid), and so does a destination
+that lies in a room held for a lender since the plan was made (issue 15, allocations/cohorts/fence.py). When the
+plan ends, a rescued request is provisioned again.
 
 On the Kubernetes backend the NOTIFIED and PLACED steps talk to the cluster (allocations/cluster/moves.py): a new
 claim pinned at the destination, allocated by kube-scheduler, then the old claim and holder pod deleted. The
@@ -30,9 +31,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from allocations.cohorts.fence import held_message, landing_hit, pool_fences
 from allocations.mig.layout import geometry
 from allocations.models import Allocation, MovePlan, Notification, SliceMove, SlicePlacement
-from allocations.placement import PoolLayout, dra_device_name, read_pool
+from allocations.placement import PlannedSlice, PoolLayout, dra_device_name, read_pool
 from allocations.services.compaction import ADVANCE_TASK
 from allocations.services.locks import lock_allocation, lock_pool
 from allocations.services.notifications import notify_users
@@ -197,6 +199,14 @@ def destination_problem(layout: PoolLayout, move: SliceMove) -> str:
     return ""
 
 
+def held_problem(plan: MovePlan, move: SliceMove, size: int) -> str:
+    """Why the move's destination may not be used: it lies in a room held for a lender (a cohort reclaim's, raised
+    after the plan was made), or ""."""
+    landing = PlannedSlice(move.to_gpu_id, move.to_gpu.node.name, move.to_gpu.index, move.to_start, size, "")
+    hit = landing_hit(plan.pool, pool_fences(plan.pool_id), [landing])
+    return "" if hit is None else f"{destination_of(move)} lies in the room {held_message(hit)}."
+
+
 def _place(plan: MovePlan, move: SliceMove, allocation: Allocation) -> bool:
     """Place the slice at the destination; False (plan FAILED) when the destination is no longer free."""
     if not may_move(allocation):
@@ -208,10 +218,11 @@ def _place(plan: MovePlan, move: SliceMove, allocation: Allocation) -> bool:
         return True
     layout = read_pool(plan.pool)
     problem = destination_problem(layout, move)
-    if problem:
+    spec = None if problem else layout.models[(move.to_gpu.node.name, move.to_gpu.index)].profile(move.profile)
+    problem = problem or held_problem(plan, move, spec.memory_slices if spec else 0)
+    if problem or spec is None:
         finish_plan(plan, MovePlan.Status.FAILED, problem)
         return False
-    spec = layout.models[(move.to_gpu.node.name, move.to_gpu.index)].profile(move.profile)
     SlicePlacement.objects.create(
         allocation=allocation,
         gpu=move.to_gpu,

@@ -126,6 +126,8 @@ def _hold_room(lender: Allocation, marked: list[Allocation], moves: tuple[PoolLa
     """Fence the room the marked allocations' release (and the rescue's moves, if any) plans for the lender
     (allocations/cohorts/fence.py), so that nothing else is placed there meanwhile; audited with the notices."""
     if not marked:
+        # Moves alone (no notice): the fence holds only while notices stand (cohorts/fence.py); and a request
+        # that moves alone can place is rescued by provisioning before it ever gets here (compaction.rescue_with_moves).
         return
     if moves is not None and moves[1].placement is not None:
         # The moves make the room: the slot the rescue plan planned for the lender is the one to keep.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from allocations import services
+from allocations.cohorts.fence import Fence, HeldSlot, pool_fences
 from allocations.costs import gpu_model_for
 from allocations.models import Allocation, Cohort, MovePlan, NodePool, Quota, SlicePlacement
 from allocations.placement import dra_device_name
@@ -69,6 +70,9 @@ def test_a_take_back_and_a_move_make_room_for_a_lender_that_neither_alone_would(
     assert [(m.allocation_id, m.from_gpu.index, m.to_gpu.index) for m in plan.moves.all()] == [(lone.pk, 0, 1)]
     assert plan.summary["placement"] == ["mv-node-0/gpu-0:0", "4g.40gb"]  # the room the moves make for the lender
     assert "rescue" in verbs(lender)
+    # and: that slot is the room held for the lender (allocations/cohorts/fence.py)
+    gpu_0 = pool.nodes.get().gpus.get(index=0).pk
+    assert pool_fences(pool.pk) == [Fence(lender.pk, (HeldSlot(gpu_0, "mv-node-0", 0, 0, 4),))]
     # when: the move is made, and another admission pass runs meanwhile: no further notice, no second plan
     for _ in range(10):
         plan = advance_move_plan(plan_id=plan.pk)

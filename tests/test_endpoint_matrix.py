@@ -74,6 +74,10 @@ class Ids:
     cohort: int
 
 
+# The module's world, the objects in the paths, and the snapshot of the database with them (see `built`).
+Built = tuple[World, Ids, tuple[Any, ...]]
+
+
 def objects(world: World) -> Ids:
     pending, _ = services.request_allocation(
         tenant_id=world.tenant_a.pk,
@@ -161,14 +165,16 @@ def objects(world: World) -> Ids:
 
 
 @pytest.fixture(scope="module")
-def built(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[World, Ids]]:
-    """The world and the objects in the paths, made once; gone when the module ends (the transaction rolls back)."""
+def built(django_db_setup: None, django_db_blocker: Any) -> Iterator[Built]:
+    """The world, the objects in the paths and the snapshot of the rows they make, made once; gone when the module
+    ends (the transaction rolls back). Every case starts from these rows, so a refusal must leave exactly them: a
+    case that left anything behind would fail the next refusal's check too."""
     with django_db_blocker.unblock(), transaction.atomic():
         # The function-scoped fast_password_hashing fixture does not reach a module's setup.
         with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
             world = build_world()
             ids = objects(world)
-        yield world, ids
+        yield world, ids, snapshot()
         transaction.set_rollback(True)
 
 
@@ -380,12 +386,11 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("method", "template", "body", "expected"), CASES, ids=[f"{c[0]} {c[1]} {c[2]}" for c in CASES]
 )
 @pytest.mark.parametrize("who", USERS)
-def test_each_route_answers_each_user_as_expected(built: tuple[World, Ids], method, template, body, expected, who):
+def test_each_route_answers_each_user_as_expected(built: Built, method, template, body, expected, who):
     # given: the module's rows; the user read afresh, so nothing an earlier case cached on the object carries over
-    world, ids = built
+    world, ids, before = built
     path = template.format(**ids.__dict__)
     client = world.client(None if who == "anonymous" else User.objects.get(pk=getattr(world, who).pk))
-    before = snapshot()
     # when
     response = getattr(client, method)(path, payload(world, body), format="json")
     # then
@@ -394,8 +399,8 @@ def test_each_route_answers_each_user_as_expected(built: tuple[World, Ids], meth
         assert snapshot() == before
 
 
-def test_every_api_route_is_in_the_matrix(built: tuple[World, Ids]):
-    _, ids = built
+def test_every_api_route_is_in_the_matrix(built: Built):
+    _, ids, _ = built
     covered = {resolve(template.format(**ids.__dict__)).url_name for _, template, _, _ in CASES}
     routes = {u.name for u in [*allocations_router.urls, *tenants_router.urls, *nodeagent_urls]} | {"me", "schema"}
     # Routes that exist only as formats of the same views (e.g. ".json" suffixes) are not separate routes.

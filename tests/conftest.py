@@ -45,6 +45,19 @@ def empty_cache() -> None:
     cache.clear()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def static_files_looked_up_when_asked() -> Iterator[None]:
+    """Each test client builds its own middleware chain, and WhiteNoise's middleware, when built, reads every file
+    under STATIC_ROOT (about 180 after collectstatic) with its headers: 50 to 100 ms per client, minutes over the
+    suite (a profile of tests/test_endpoint_matrix.py, 2026-12-01: half of its time). In autorefresh mode it looks a
+    file up when one is asked for instead. No test checks WhiteNoise through a test client: tests/test_demo.py and
+    tests/deploy/test_image.py fetch static files from real servers, which run as in production."""
+    from django.test import override_settings
+
+    with override_settings(WHITENOISE_AUTOREFRESH=True):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     """PBKDF2's deliberate slowness costs half a second per user; tests do not need it."""
@@ -70,6 +83,11 @@ class World:
 
 @pytest.fixture
 def world(db: Any) -> World:
+    return build_world()
+
+
+def build_world() -> World:
+    """The rows of the `world` fixture; for a module that builds them once (tests/test_endpoint_matrix.py)."""
     root = UserFactory(username="root", is_staff=True)
     tenant_a = TenantFactory(name="Team A", slug="team-a", auto_approve_max_compute_slices=2)
     tenant_b = TenantFactory(name="Team B", slug="team-b", auto_approve_max_compute_slices=2)

@@ -44,13 +44,16 @@ class RecordingPortal:
                     self.close_connection = True
                     return
                 portal.requests.append((self.path, body, self.headers.get("Authorization", "")))
-                self.send_response(portal.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(portal.answer)))
-                self.end_headers()
-                self.wfile.write(portal.answer)
+                status, answer = portal.status, portal.answer  # this request's answer: what was set before it came
+                # Before the answer goes out: the agent may send its next request the moment it has this answer, and
+                # that request must see what on_request changes (run after the answer, it raced the next request).
                 if portal.on_request is not None:
                     portal.on_request(self.path, body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
 
             def do_GET(self) -> None:  # noqa: N802 -- http.server's name
                 portal.requests.append((self.path, {}, self.headers.get("Authorization", "")))

@@ -153,8 +153,11 @@ def test_a_postgres_restart_during_a_create_and_list_loop_and_while_idle_loses_n
 
     looper = threading.Thread(target=loop)
     looper.start()
-    # when: PostgreSQL restarts under it
-    time.sleep(1.0)
+    # when: PostgreSQL restarts under it, once the loop is going (a fixed pause could end after the loop on a fast
+    # machine, or before its first request on a busy one)
+    deadline = time.monotonic() + 60  # a guard against hanging, not a timing
+    while not stack.created and looper.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
     restart_postgres()
     looper.join(timeout=60)
     done.set()

@@ -64,12 +64,29 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
         ("-starts-with-dash", "A namespace name"),
         ("x" * 64, "63"),
         ("fatia-team-c", "the portal's own"),
+        ("kube-system", "credentials"),
+        ("kube-node-lease", "credentials"),
     ],
 )
 def test_a_bad_namespace_name_is_a_400_with_a_field_message(world: World, name: str, message: str) -> None:
     response = assign(world, name)
     assert response.status_code == 400
     assert message in " ".join(response.json()["errors"]["name"])
+    assert not TenantNamespace.objects.exists()
+
+
+def test_the_namespaces_of_the_portals_and_the_agents_service_accounts_are_never_a_tenants(
+    world: World, settings: Any
+) -> None:
+    # given: the portal and the node agent run as service accounts of namespaces without the portal's prefix
+    settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = "gpu-portal:fatia-portal"
+    settings.FATIA_AGENT_SERVICE_ACCOUNT = "gpu-agents:fatia-agent"
+    # when: root gives team A either of them
+    # then: 400 with the reason on the field (a member's pod there could run as the portal or the agent)
+    for name in ("gpu-portal", "gpu-agents"):
+        response = assign(world, name)
+        assert response.status_code == 400, response.content
+        assert "credentials" in " ".join(response.json()["errors"]["name"])
     assert not TenantNamespace.objects.exists()
 
 

@@ -26,6 +26,7 @@ from allocations.cohorts.overview import CohortView, MemberRow, cohort_views, co
 from allocations.models import Cohort
 from tenants.api.auth import acting_user
 from tenants.api.schema import ErrorSerializer
+from tenants.api.serializers import RefusesUnknownFields
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
 
 # A member holds borrowed slices (allocations/cohorts/config.py CohortInUse).
@@ -80,7 +81,11 @@ class CohortCreateSerializer(serializers.Serializer[Any]):
     )
 
 
-class CohortUpdateSerializer(serializers.Serializer[Any]):
+class CohortUpdateSerializer(RefusesUnknownFields):
+    unknown_field_message = (
+        "Not changed by PATCH, which renames a cohort or changes its grace; a cohort stays in its pool."
+    )
+
     name = serializers.CharField(max_length=100, required=False)
     reclaim_grace_minutes = serializers.IntegerField(
         min_value=0, max_value=MAX_GRACE_MINUTES, required=False, help_text=GRACE_HELP

@@ -120,7 +120,12 @@ def cmd_cohort_delete(args: argparse.Namespace, out: cli.Output) -> int:
 def _quota_id(api: cli.Api, tenant: int, pool: int) -> int:
     found = api.get_all("/quotas/", [("tenant", str(tenant)), ("pool", str(pool))])
     if not found:
-        raise cli.ApiError(404, f"Tenant {tenant} has no quota in pool {pool}; set one first (`fatia quota`).")
+        # `fatia quota` only reads balances: a quota is set on the Set quotas page or with POST /api/v1/quotas/.
+        raise cli.ApiError(
+            404,
+            f"Tenant {tenant} has no quota in pool {pool}; a platform admin sets one first (Admin > Set quotas in "
+            "the portal, or POST /api/v1/quotas/).",
+        )
     return int(found[0]["id"])
 
 

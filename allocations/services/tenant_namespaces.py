@@ -54,7 +54,7 @@ def _checked_name(name: str) -> str:
         # Portal-made namespaces are derived from tenant slugs; another tenant's could collide with this one.
         raise InvalidInput({"name": [f"Names starting {settings.FATIA_KUBE_NAMESPACE_PREFIX!r} are the portal's own."]})
     if name.startswith("kube-") or name in _credential_namespaces():
-        raise InvalidInput({"name": [f"{name} holds the cluster's or the portal's own credentials; no tenant may own it."]})
+        raise InvalidInput({"name": [f"{name} holds the cluster's or the portal's credentials; no tenant may own it."]})
     return name
 
 

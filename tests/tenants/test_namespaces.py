@@ -128,6 +128,11 @@ def test_a_request_names_one_of_its_tenants_namespaces_or_gets_a_400(world: Worl
         assert Allocation.objects.get(pk=plain.json()["id"]).namespace_name == ""
 
 
+def test_the_schema_documents_the_409_of_a_namespace_that_cannot_leave(world: World) -> None:
+    schema = world.client(world.alice).get("/api/v1/schema/", {"format": "json"}).json()
+    assert "409" in schema["paths"]["/api/v1/namespaces/{id}/"]["delete"]["responses"]
+
+
 def test_a_namespace_with_a_live_request_cannot_leave_until_it_is_released(world: World) -> None:
     # given: an active request in team A's "ml-research"
     ns_id = assign(world, "ml-research").json()["id"]

@@ -25,6 +25,7 @@ from allocations.cohorts.config import MAX_GRACE_MINUTES, create_cohort, delete_
 from allocations.cohorts.overview import CohortView, MemberRow, cohort_views, cohorts_for_user
 from allocations.models import Cohort
 from tenants.api.auth import acting_user
+from tenants.api.filters import id_query_param
 from tenants.api.schema import ErrorSerializer
 from tenants.api.serializers import RefusesUnknownFields
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
@@ -113,11 +114,9 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
     )
     def list(self, request: Request) -> Response:
         cohorts = self.get_queryset()
-        wanted = request.query_params.get("pool")
+        wanted = id_query_param(request, "pool", "pool")
         if wanted is not None:
-            if not wanted.isdigit():
-                raise serializers.ValidationError({"pool": ["A pool id (a number)."]})
-            cohorts = cohorts.filter(pool_id=int(wanted))
+            cohorts = cohorts.filter(pool_id=wanted)
         views = cohort_views(cohorts, request.user)
         return Response(CohortSerializer(views, many=True).data)  # type: ignore[arg-type]
 

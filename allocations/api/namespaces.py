@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from allocations.models import tenant_namespace
 from allocations.services.tenant_namespaces import assign_namespace, remove_namespace
 from tenants.api.auth import acting_user
+from tenants.api.filters import id_query_param
 from tenants.api.schema import ErrorSerializer
 from tenants.models import Tenant, TenantNamespace
 from tenants.permissions import IsPlatformAdmin, TokenScopeAllows
@@ -63,12 +64,10 @@ class NamespaceViewSet(viewsets.GenericViewSet[TenantNamespace]):
     def list(self, request: Request) -> Response:
         tenants = Tenant.objects.for_user(request.user).order_by("slug")
         owned = self.get_queryset()
-        wanted = request.query_params.get("tenant")
+        wanted = id_query_param(request, "tenant", "tenant")
         if wanted is not None:
-            if not wanted.isdigit():
-                raise serializers.ValidationError({"tenant": ["A tenant id (a number)."]})
-            tenants = tenants.filter(pk=int(wanted))
-            owned = owned.filter(tenant_id=int(wanted))
+            tenants = tenants.filter(pk=wanted)
+            owned = owned.filter(tenant_id=wanted)
         rows = [
             {"id": None, "tenant": t.pk, "tenant_slug": t.slug, "name": tenant_namespace(t), "origin": "portal"}
             for t in tenants

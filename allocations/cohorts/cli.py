@@ -192,19 +192,19 @@ def add_cohort_commands(
 
     sub = action("create", cmd_cohort_create, "create a cohort in a pool (platform admins)")
     sub.add_argument("--pool", required=True, help="pool slug or id")
-    sub.add_argument("--name", required=True)
+    sub.add_argument("--name", required=True, help="the cohort's name, unique in its pool")
     sub.add_argument("--grace", type=grace, help="reclaim grace in minutes (default 30; 0: at once)")
 
     sub = action("set", cmd_cohort_set, "rename a cohort or change its reclaim grace (platform admins)")
-    sub.add_argument("id", type=positive_int)
-    sub.add_argument("--name")
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
+    sub.add_argument("--name", help="its new name")
     sub.add_argument("--grace", type=grace, help="reclaim grace in minutes")
 
     sub = action("delete", cmd_cohort_delete, "delete a cohort; its members leave it (platform admins)")
-    sub.add_argument("id", type=positive_int)
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
 
     sub = action("join", cmd_cohort_join, "put a tenant's quota in a cohort, with its limits (platform admins)")
-    sub.add_argument("id", type=positive_int, help="the cohort's id")
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
     sub.add_argument("--tenant", required=True, type=positive_int, help="tenant id")
     for option, field in LIMITS:
         sub.add_argument(

@@ -55,6 +55,11 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
     assert len(world.client(world.root).get(URL).json()) == 3
     only_b = world.client(world.root).get(URL, {"tenant": world.tenant_b.pk}).json()
     assert [n["name"] for n in only_b] == [tenant_namespace(world.tenant_b)]
+    # and: a tenant filter that is no id is a 400 on the field, never a 500 ("²" is a digit only to str.isdigit)
+    for bad in ("team-a", "\u00b2"):
+        response = world.client(world.root).get(URL, {"tenant": bad})
+        assert (response.status_code, list(response.json()["errors"])) == (400, ["tenant"])
+    assert world.client(world.root).get(URL, {"tenant": "99999999999999999999"}).json() == []
 
 
 @pytest.mark.parametrize(

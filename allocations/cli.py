@@ -528,7 +528,7 @@ def cmd_quota(args: argparse.Namespace, out: Output) -> int:
 
 
 def resolve_pool(api: Api, pool: str) -> int:
-    if pool.isdigit():
+    if pool.isascii() and pool.isdigit():  # not isdigit alone: it takes "²", which int() refuses
         return int(pool)
     found = api.get("/pools/", [("slug", pool)])
     results = found.get("results", []) if isinstance(found, dict) else found

@@ -18,7 +18,7 @@ from allocations import cli
 
 def _pool_slug(api: cli.Api, pool: str) -> str:
     """The queue's API takes a slug; every other command's --pool also takes the id `fatia pools` shows."""
-    if not pool.isdigit():
+    if not (pool.isascii() and pool.isdigit()):  # isdigit alone takes "²", which int() refuses
         return pool
     try:
         return str(api.get(f"/pools/{int(pool)}/")["slug"])

@@ -556,7 +556,8 @@ def _pools_page(
 def _pool_tolerations_form(request: HttpRequest, editing: bool) -> tuple[PoolTolerationsForm | None, NodePool | None]:
     """The bound edit form of a POST, or the form pre-filled for ?pool=<id>; and the pool it edits."""
     pool_id = (request.POST if editing else request.GET).get("pool", "")
-    pool = NodePool.objects.filter(pk=int(pool_id)).first() if pool_id.isdigit() else None
+    # isascii: str.isdigit also takes "²", which int() refuses (a 500 from a hand-edited link).
+    pool = NodePool.objects.filter(pk=int(pool_id)).first() if pool_id.isascii() and pool_id.isdigit() else None
     if editing:
         return PoolTolerationsForm(request.POST), pool
     if pool is None:

@@ -38,7 +38,7 @@ class NothingToChange(cli.CliError):
 def _limit(text: str) -> int | None:
     if text.lower() in ("none", "no-limit", "unlimited"):
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'none'")
     return int(text)
 
@@ -183,7 +183,7 @@ def add_cohort_commands(
         return sub
 
     def grace(text: str) -> int:
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of minutes")
         return int(text)
 

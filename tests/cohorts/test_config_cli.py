@@ -68,6 +68,10 @@ def test_a_platform_admin_runs_the_cohort_commands(
     assert (code, err) == (1, "fatia: error: Only platform admins can change this. (HTTP 403)\n")
     assert fatia(root, "cohort", "join", str(cohort.pk), "--tenant", "1", "--lend-compute", "lots")[0] == 2
     assert fatia(root, "cohort", "set", str(cohort.pk))[0] == 2
+    assert fatia(root, "cohort", "set", str(cohort.pk), "--grace", "\u00b2")[0] == 2
+    # "²" is a digit to str.isdigit, not to int(): a pool slug that does not exist, not a traceback
+    code, _, err = fatia(root, "cohort", "list", "--pool", "\u00b2")
+    assert (code, err) == (1, "fatia: error: No pool with slug '\u00b2'; `fatia pools` lists them.\n")
     # a tenant without quota in the pool: where a quota is set (not `fatia quota`, which only reads them)
     code, _, err = fatia(root, "cohort", "join", str(cohort.pk), "--tenant", "999999")
     assert (code, "Admin > Set quotas" in err, "`fatia quota`" in err) == (1, True, False)

@@ -31,15 +31,16 @@ def _pool_slug(api: cli.Api, pool: str) -> str:
 def cmd_queue(args: argparse.Namespace, out: cli.Output) -> int:
     api = cli.client(args)
     params: list[tuple[str, str]] = []
-    if args.pool:
-        params.append(("pool", _pool_slug(api, args.pool)))
+    pool = _pool_slug(api, args.pool) if args.pool else ""
+    if pool:
+        params.append(("pool", pool))
     if args.mine:
         params.append(("mine", "true"))
     rows = api.get("/queue/", params)
 
     def human() -> str:
         if not rows:
-            return "Nothing queued." if not args.pool else f"Nothing queued in {args.pool} that you can see."
+            return "Nothing queued." if not pool else f"Nothing queued in {pool} that you can see."
         return cli.table(
             ["ID", "POOL", "POSITION", "TENANT", "PROFILE", "COUNT", "PRIORITY", "QUEUED", "ESTIMATED START"],
             [

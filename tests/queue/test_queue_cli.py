@@ -35,6 +35,9 @@ def test_fatia_queue_lists_position_and_estimated_start(world: World, tokens, fa
     # and: --json for scripts; --mine for one's own
     assert [r["allocation"] for r in fatia(tokens.alice, "--json", "queue", "--mine").json()] == [mine.pk]
     assert fatia(tokens.charlie, "queue").out.strip() == "Nothing queued."
+    assert (
+        fatia(tokens.charlie, "queue", "--pool", str(pool.pk)).out.strip() == "Nothing queued in q1 that you can see."
+    )
 
 
 def test_fatia_queue_and_priority_exit_codes(world: World, tokens, fatia):

@@ -23,7 +23,7 @@ from rest_framework.response import Response
 
 from allocations.cohorts.config import MAX_GRACE_MINUTES, create_cohort, delete_cohort, update_cohort
 from allocations.cohorts.overview import CohortView, MemberRow, cohort_views, cohorts_for_user
-from allocations.models import Cohort
+from allocations.models import Cohort, NodePool
 from tenants.api.auth import acting_user
 from tenants.api.filters import id_query_param
 from tenants.api.schema import ErrorSerializer
@@ -116,6 +116,9 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
         cohorts = self.get_queryset()
         wanted = id_query_param(request, "pool", "pool")
         if wanted is not None:
+            # Pools are no secret (GET /pools/ lists them all): a mistyped id is said, not answered with no cohorts.
+            if not NodePool.objects.filter(pk=wanted).exists():
+                raise serializers.ValidationError({"pool": [f"No pool {request.query_params['pool']}."]})
             cohorts = cohorts.filter(pool_id=wanted)
         views = cohort_views(cohorts, request.user)
         return Response(CohortSerializer(views, many=True).data)  # type: ignore[arg-type]

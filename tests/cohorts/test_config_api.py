@@ -264,7 +264,7 @@ def test_a_cohort_patch_naming_what_it_cannot_change_is_a_400_not_a_silent_200(w
     assert state() == before
 
 
-@pytest.mark.parametrize("pool", ["h100", "\u00b2", "-1"])  # "²" is a digit to str.isdigit, not to int()
+@pytest.mark.parametrize("pool", ["h100", "\u00b2", "-1", "999999", "99999999999999999999"])  # "²": see id_query_param
 def test_the_pool_filter_takes_a_number(world: World, pool: str):
     response = world.client(world.alice).get("/api/v1/cohorts/", {"pool": pool})
     assert (response.status_code, list(response.json()["errors"])) == (400, ["pool"])

@@ -36,6 +36,7 @@ from allocations.models import Allocation, ExtensionConsent, LeaseExtension, Nod
 from allocations.overshare import over_share_of
 from allocations.queue_page import queue_context
 from allocations.services import reclaim
+from allocations.services.booking_guard import ASK_HINT
 from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
 from tenants import selectors as tenant_selectors
@@ -258,7 +259,9 @@ def request_extend(request: HttpRequest, allocation_id: int) -> HttpResponse:
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
-        messages.error(request, f"Request #{allocation.pk}: {exc.message}")
+        # The service names the API's field; here the way to ask is the form's box.
+        said = exc.message.replace(ASK_HINT, "(tick “ask its owner to agree” and extend again)")
+        messages.error(request, f"Request #{allocation.pk}: {said}")
     else:
         allocation.refresh_from_db()
         messages.success(request, extension_message(extension, allocation))

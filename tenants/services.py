@@ -90,11 +90,13 @@ def _tenant_fields(tenant: Tenant) -> dict[str, Any]:
 
 
 def credential_namespaces() -> set[str]:
-    """Namespaces whose service accounts the portal or the node agent runs as. Members may create pods in their
-    tenant's namespaces, and a pod may run as any service account of its namespace: no tenant may have one of these
-    (an owned one: allocations/services/tenant_namespaces.py; the portal-made one, from the slug: create_tenant)."""
+    """Namespaces whose service accounts the portal, the node agent, NVIDIA's DRA kubelet plugin or its MIG manager
+    run as. Members may create pods in their tenant's namespaces, and a pod may run as any service account of its
+    namespace: no tenant may have one of these (an owned one: allocations/services/tenant_namespaces.py; the
+    portal-made one, from the slug: create_tenant)."""
     accounts = (settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT, settings.FATIA_AGENT_SERVICE_ACCOUNT)
-    return {account.partition(":")[0] for account in accounts if ":" in account}
+    names = {account.partition(":")[0] for account in accounts if ":" in account}
+    return (names | {settings.FATIA_DRA_PLUGIN_NAMESPACE, settings.FATIA_MIG_MANAGER_NAMESPACE}) - {""}
 
 
 @transaction.atomic

@@ -71,6 +71,8 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
         ("fatia-team-c", "the portal's own"),
         ("kube-system", "credentials"),
         ("kube-node-lease", "credentials"),
+        ("gpu-operator", "credentials"),  # NVIDIA's MIG manager (FATIA_MIG_MANAGER_NAMESPACE)
+        ("dra-driver-nvidia-gpu", "credentials"),  # NVIDIA's DRA kubelet plugin (FATIA_DRA_PLUGIN_NAMESPACE)
     ],
 )
 def test_a_bad_namespace_name_is_a_400_with_a_field_message(world: World, name: str, message: str) -> None:

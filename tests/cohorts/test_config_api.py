@@ -246,6 +246,13 @@ def test_renaming_and_changing_the_grace(world: World):
     )
     assert (clash.status_code, list(clash.json()["errors"])) == (400, ["name"])
     assert Cohort.objects.get(pk=cohort.pk).name == "science"
+    # and: a form (the browsable API's, with its CSRF token) is no field it refuses
+    form = root.patch(
+        f"/api/v1/cohorts/{cohort.pk}/",
+        "name=biology&csrfmiddlewaretoken=x",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert (form.status_code, form.json()["name"]) == (200, "biology")
 
 
 def test_a_cohort_patch_naming_what_it_cannot_change_is_a_400_not_a_silent_200(world: World):

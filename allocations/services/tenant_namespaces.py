@@ -53,7 +53,7 @@ def _checked_name(name: str) -> str:
     if name.startswith(settings.FATIA_KUBE_NAMESPACE_PREFIX):
         # Portal-made namespaces are derived from tenant slugs; another tenant's could collide with this one.
         raise InvalidInput({"name": [f"Names starting {settings.FATIA_KUBE_NAMESPACE_PREFIX!r} are the portal's own."]})
-    # Kubernetes' own (kube-system holds the control plane's service accounts), and the portal's and the agent's.
+    # Kubernetes' own (kube-system holds the control plane's service accounts), and those credential_namespaces names.
     if name.startswith("kube-") or name in credential_namespaces():
         raise InvalidInput({"name": [f"{name} holds the cluster's or the portal's credentials; no tenant may own it."]})
     return name

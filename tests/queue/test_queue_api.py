@@ -48,6 +48,9 @@ def test_bad_queue_queries_answer_400_with_field_messages(world: World):
     assert response.status_code == 400 and "mine" in response.json()["errors"]
     response = client.get("/api/v1/queue/", {"pool": "not a slug!"})
     assert response.status_code == 400 and "pool" in response.json()["errors"]
+    # an empty pool is no slug either (the schema's pattern), not "every pool"
+    response = client.get("/api/v1/queue/?pool=")
+    assert response.status_code == 400 and "pool" in response.json()["errors"]
 
 
 def test_a_manager_sets_priority_and_bad_values_answer_400(world: World):

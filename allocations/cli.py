@@ -529,7 +529,7 @@ def cmd_quota(args: argparse.Namespace, out: Output) -> int:
 
 
 def resolve_pool(api: Api, pool: str) -> int:
-    if pool.isdigit():
+    if pool.isascii() and pool.isdigit():  # not isdigit alone: it takes "²", which int() refuses
         return int(pool)
     found = api.get("/pools/", [("slug", pool)])
     results = found.get("results", []) if isinstance(found, dict) else found
@@ -712,7 +712,13 @@ def cmd_extend(args: argparse.Namespace, out: Output) -> int:
     answer is the pending extension. Says which of the two happened."""
     api = client(args)
     body = {"hours": args.hours, "ask_booking_owner": bool(args.ask_booking_owner)}
-    answer = _not_found_is_named(args.id, lambda: api.post(_allocation_path(args.id, "extend"), body))
+    try:
+        answer = _not_found_is_named(args.id, lambda: api.post(_allocation_path(args.id, "extend"), body))
+    except ApiError as exc:
+        # A booking in the way: the portal names its API field; here the way to ask is an option.
+        if "(ask_booking_owner)" not in exc.reason:
+            raise
+        raise ApiError(exc.status, exc.reason.replace("(ask_booking_owner)", "(--ask-booking-owner)")) from None
     if api.last_status == 202 and answer.get("waiting_for_bookings"):
         names = ", ".join(f"#{pk}" for pk in answer["waiting_for_bookings"])
         message = (

@@ -16,18 +16,31 @@ from typing import Any
 from allocations import cli
 
 
+def _pool_slug(api: cli.Api, pool: str) -> str:
+    """The queue's API takes a slug; every other command's --pool also takes the id `fatia pools` shows."""
+    if not (pool.isascii() and pool.isdigit()):  # isdigit alone takes "²", which int() refuses
+        return pool
+    try:
+        return str(api.get(f"/pools/{int(pool)}/")["slug"])
+    except cli.ApiError as exc:
+        if exc.status == 404:
+            raise cli.CliError(f"No pool with id {pool}; `fatia pools` lists them.") from None
+        raise
+
+
 def cmd_queue(args: argparse.Namespace, out: cli.Output) -> int:
     api = cli.client(args)
     params: list[tuple[str, str]] = []
-    if args.pool:
-        params.append(("pool", args.pool))
+    pool = _pool_slug(api, args.pool) if args.pool else ""
+    if pool:
+        params.append(("pool", pool))
     if args.mine:
         params.append(("mine", "true"))
     rows = api.get("/queue/", params)
 
     def human() -> str:
         if not rows:
-            return "Nothing queued." if not args.pool else f"Nothing queued in {args.pool} that you can see."
+            return "Nothing queued." if not pool else f"Nothing queued in {pool} that you can see."
         return cli.table(
             ["ID", "POOL", "POSITION", "TENANT", "PROFILE", "COUNT", "PRIORITY", "QUEUED", "ESTIMATED START"],
             [
@@ -75,7 +88,7 @@ def _priority(text: str) -> int:
 
 def add_commands(command: Callable[[str, Any, str], argparse.ArgumentParser]) -> None:
     sub = command("queue", cmd_queue, "queued requests: position and estimated start")
-    sub.add_argument("--pool", help="only this pool's queue (slug)")
+    sub.add_argument("--pool", help="only this pool's queue: its slug or id")
     sub.add_argument("--mine", action="store_true", help="only requests you made")
     sub = command("priority", cmd_priority, "set a request's order inside its tenant's queue (tenant managers)")
     sub.add_argument("id", type=cli._positive_int)

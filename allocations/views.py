@@ -36,6 +36,7 @@ from allocations.models import Allocation, ExtensionConsent, LeaseExtension, Nod
 from allocations.overshare import over_share_of
 from allocations.queue_page import queue_context
 from allocations.services import reclaim
+from allocations.services.booking_guard import ASK_HINT
 from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
 from tenants import selectors as tenant_selectors
@@ -258,7 +259,9 @@ def request_extend(request: HttpRequest, allocation_id: int) -> HttpResponse:
     except NotAllowed as exc:
         raise PermissionDenied(exc.message) from exc
     except DomainError as exc:
-        messages.error(request, f"Request #{allocation.pk}: {exc.message}")
+        # The service names the API's field; here the way to ask is the form's box.
+        said = exc.message.replace(ASK_HINT, "(tick “ask its owner to agree” and extend again)")
+        messages.error(request, f"Request #{allocation.pk}: {said}")
     else:
         allocation.refresh_from_db()
         messages.success(request, extension_message(extension, allocation))
@@ -556,7 +559,8 @@ def _pools_page(
 def _pool_tolerations_form(request: HttpRequest, editing: bool) -> tuple[PoolTolerationsForm | None, NodePool | None]:
     """The bound edit form of a POST, or the form pre-filled for ?pool=<id>; and the pool it edits."""
     pool_id = (request.POST if editing else request.GET).get("pool", "")
-    pool = NodePool.objects.filter(pk=int(pool_id)).first() if pool_id.isdigit() else None
+    # isascii: str.isdigit also takes "²", which int() refuses (a 500 from a hand-edited link).
+    pool = NodePool.objects.filter(pk=int(pool_id)).first() if pool_id.isascii() and pool_id.isdigit() else None
     if editing:
         return PoolTolerationsForm(request.POST), pool
     if pool is None:

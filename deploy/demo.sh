@@ -21,6 +21,18 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fatia-stamp" 2>/dev/null)" !=
     PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q -e ".[dev]"; } >"$log" 2>&1 || { cat "$log"; exit 1; }
   echo "$stamp" >"$VENV/.fatia-stamp"
 fi
+# One FATIA_CACHE may serve several checkouts, and its editable install points at whichever installed last: the
+# `fatia` printed below would run another checkout's code, or fail with "No module named 'allocations'" once that
+# checkout is gone. Point it at this one when it does not already (as deploy/test.sh does; "compat": a path entry).
+here=$(pwd -P)
+installed=$(cd / && "$VENV/bin/python" -c \
+  'import os, allocations; print(os.path.dirname(os.path.dirname(os.path.realpath(allocations.__file__))))' \
+  2>/dev/null || true)
+if [ "$installed" != "$here" ]; then
+  PIP_CACHE_DIR=$CACHE/pip "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . \
+    --config-settings editable_mode=compat >"$CACHE/pip-editable.log" 2>&1 ||
+    { cat "$CACHE/pip-editable.log"; exit 1; }
+fi
 
 ADDRPORT=${1:-127.0.0.1:8000}
 DATA=${FATIA_DATA_DIR:-$PWD/var}

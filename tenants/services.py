@@ -10,6 +10,7 @@ import secrets
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -88,6 +89,16 @@ def _tenant_fields(tenant: Tenant) -> dict[str, Any]:
     }
 
 
+def credential_namespaces() -> set[str]:
+    """Namespaces whose service accounts the portal, the node agent, NVIDIA's DRA kubelet plugin or its MIG manager
+    run as. Members may create pods in their tenant's namespaces, and a pod may run as any service account of its
+    namespace: no tenant may have one of these (an owned one: allocations/services/tenant_namespaces.py; the
+    portal-made one, from the slug: create_tenant)."""
+    accounts = (settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT, settings.FATIA_AGENT_SERVICE_ACCOUNT)
+    names = {account.partition(":")[0] for account in accounts if ":" in account}
+    return (names | {settings.FATIA_DRA_PLUGIN_NAMESPACE, settings.FATIA_MIG_MANAGER_NAMESPACE}) - {""}
+
+
 @transaction.atomic
 def create_tenant(
     *,
@@ -100,6 +111,11 @@ def create_tenant(
 ) -> Tenant:
     """Create a tenant (platform admins only). Raises NotAllowed or InvalidInput."""
     _require_staff(actor)
+    made = f"{settings.FATIA_KUBE_NAMESPACE_PREFIX}{slug}"
+    if made in credential_namespaces():
+        raise InvalidInput(
+            {"slug": [f"Its namespace would be {made}, where the portal's credentials are; choose another slug."]}
+        )
     tenant = Tenant(
         name=name,
         slug=slug,

@@ -17,6 +17,7 @@ from allocations.api.views import existing_pool, visible_tenant
 from allocations.models import Booking
 from allocations.services import bookings
 from tenants.api.auth import acting_user
+from tenants.api.filters import MAX_ID
 
 
 class BookingSerializer(serializers.ModelSerializer[Booking]):
@@ -78,8 +79,8 @@ class BookingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         )
         pool = self.request.query_params.get("pool")
         wanted = self.request.query_params.get("status")
-        if pool and pool.isdigit():
-            rows = rows.filter(pool_id=int(pool))
+        if pool and pool.isascii() and pool.isdigit():  # str.isdigit alone takes "²", which int() refuses
+            rows = rows.filter(pool_id=min(int(pool), MAX_ID))
         if wanted:
             rows = rows.filter(status=wanted)
         return rows.order_by("starts_at", "pk")

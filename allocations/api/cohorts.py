@@ -23,9 +23,11 @@ from rest_framework.response import Response
 
 from allocations.cohorts.config import MAX_GRACE_MINUTES, create_cohort, delete_cohort, update_cohort
 from allocations.cohorts.overview import CohortView, MemberRow, cohort_views, cohorts_for_user
-from allocations.models import Cohort
+from allocations.models import Cohort, NodePool
 from tenants.api.auth import acting_user
+from tenants.api.filters import id_query_param
 from tenants.api.schema import ErrorSerializer
+from tenants.api.serializers import RefusesUnknownFields
 from tenants.permissions import IsPlatformAdminOrReadOnly, TokenScopeAllows
 
 # A member holds borrowed slices (allocations/cohorts/config.py CohortInUse).
@@ -80,7 +82,11 @@ class CohortCreateSerializer(serializers.Serializer[Any]):
     )
 
 
-class CohortUpdateSerializer(serializers.Serializer[Any]):
+class CohortUpdateSerializer(RefusesUnknownFields):
+    unknown_field_message = (
+        "Not changed by PATCH, which renames a cohort or changes its grace; a cohort stays in its pool."
+    )
+
     name = serializers.CharField(max_length=100, required=False)
     reclaim_grace_minutes = serializers.IntegerField(
         min_value=0, max_value=MAX_GRACE_MINUTES, required=False, help_text=GRACE_HELP
@@ -108,11 +114,12 @@ class CohortViewSet(viewsets.GenericViewSet[Cohort]):
     )
     def list(self, request: Request) -> Response:
         cohorts = self.get_queryset()
-        wanted = request.query_params.get("pool")
+        wanted = id_query_param(request, "pool", "pool")
         if wanted is not None:
-            if not wanted.isdigit():
-                raise serializers.ValidationError({"pool": ["A pool id (a number)."]})
-            cohorts = cohorts.filter(pool_id=int(wanted))
+            # Pools are no secret (GET /pools/ lists them all): a mistyped id is said, not answered with no cohorts.
+            if not NodePool.objects.filter(pk=wanted).exists():
+                raise serializers.ValidationError({"pool": [f"No pool {request.query_params['pool']}."]})
+            cohorts = cohorts.filter(pool_id=wanted)
         views = cohort_views(cohorts, request.user)
         return Response(CohortSerializer(views, many=True).data)  # type: ignore[arg-type]
 

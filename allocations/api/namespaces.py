@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -19,6 +19,8 @@ from rest_framework.response import Response
 from allocations.models import tenant_namespace
 from allocations.services.tenant_namespaces import assign_namespace, remove_namespace
 from tenants.api.auth import acting_user
+from tenants.api.filters import id_query_param
+from tenants.api.schema import ErrorSerializer
 from tenants.models import Tenant, TenantNamespace
 from tenants.permissions import IsPlatformAdmin, TokenScopeAllows
 
@@ -62,12 +64,10 @@ class NamespaceViewSet(viewsets.GenericViewSet[TenantNamespace]):
     def list(self, request: Request) -> Response:
         tenants = Tenant.objects.for_user(request.user).order_by("slug")
         owned = self.get_queryset()
-        wanted = request.query_params.get("tenant")
+        wanted = id_query_param(request, "tenant", "tenant")
         if wanted is not None:
-            if not wanted.isdigit():
-                raise serializers.ValidationError({"tenant": ["A tenant id (a number)."]})
-            tenants = tenants.filter(pk=int(wanted))
-            owned = owned.filter(tenant_id=int(wanted))
+            tenants = tenants.filter(pk=wanted)
+            owned = owned.filter(tenant_id=wanted)
         rows = [
             {"id": None, "tenant": t.pk, "tenant_slug": t.slug, "name": tenant_namespace(t), "origin": "portal"}
             for t in tenants
@@ -86,7 +86,14 @@ class NamespaceViewSet(viewsets.GenericViewSet[TenantNamespace]):
         ns = assign_namespace(tenant_id=tenant.pk, name=data.validated_data["name"], actor=acting_user(request))
         return Response(NamespaceSerializer(_row(ns)).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        responses={
+            204: None,
+            409: OpenApiResponse(
+                ErrorSerializer, description="namespace_in_use: a live request's claims are there; release it first."
+            ),
+        }
+    )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         ns = self.get_object()
         remove_namespace(namespace_id=ns.pk, actor=acting_user(request))

@@ -22,6 +22,7 @@ from allocations.models import (
 from allocations.selectors import Balance
 from allocations.sharing.catalog import is_shared_model, shared_model
 from allocations.sharing.isolation import isolation_of, weaker_warning
+from tenants.api.serializers import RefusesUnknownFields
 from tenants.models import AuditEvent
 
 
@@ -218,8 +219,13 @@ def _limit_field(help_text: str) -> serializers.IntegerField:
     )
 
 
-class QuotaCohortSerializer(serializers.Serializer[Any]):
+class QuotaCohortSerializer(RefusesUnknownFields):
     """PATCH /quotas/<id>/ (issue 15): the cohort of the quota's pool it belongs to, and its limits."""
+
+    unknown_field_message = (
+        "Not changed by PATCH, which sets the cohort and its limits; platform admins set a quota's limits with "
+        "POST /api/v1/quotas/."
+    )
 
     cohort = serializers.IntegerField(min_value=1, allow_null=True, required=False, help_text="null: leave it")
     borrowing_compute_limit = _limit_field("compute slices it may hold above its guarantee")

@@ -38,7 +38,7 @@ class NothingToChange(cli.CliError):
 def _limit(text: str) -> int | None:
     if text.lower() in ("none", "no-limit", "unlimited"):
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'none'")
     return int(text)
 
@@ -120,7 +120,12 @@ def cmd_cohort_delete(args: argparse.Namespace, out: cli.Output) -> int:
 def _quota_id(api: cli.Api, tenant: int, pool: int) -> int:
     found = api.get_all("/quotas/", [("tenant", str(tenant)), ("pool", str(pool))])
     if not found:
-        raise cli.ApiError(404, f"Tenant {tenant} has no quota in pool {pool}; set one first (`fatia quota`).")
+        # `fatia quota` only reads balances: a quota is set on the Set quotas page or with POST /api/v1/quotas/.
+        raise cli.ApiError(
+            404,
+            f"Tenant {tenant} has no quota in pool {pool}; a platform admin sets one first (Admin > Set quotas in "
+            "the portal, or POST /api/v1/quotas/).",
+        )
     return int(found[0]["id"])
 
 
@@ -178,7 +183,7 @@ def add_cohort_commands(
         return sub
 
     def grace(text: str) -> int:
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of minutes")
         return int(text)
 
@@ -187,19 +192,19 @@ def add_cohort_commands(
 
     sub = action("create", cmd_cohort_create, "create a cohort in a pool (platform admins)")
     sub.add_argument("--pool", required=True, help="pool slug or id")
-    sub.add_argument("--name", required=True)
+    sub.add_argument("--name", required=True, help="the cohort's name, unique in its pool")
     sub.add_argument("--grace", type=grace, help="reclaim grace in minutes (default 30; 0: at once)")
 
     sub = action("set", cmd_cohort_set, "rename a cohort or change its reclaim grace (platform admins)")
-    sub.add_argument("id", type=positive_int)
-    sub.add_argument("--name")
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
+    sub.add_argument("--name", help="its new name")
     sub.add_argument("--grace", type=grace, help="reclaim grace in minutes")
 
     sub = action("delete", cmd_cohort_delete, "delete a cohort; its members leave it (platform admins)")
-    sub.add_argument("id", type=positive_int)
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
 
     sub = action("join", cmd_cohort_join, "put a tenant's quota in a cohort, with its limits (platform admins)")
-    sub.add_argument("id", type=positive_int, help="the cohort's id")
+    sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
     sub.add_argument("--tenant", required=True, type=positive_int, help="tenant id")
     for option, field in LIMITS:
         sub.add_argument(

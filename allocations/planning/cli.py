@@ -119,7 +119,12 @@ def cmd_what_if(args: argparse.Namespace, out: cli.Output) -> int:
 
 def add_commands(command: Callable[[str, Any, str], argparse.ArgumentParser]) -> None:
     sub = command("what-if", cmd_what_if, "a planner's what-if about a pool (admins, tenant managers)")
-    sub.add_argument("question", choices=QUESTIONS, help="add-gpus, quota or mix")
+    sub.add_argument(
+        "question",
+        choices=QUESTIONS,
+        help="add-gpus: if the pool had --count more GPUs; quota: if a tenant's quota changed; mix: which layout "
+        "mix would serve the pool's demand best. Nothing is changed.",
+    )
     sub.add_argument("--pool", required=True, help="pool slug or id")
     sub.add_argument("--count", type=int, help="add-gpus: GPUs to add")
     sub.add_argument("--model", help="add-gpus: catalog GPU model (default: the pool's)")

@@ -17,6 +17,10 @@ from allocations.models import Allocation
 from allocations.services.booking_window import booked_rooms, capacity_conflict, moments, pool_leases
 from allocations.services.locks import lock_pool
 
+# How the refusal names the way to ask: the API's field. The page and the CLI put their own words in its place
+# (allocations/views.py request_extend, allocations/cli.py cmd_extend), as a CLI user has no field to set.
+ASK_HINT = "(ask_booking_owner)"
+
 
 @dataclass(frozen=True, slots=True)
 class BookingsInTheWay:
@@ -61,7 +65,7 @@ def bookings_in_the_way(
     return BookingsInTheWay(
         message=(
             f"A booking needs these slots: {conflict} The lease can run until {max(first, old_end):%Y-%m-%d %H:%M} "
-            f"UTC at most; for more, ask the booking's owner to agree (ask_booking_owner), or to cancel or move "
+            f"UTC at most; for more, ask the booking's owner to agree {ASK_HINT}, or to cancel or move "
             f"booking {names}."
         ),
         booking_ids=tuple(in_the_way),

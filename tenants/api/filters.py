@@ -22,6 +22,20 @@ from rest_framework.request import Request
 
 from tenants.models import Membership
 
+# No row of ours has a larger id, and SQLite (the demo's database) cannot even compare with one: an OverflowError.
+MAX_ID = 2**63 - 1
+
+
+def id_query_param(request: Request, name: str, what: str) -> int | None:
+    """`?<name>=<id>` as a number, None when absent, a 400 on the field unless it is ASCII digits: str.isdigit
+    alone also takes "²", which int() then refuses with a 500."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise ValidationError({name: [f"A {what} id (a number)."]})
+    return min(int(raw), MAX_ID)
+
 
 class FilterBackend(DjangoFilterBackend):
     """Builds the view's FilterSet only when the query string names one of its filters: building it

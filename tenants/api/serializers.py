@@ -1,10 +1,26 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
 
 from tenants.models import ApiToken, Membership, SsoGroupMapping, Tenant
+
+
+class RefusesUnknownFields(serializers.Serializer[Any]):
+    """An input serializer that names the fields it does not take. DRF drops them silently, so a PATCH of a field
+    that cannot change there (or a misspelt one) answered 200 and changed nothing; now it is a 400 on that field."""
+
+    unknown_field_message = "Not a field of this request."
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = self.initial_data
+        # The browsable API's forms (DEBUG) post their CSRF token with the fields.
+        unknown = sorted(set(given) - set(self.fields) - {"csrfmiddlewaretoken"}) if isinstance(given, Mapping) else []
+        if unknown:
+            raise serializers.ValidationError({name: [self.unknown_field_message] for name in unknown})
+        return attrs
 
 
 class TenantSerializer(serializers.ModelSerializer[Tenant]):

@@ -154,6 +154,13 @@ def test_only_platform_admins_change_tolerations(world: World) -> None:
     assert world.pool.tolerations == [GPU_TAINT]
 
 
+def test_a_pool_parameter_that_is_no_id_shows_the_page_without_an_edit_form(world: World) -> None:
+    # "²" is a digit to str.isdigit but not to int()
+    for pool in ("h100", "\u00b2"):
+        page = client_for(world.root).get("/manage/pools/", {"pool": pool})
+        assert (page.status_code, page.context["tolerations_form"]) == (200, None)
+
+
 def test_the_pools_page_lists_tolerations_and_an_admin_edits_them(world: World) -> None:
     # given
     admin = client_for(world.root)

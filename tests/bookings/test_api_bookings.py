@@ -35,6 +35,21 @@ def test_a_booking_is_created_and_listed_for_its_tenant_only(world: World):
     assert world.client(world.charlie).get(f"{URL}{data['id']}/").status_code == 404
 
 
+def test_the_pool_filter_takes_ids_and_ignores_what_is_no_id_without_a_500(world: World):
+    made = world.client(world.alice).post(URL, body(world), format="json").json()
+    alice = world.client(world.alice)
+
+    def listed(pool: str) -> list[int]:
+        response = alice.get(URL, {"pool": pool})
+        assert response.status_code == 200, response.content
+        data = response.json()
+        return [row["id"] for row in (data["results"] if isinstance(data, dict) else data)]
+
+    assert listed(str(world.pool.pk)) == [made["id"]]
+    assert listed("99999999999999999999") == []
+    assert listed("\u00b2") == [made["id"]]  # a digit to str.isdigit, not to int(): no filter, as for "h100"
+
+
 def test_missing_and_malformed_fields_answer_400_with_field_messages(world: World):
     response = world.client(world.alice).post(URL, {"pool": world.pool.pk, "starts_at": "soon"}, format="json")
     assert response.status_code == 400

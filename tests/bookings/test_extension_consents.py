@@ -153,3 +153,16 @@ def test_the_bookings_page_asks_the_owner_and_takes_the_answer(world: World, cli
     assert "You agreed to the extension" in answered.content.decode()
     extension.refresh_from_db()
     assert extension.status == "approved"
+
+
+def test_the_page_tells_how_to_ask_the_bookings_owner_in_its_own_words(world: World, client):
+    # given: a lease whose 2 h more would run into Team B's booking
+    small = small_pool(world, gpus=1)
+    lease = active_lease(world, small.pool, profile="4g.40gb", hours=2)
+    book(world, small.pool, profile="4g.40gb", start=3.1, end=5, actor=world.charlie)
+    client.force_login(world.alice)
+    # when: alice extends from the request's page without ticking the box
+    shown = client.post(reverse("request-extend", args=[lease.pk]), {"hours": "2"}, follow=True).content.decode()
+    # then: the message points at the box, not at the API's field name
+    assert "ask the booking&#x27;s owner to agree (tick “ask its owner to agree” and extend again)" in shown
+    assert "ask_booking_owner)" not in shown

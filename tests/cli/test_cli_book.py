@@ -136,7 +136,7 @@ def test_a_lease_asks_the_bookings_owner_who_answers_from_the_cli(world: World, 
     lease = active_lease(world, small.pool, profile="4g.40gb", hours=2)
     booking = book(world, small.pool, profile="4g.40gb", start=3.1, end=5, actor=world.charlie)
     refused = fatia(tokens.alice, "extend", str(lease.pk), "--hours", "2")
-    assert refused.code == 1 and "ask_booking_owner" in refused.err
+    assert refused.code == 1 and "ask the booking's owner to agree (--ask-booking-owner)" in refused.err
     asked = fatia(tokens.alice, "extend", str(lease.pk), "--hours", "2", "--ask-booking-owner")
     assert asked.code == 0, asked.err
     assert f"would use room booking #{booking.pk} holds: its owner is asked to agree" in asked.out

@@ -137,6 +137,8 @@ def test_bad_cohort_input_is_a_400_naming_the_field_and_changes_nothing(world: W
         ({"cohort": "MINE", "lending_memory_limit": 100001}, "lending_memory_limit"),
         ({"cohort": "MINE", "lending_compute_limit": "all"}, "lending_compute_limit"),
         ({"cohort": None, "borrowing_memory_limit": 2}, "borrowing_memory_limit"),  # limits without a cohort
+        ({"compute_slices_limit": 99}, "compute_slices_limit"),  # set with POST, not here: not silently dropped
+        ({"cohort": "MINE", "borrow_compute": 3}, "borrow_compute"),  # a misspelt limit
     ],
 )
 def test_bad_membership_input_is_a_400_naming_the_field_and_changes_nothing(world: World, body, field):
@@ -244,10 +246,34 @@ def test_renaming_and_changing_the_grace(world: World):
     )
     assert (clash.status_code, list(clash.json()["errors"])) == (400, ["name"])
     assert Cohort.objects.get(pk=cohort.pk).name == "science"
+    # and: a form (the browsable API's, with its CSRF token) is no field it refuses
+    form = root.patch(
+        f"/api/v1/cohorts/{cohort.pk}/",
+        "name=biology&csrfmiddlewaretoken=x",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert (form.status_code, form.json()["name"]) == (200, "biology")
 
 
-def test_the_pool_filter_takes_a_number(world: World):
-    response = world.client(world.alice).get("/api/v1/cohorts/", {"pool": "h100"})
+def test_a_cohort_patch_naming_what_it_cannot_change_is_a_400_not_a_silent_200(world: World):
+    # given: a cohort, and another pool it could be mistaken to move to
+    cohort = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
+    elsewhere = other_pool(world)
+    before = state()
+    # when: root asks to move it (and rename it) in one PATCH
+    response = world.client(world.root).patch(
+        f"/api/v1/cohorts/{cohort.pk}/", {"pool": elsewhere.pk, "name": "moved"}, format="json"
+    )
+    # then: 400 on the field it cannot change, and nothing changes
+    assert response.status_code == 400, response.content
+    assert list(response.json()["errors"]) == ["pool"]
+    assert "stays in its pool" in response.json()["errors"]["pool"][0]
+    assert state() == before
+
+
+@pytest.mark.parametrize("pool", ["h100", "\u00b2", "-1", "999999", "99999999999999999999"])  # "²": see id_query_param
+def test_the_pool_filter_takes_a_number(world: World, pool: str):
+    response = world.client(world.alice).get("/api/v1/cohorts/", {"pool": pool})
     assert (response.status_code, list(response.json()["errors"])) == (400, ["pool"])
 
 

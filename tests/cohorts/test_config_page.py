@@ -116,3 +116,21 @@ def test_the_membership_form_chooses_no_tenant_at_first_and_names_each_tenants_c
     assert untouched.status_code == 400
     assert "This field is required." in untouched.content.decode()
     assert Quota.objects.get(pk=quota_a.pk).cohort_id == cohort.pk
+
+
+def test_a_member_sees_on_the_quotas_page_what_its_cohort_lets_it_borrow_and_lend(world: World):
+    # given: team A in a cohort, borrowing at most 7 compute slices, lending at most 3 memory slots
+    cohort = create_cohort(pool_id=world.pool.pk, name="research", actor=world.root)
+    quota = Quota.objects.get(tenant=world.tenant_a, pool=world.pool)
+    limits = Limits(borrowing_compute_limit=7, lending_memory_limit=3)
+    set_quota_cohort(quota_id=quota.pk, cohort_id=cohort.pk, limits=limits, actor=world.root)
+    # when
+    alice = browser(world.alice).get("/quotas/").content.decode()
+    charlie = browser(world.charlie).get("/quotas/").content.decode()
+    # then: alice's balance card says so; charlie's tenant is in no cohort
+    assert (
+        "In <strong>research</strong>: may borrow up to 7 compute slices and any memory slots beyond this quota"
+        in alice
+    )
+    assert "lends them all of its unused compute slices and up to 3 of its unused memory slots." in alice
+    assert "balance__cohort" not in charlie

@@ -3,6 +3,9 @@ with a non-zero exit."""
 
 from __future__ import annotations
 
+import argparse
+
+from allocations.cli import build_parser
 from tests.cli.test_cli import fatia, private_config, server, tokens  # noqa: F401  # fixtures
 from tests.conftest import World
 
@@ -23,3 +26,13 @@ def test_what_if_answers_and_refuses_bad_input(world: World, fatia, tokens):  # 
     assert unknown.code == 1 and "model: no GPU model 'Z9'" in unknown.err and "HTTP 400" in unknown.err
     assert no_tenant.code == 2 and "quota needs --tenant" in no_tenant.err
     assert member.code == 1 and "HTTP 403" in member.err
+
+
+def test_every_argument_of_the_planner_and_cohort_commands_says_what_it_is():
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    cohort = next(a for a in commands["cohort"]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for sub in [commands["what-if"], *cohort.values()]:
+        for action in sub._actions:
+            assert action.help, f"{sub.prog} {action.option_strings or action.dest} has no help"
+    assert "mix: which layout mix" in commands["what-if"].format_help()

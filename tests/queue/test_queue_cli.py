@@ -30,9 +30,14 @@ def test_fatia_queue_lists_position_and_estimated_start(world: World, tokens, fa
         "START",
     ]
     assert row.split()[:9] == [str(mine.pk), "q1", "1", "of", "1", "team-a", "4g.40gb", "1", "0"]
+    # and: --pool takes the id `fatia pools` shows too, as every other command's --pool does
+    assert fatia(tokens.alice, "queue", "--pool", str(pool.pk)).out == outcome.out
     # and: --json for scripts; --mine for one's own
     assert [r["allocation"] for r in fatia(tokens.alice, "--json", "queue", "--mine").json()] == [mine.pk]
     assert fatia(tokens.charlie, "queue").out.strip() == "Nothing queued."
+    assert (
+        fatia(tokens.charlie, "queue", "--pool", str(pool.pk)).out.strip() == "Nothing queued in q1 that you can see."
+    )
 
 
 def test_fatia_queue_and_priority_exit_codes(world: World, tokens, fatia):
@@ -44,6 +49,9 @@ def test_fatia_queue_and_priority_exit_codes(world: World, tokens, fatia):
     assert outcome.code == EXIT_API_ERROR
     # (the live server thread may log its 400 to the same captured stderr: look for the CLI's own line)
     assert "fatia: error: pool: No pool 'nowhere'. (HTTP 400)\n" in outcome.err
+    outcome = fatia(tokens.alice, "queue", "--pool", "999999")
+    assert outcome.code == EXIT_API_ERROR
+    assert "fatia: error: No pool with id 999999; `fatia pools` lists them.\n" in outcome.err
     # a priority out of range or not a number: a usage error before any call, exit 2
     assert fatia(tokens.mallory, "priority", str(mine.pk), "--set", "101").code == EXIT_USAGE
     assert fatia(tokens.mallory, "priority", str(mine.pk), "--set", "high").code == EXIT_USAGE

@@ -56,6 +56,19 @@ def test_only_admins_create_and_edit_tenants(world: World):
     ]
 
 
+def test_no_tenant_slug_makes_its_namespace_the_portals_own(world: World, settings):
+    # given: the portal runs as fatia-system:fatia-portal (the default), its node agents in fatia-agents
+    settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = "fatia-system:fatia-portal"
+    settings.FATIA_AGENT_SERVICE_ACCOUNT = "fatia-agents:fatia-agent"
+    # when: root creates tenants whose portal-made namespaces (fatia-<slug>) would be those
+    # then: 400 on the slug: its members could run pods there as the portal's or the agent's service account
+    for slug in ("system", "agents"):
+        response = world.client(world.root).post("/api/v1/tenants/", {"name": "S", "slug": slug}, format="json")
+        assert response.status_code == 400, response.content
+        assert "where the portal's credentials are" in response.json()["errors"]["slug"][0]
+    assert not Tenant.objects.filter(slug__in=["system", "agents"]).exists()
+
+
 def test_a_policy_that_contradicts_itself_is_a_field_error(world: World):
     response = world.client(world.root).patch(
         f"/api/v1/tenants/{world.tenant_a.pk}/", {"max_lease_hours": 10}, format="json"

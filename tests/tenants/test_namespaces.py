@@ -55,6 +55,11 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
     assert len(world.client(world.root).get(URL).json()) == 3
     only_b = world.client(world.root).get(URL, {"tenant": world.tenant_b.pk}).json()
     assert [n["name"] for n in only_b] == [tenant_namespace(world.tenant_b)]
+    # and: a tenant filter that is no id is a 400 on the field, never a 500 ("²" is a digit only to str.isdigit)
+    for bad in ("team-a", "\u00b2"):
+        response = world.client(world.root).get(URL, {"tenant": bad})
+        assert (response.status_code, list(response.json()["errors"])) == (400, ["tenant"])
+    assert world.client(world.root).get(URL, {"tenant": "99999999999999999999"}).json() == []
 
 
 @pytest.mark.parametrize(
@@ -64,12 +69,31 @@ def test_an_admin_assigns_a_namespace_and_members_see_only_their_tenants(world: 
         ("-starts-with-dash", "A namespace name"),
         ("x" * 64, "63"),
         ("fatia-team-c", "the portal's own"),
+        ("kube-system", "credentials"),
+        ("kube-node-lease", "credentials"),
+        ("gpu-operator", "credentials"),  # NVIDIA's MIG manager (FATIA_MIG_MANAGER_NAMESPACE)
+        ("dra-driver-nvidia-gpu", "credentials"),  # NVIDIA's DRA kubelet plugin (FATIA_DRA_PLUGIN_NAMESPACE)
     ],
 )
 def test_a_bad_namespace_name_is_a_400_with_a_field_message(world: World, name: str, message: str) -> None:
     response = assign(world, name)
     assert response.status_code == 400
     assert message in " ".join(response.json()["errors"]["name"])
+    assert not TenantNamespace.objects.exists()
+
+
+def test_the_namespaces_of_the_portals_and_the_agents_service_accounts_are_never_a_tenants(
+    world: World, settings: Any
+) -> None:
+    # given: the portal and the node agent run as service accounts of namespaces without the portal's prefix
+    settings.FATIA_KUBE_PORTAL_SERVICE_ACCOUNT = "gpu-portal:fatia-portal"
+    settings.FATIA_AGENT_SERVICE_ACCOUNT = "gpu-agents:fatia-agent"
+    # when: root gives team A either of them
+    # then: 400 with the reason on the field (a member's pod there could run as the portal or the agent)
+    for name in ("gpu-portal", "gpu-agents"):
+        response = assign(world, name)
+        assert response.status_code == 400, response.content
+        assert "credentials" in " ".join(response.json()["errors"]["name"])
     assert not TenantNamespace.objects.exists()
 
 
@@ -109,6 +133,11 @@ def test_a_request_names_one_of_its_tenants_namespaces_or_gets_a_400(world: Worl
         plain = alice.post("/api/v1/allocations/", request_body(world, namespace=default), format="json")
         assert plain.json()["namespace"] == tenant_namespace(world.tenant_a)
         assert Allocation.objects.get(pk=plain.json()["id"]).namespace_name == ""
+
+
+def test_the_schema_documents_the_409_of_a_namespace_that_cannot_leave(world: World) -> None:
+    schema = world.client(world.alice).get("/api/v1/schema/", {"format": "json"}).json()
+    assert "409" in schema["paths"]["/api/v1/namespaces/{id}/"]["delete"]["responses"]
 
 
 def test_a_namespace_with_a_live_request_cannot_leave_until_it_is_released(world: World) -> None:

@@ -63,8 +63,9 @@ TUNING = (
     "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs. Departures: tuned on H100, "
     "16 and 32 GPUs, concentrations 0.5 and 2, seeds 0-2; reported on concentrations 0.3, 1 and 3, seeds from 1000. "
     "`ours-hold`'s threshold (0.3) was chosen on the same tuning draws (0.1-0.5 tried). `ours-rollout`'s search "
-    "(32 sequences, 100 arrivals, margin 0.25 compute slices, the learner's gate, off above 0.1 releases per "
-    "request) too: margins 0, 0.25, 0.5 and 1 tried, and rollouts with simulated departures."
+    "(32 sequences of at most 100 arrivals, margin 0.25 compute slices, 6 prior pseudo-requests, off above 0.1 "
+    "releases per request) too: margins 0-1, 1-20 pseudo-requests, waiting for the learner, rollouts with "
+    "simulated departures tried."
 )
 
 
@@ -176,9 +177,9 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "requests of the same mix (the portal's mix is the pool's last 500 requests). `ours-hold`: `ours` with "
         "admission, holding a request whose every placement strands more than 0.3 compute slices in expectation "
         "(here, with no departures, a held request is never served). `ours-rollout`: `ours` plus a search near "
-        "the end of a fill (Monte-Carlo rollouts over the learnt mix, `allocations/mig/rollout.py`), on only once "
-        "the learner has seen as many requests as its prior weighs (20) and while few allocations end; it never "
-        "holds a request that fits. `must-accept reference` (8 GPUs): what a "
+        "the end of a fill (Monte-Carlo rollouts over the learnt mix, `allocations/mig/rollout.py`), off while "
+        "allocations end at more than 0.1 per request; it never holds a request that fits. `must-accept "
+        "reference` (8 GPUs): what a "
         "clairvoyant placement that never refuses a request that fits serves (beam search of width "
         f"{MUST_ACCEPT_BEAM} over fleet states, or what a policy without admission served where that is more: a "
         "lower bound of that optimum; widths 1,000 and 20,000 agreed on all 10 tuning samples we compared).",

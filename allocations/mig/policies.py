@@ -301,12 +301,13 @@ class HoldingFragmentationAware(FragmentationAware):
 
 
 class RolloutFragmentationAware(FragmentationAware):
-    """``ours-rollout``: ``ours``, except near the end of a fill on a pool whose mix is known, where a small
-    search picks the placement: Monte-Carlo rollouts of future arrivals from the learnt mix, served by
-    ``ours`` on the fleet's layouts (:mod:`.rollout`). It never holds a request that fits.
+    """``ours-rollout``: ``ours``, except near the end of a fill, where a small search picks the placement:
+    Monte-Carlo rollouts of future arrivals from the learnt mix, served by ``ours`` on the fleet's layouts
+    (:mod:`.rollout`). It never holds a request that fits.
 
     The engine calls :meth:`search` with the pool's layouts when one GPU model can host the request; an
-    answer of ``None`` (search off: young mix, fleet far from full, one candidate) leaves ``ours``' choice.
+    answer of ``None`` (search off: fleet far from full, allocations ending, one candidate) leaves
+    ``ours``' choice.
     """
 
     name = "ours-rollout"

@@ -3,16 +3,15 @@
 ``ours`` ranks each GPU layout on its own (expected stranded compute under the mix). Near the end of a
 fill the GPUs compete for the same few requests, which a per-GPU rank cannot see. Here each distinct
 candidate placement (GPUs deduplicated by layout, every legal slot) is tried on the fleet's multiset of
-layouts, then ``K`` future arrivals sequences drawn from the mix are served by ``ours`` itself on that
-multiset; the candidate with the most compute served on average wins, ``ours``' rank breaking ties.
+layouts, then ``SEQUENCES`` sequences of future arrivals drawn from the mix are served by ``ours`` itself
+on that multiset; the candidate that serves the most compute on average wins, but replaces ``ours``'
+favourite only by more than ``MARGIN`` slices (a smaller edge is as likely the sequences' as the mix's).
 Every candidate sees the same sequences (common random numbers), so the comparison is not drowned by
 the sequences' own spread, and a decision is deterministic.
 
-The search only runs when it can matter and the mix can be trusted (:func:`search` returns ``None``
-otherwise and the engine takes ``ours``' answer):
+The search only runs when it can matter (:func:`search` returns ``None`` otherwise and the engine takes
+``ours``' answer):
 
-* the learner has seen at least as many requests as its prior counts (a young pool's mix is mostly the
-  prior; rollouts over it did worse than ``ours`` on the family's tuning draws);
 * the fleet's free compute is within ``HORIZON`` arrivals of demand (earlier, every candidate serves the
   whole horizon and the rollouts cannot tell them apart);
 * at least two candidates differ;
@@ -21,8 +20,10 @@ otherwise and the engine takes ``ours``' answer):
   pay on the departures' tuning draws (heavy-tailed lifetimes: one pod can pin a bad choice for hours).
 
 The mix is not taken as exact: each sequence first draws its own mix from a Dirichlet distribution
-around the learnt counts (their weight plus the prior's), so a mix known from few requests spreads the
-futures the search averages over.
+around the learnt counts plus ``PSEUDO`` requests of the default prior, so a mix known from few requests
+spreads the futures the search averages over. (Rollouts over the learner's published mix as if exact did
+worse than ``ours`` on a young pool in the family's tuning draws; waiting until the counts outweighed the
+prior helped only pools with a past.) A fixed :class:`DemandMix` without prior is taken as exact.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ WORK = 200_000
 SEED = 14
 #: Releases per request above which the search stays off: its rollouts know no departures.
 CHURN = 0.1
+#: Pseudo-requests of the default prior added to the learnt counts when drawing each sequence's mix.
+PSEUDO = 6.0
 #: Compute slices (mean over the sequences) a candidate must serve beyond ``ours``' favourite to replace it.
 MARGIN = 0.25
 
@@ -85,7 +88,7 @@ def search(
     ``order(key)``: the device order of the first GPU with that layout (the tie-break after the rank);
     ``churn``: allocations released per request lately.
     """
-    if churn > CHURN or sum(mix.counts.values()) < mix.prior_weight:
+    if churn > CHURN:
         return None
     weights = mix.weights(geom.model)
     mean_compute = sum(w * c for w, c in zip(weights, geom.compute, strict=True))
@@ -126,7 +129,7 @@ def _futures(geom: Geometry, mix: DemandMix, arrivals: int, sequences: int) -> l
     if mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): taken as exact
         return [rng.choices(profiles, mix.weights(geom.model), k=arrivals) for _ in range(sequences)]
     prior = default_shares(geom.model)
-    alpha = [mix.counts.get(p.name, 0.0) + mix.prior_weight * prior[p.name] for p in geom.model.profiles]
+    alpha = [mix.counts.get(p.name, 0.0) + PSEUDO * prior[p.name] for p in geom.model.profiles]
     out = []
     for _ in range(sequences):
         draw = [rng.gammavariate(a, 1.0) if a > 0 else 0.0 for a in alpha]

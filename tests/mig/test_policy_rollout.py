@@ -1,7 +1,8 @@
 """``ours-rollout`` (issue 14): ``ours`` plus Monte-Carlo rollouts over the mix near the end of a fill.
 
-Where the search is off it must decide exactly as ``ours``; where it is on it must never refuse what fits,
-keep layouts valid, be reproducible, and its choice must pay on futures it did not simulate."""
+Where the search is off (far from full, allocations ending) it must decide exactly as ``ours``; where it
+is on it must never refuse what fits, keep layouts valid, be reproducible, and its choice must pay on
+futures it did not simulate."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocations.mig.demand import DemandLearner, DemandMix
+from allocations.mig.demand import DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementDecision, PlacementRequest, SlotChoice
+from allocations.mig.layout import LayoutKey, Option, geometry
+from allocations.mig.policies import Rank, RolloutFragmentationAware, get_policy
 
 from .brute import MODELS, max_more, model, valid_layouts
 from .test_placement import H100
@@ -71,14 +74,43 @@ def test_near_the_end_of_a_fill_its_choice_serves_more_on_futures_it_did_not_sim
     assert served_after(moved, 200) > served_after(mine, 200)
 
 
-def test_a_young_pool_gets_ours_decisions() -> None:
-    # given the same requests on 16 H100s, with learners that start from the prior
-    requests = random.Random(7).choices(PROFILES, [3, 1, 2, 1, 1, 2], k=19)
-    engines = [PlacementEngine(empty_fleet(model(H100), 2, 8), p, DemandLearner()) for p in ("ours", "ours-rollout")]
-    # when they arrive (the learner's prior still weighs more than they do), then both decide alike
-    for k, name in enumerate(requests):
-        decisions = [where(e.place(PlacementRequest(name), f"r{k}")) for e in engines]
-        assert decisions[0] == decisions[1]
+def test_the_search_runs_only_within_its_horizon_of_a_full_fleet() -> None:
+    # given H100 fleets holding one 3g.40gb at slot 4, under a known mix
+    geom = geometry(model(H100))
+    one_3g = geom.key([(geom.profile_index("3g.40gb"), 4, False)])
+    policy = get_policy("ours-rollout")
+    assert isinstance(policy, RolloutFragmentationAware)
+    mix = DemandMix.from_shares(SHARES)
+    tables: dict[int, dict[LayoutKey, tuple[Rank, Option] | None]] = {}
+
+    def search(gpus: int) -> tuple[LayoutKey, Option] | None:
+        counts = {one_3g: 1, (): gpus - 1}
+        return policy.search(
+            geom,
+            geom.profile_index("1g.10gb"),
+            mix,
+            counts,
+            lambda q: tables.setdefault(q, {}),
+            lambda key: 0 if key else 1,
+        )
+
+    # when a 1g.10gb arrives on 64 GPUs (about 190 arrivals from full), then the search stays out
+    assert search(64) is None
+    # when it arrives on 4 GPUs (about 12 arrivals from full), then it answers
+    assert search(4) is not None
+    # and with allocations ending at 0.2 per request, it stays out again
+    assert (
+        policy.search(
+            geom,
+            geom.profile_index("1g.10gb"),
+            mix,
+            {one_3g: 1, (): 3},
+            lambda q: tables.setdefault(q, {}),
+            lambda key: 0 if key else 1,
+            0.2,
+        )
+        is None
+    )
 
 
 def test_a_pool_where_allocations_end_gets_ours_decisions() -> None:

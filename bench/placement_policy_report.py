@@ -63,9 +63,9 @@ TUNING = (
     "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs. Departures: tuned on H100, "
     "16 and 32 GPUs, concentrations 0.5 and 2, seeds 0-2; reported on concentrations 0.3, 1 and 3, seeds from 1000. "
     "`ours-hold`'s threshold (0.3) was chosen on the same tuning draws (0.1-0.5 tried). `ours-rollout`'s search "
-    "(32 sequences of at most 100 arrivals, margin 0.25 compute slices, 6 prior pseudo-requests, off above 0.1 "
-    "releases per request) too: margins 0-1, 1-20 pseudo-requests, waiting for the learner, rollouts with "
-    "simulated departures tried."
+    "(32 sequences of at most 250 arrivals, margin 0.25 compute slices, 6 prior pseudo-requests, off above 0.1 "
+    "releases per request) too: margins 0-1, 1-20 pseudo-requests, horizons 100 and 250, waiting for the "
+    "learner, rollouts with simulated departures tried."
 )
 
 

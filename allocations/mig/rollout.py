@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 #: Future arrival sequences per candidate.
 SEQUENCES = 32
 #: Arrivals per sequence at most; the search waits until the fleet's free compute is about this many arrivals.
-HORIZON = 100
+HORIZON = 250
 #: Candidates (best by ``ours``' rank of the option) that get rollouts.
 CANDIDATES = 30
 #: Offered compute in a rollout as a multiple of the fleet's free compute (the family offers 130 %).

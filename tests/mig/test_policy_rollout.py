@@ -94,8 +94,8 @@ def test_the_search_runs_only_within_its_horizon_of_a_full_fleet() -> None:
             lambda key: 0 if key else 1,
         )
 
-    # when a 1g.10gb arrives on 64 GPUs (about 190 arrivals from full), then the search stays out
-    assert search(64) is None
+    # when a 1g.10gb arrives on 128 GPUs (about 420 arrivals from full), then the search stays out
+    assert search(128) is None
     # when it arrives on 4 GPUs (about 12 arrivals from full), then it answers
     assert search(4) is not None
     # and with allocations ending at 0.2 per request, it stays out again

@@ -41,8 +41,19 @@ from bench.report import command_line, write_section
 
 ALPHAS = (0.3, 1.0, 3.0)
 FIRST_SEED = 1000
-POLICIES = ("first-fit", "best-fit", "hami", "ours-before", "ours", "ours-warm", "ours-hold", "ours-hold-warm")
-ONLINE = ("first-fit", "best-fit", "hami", "ours-before", "ours", "ours-hold")
+POLICIES = (
+    "first-fit",
+    "best-fit",
+    "hami",
+    "ours-before",
+    "ours",
+    "ours-warm",
+    "ours-hold",
+    "ours-hold-warm",
+    "ours-rollout",
+    "ours-rollout-warm",
+)
+ONLINE = ("first-fit", "best-fit", "hami", "ours-before", "ours", "ours-hold", "ours-rollout")
 #: The must-accept reference's row in the family tables (8 GPUs only: its search grows with the fleet).
 MUST_ACCEPT = "must-accept reference"
 MUST_ACCEPT_BEAM = 1000
@@ -51,7 +62,10 @@ TUNING = (
     "and 0-19 (64 GPUs). Reported below: concentrations 0.3, 1 and 3, seeds from 1000, H100 and H200 "
     "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs. Departures: tuned on H100, "
     "16 and 32 GPUs, concentrations 0.5 and 2, seeds 0-2; reported on concentrations 0.3, 1 and 3, seeds from 1000. "
-    "`ours-hold`'s threshold (0.3) was chosen on the same tuning draws (0.1-0.5 tried)."
+    "`ours-hold`'s threshold (0.3) was chosen on the same tuning draws (0.1-0.5 tried). `ours-rollout`'s search "
+    "(32 sequences of at most 250 arrivals, margin 0.25 compute slices, 6 prior pseudo-requests, off above 0.1 "
+    "releases per request) too: margins 0-1, 1-20 pseudo-requests, horizons 100 and 250, waiting for the "
+    "learner, rollouts with simulated departures tried."
 )
 
 
@@ -162,7 +176,10 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "Learners start from the default prior (a new pool), except `ours-warm`'s, which first saw 500 other "
         "requests of the same mix (the portal's mix is the pool's last 500 requests). `ours-hold`: `ours` with "
         "admission, holding a request whose every placement strands more than 0.3 compute slices in expectation "
-        "(here, with no departures, a held request is never served). `must-accept reference` (8 GPUs): what a "
+        "(here, with no departures, a held request is never served). `ours-rollout`: `ours` plus a search near "
+        "the end of a fill (Monte-Carlo rollouts over the learnt mix, `allocations/mig/rollout.py`), off while "
+        "allocations end at more than 0.1 per request; it never holds a request that fits. `must-accept "
+        "reference` (8 GPUs): what a "
         "clairvoyant placement that never refuses a request that fits serves (beam search of width "
         f"{MUST_ACCEPT_BEAM} over fleet states, or what a policy without admission served where that is more: a "
         "lower bound of that optimum; widths 1,000 and 20,000 agreed on all 10 tuning samples we compared).",
@@ -186,7 +203,8 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
             if gpus == 8:
                 outcomes = [with_must_accept(o) for o in outcomes]
             emit(family_lines(model, gpus, outcomes))
-            for name, warm_name in (("ours", "ours-warm"), ("ours-hold", "ours-hold-warm")):
+            pairs = (("ours", "ours-warm"), ("ours-hold", "ours-hold-warm"), ("ours-rollout", "ours-rollout-warm"))
+            for name, warm_name in pairs:
                 s = summarise(outcomes, name)
                 warm = summarise(outcomes, warm_name)
                 summary.append(
@@ -204,7 +222,7 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                     "without admission"
                 )
             if gpus == 512:
-                for name in ("ours", "ours-hold"):
+                for name in ("ours", "ours-hold", "ours-rollout"):
                     mean, p99 = decision_cpu_ms(make_sample(model, gpus, 1.0, FIRST_SEED), name)
                     latency.append(
                         f"- {model.name}, 512 GPUs: `{name}` decision (choose + commit) {mean:.2f} ms CPU on average, "
@@ -236,7 +254,7 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 + " | ".join(f"{pct(r.share)} ({r.admitted} pods)" for r in served.values())
                 + " |"
             )
-            for mine in ("ours", "ours-hold"):
+            for mine in ("ours", "ours-hold", "ours-rollout"):
                 ours = served[mine]
                 ok = all(ours.slice_hours >= served[p].slice_hours for p in ("first-fit", "best-fit"))
                 verdicts.append(
@@ -266,7 +284,7 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
                 )
                 + " |"
             )
-            for mine in ("ours", "ours-hold"):
+            for mine in ("ours", "ours-hold", "ours-rollout"):
                 for peer in ("first-fit", "best-fit"):
                     wins = sum(1 for a, b in zip(shares[mine], shares[peer], strict=True) if a >= b)
                     worst = min(a - b for a, b in zip(shares[mine], shares[peer], strict=True))

@@ -23,6 +23,9 @@ from .fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementReque
 from .layout import Geometry, LayoutKey, Option, decode, geometry
 from .policies import Policy, Rank, get_policy
 
+#: Weight of the latest request in the smoothed releases-per-request rate (:attr:`PlacementEngine.churn`).
+CHURN_SMOOTHING = 0.02
+
 
 class InvalidLayout(ValueError):
     """A GPU reported a layout that breaks the MIG rules of its model (see :mod:`.layout`)."""
@@ -89,6 +92,9 @@ class PlacementEngine:
         # (id(geometry), profile index) -> layout -> cached rank, for the current demand snapshot
         self._ranks: dict[tuple[int, int], dict[LayoutKey, tuple[Rank, Option] | None]] = {}
         self._rank_version = -1
+        # Releases per request, smoothed (a search policy simulates departures at this rate).
+        self.churn = 0.0
+        self._released = 0
         for node in fleet.nodes:
             self._add_node(node)
         # A policy whose rank depends on the fleet's size (``ours``: the cost of opening a GPU) is sized
@@ -200,6 +206,8 @@ class PlacementEngine:
         """
         if isinstance(self.demand, DemandLearner):
             self.demand.observe(request.profile, request.count)
+        self.churn += CHURN_SMOOTHING * (self._released - self.churn)
+        self._released = 0
         mix = self._snapshot()
         decision = self._choose_one(request, mix) if request.count == 1 else self._choose_many(request, mix)
         if decision is not None and self.policy.admission and decision.rank[0] > 0 and not request.force:
@@ -212,7 +220,11 @@ class PlacementEngine:
         best_order = -1
         best_option: Option | None = None
         rank_of = self.policy.rank
-        for _pool, geom, i, group in self._candidate_groups(request):
+        groups = self._candidate_groups(request)
+        searched = self._search(request, groups, mix)
+        if searched is not None:
+            return searched
+        for _pool, geom, i, group in groups:
             table = self._rank_table(geom, i)
             weights = mix.weights(geom.model)
             for key, bucket in group.items():
@@ -235,6 +247,33 @@ class PlacementEngine:
         node = self._nodes[slot.node].name
         choice = SlotChoice(node, slot.index, request.profile, best_option.start, best_option.reuse)
         return PlacementDecision(node, (choice,), self.policy.name, best_rank or ())
+
+    def _search(
+        self, request: PlacementRequest, groups: list[tuple[str, Geometry, int, _Group]], mix: DemandMix
+    ) -> PlacementDecision | None:
+        """A policy with a fleet-level search (``ours-rollout``) decides here when one GPU model (in one
+        pool) can host the request; ``None`` leaves the decision to the ranks."""
+        search = getattr(self.policy, "search", None)
+        if search is None or len(groups) != 1:
+            return None
+        _pool, geom, i, group = groups[0]
+        found = search(
+            geom,
+            i,
+            mix,
+            {key: len(bucket.members) for key, bucket in group.items()},
+            lambda q: self._rank_table(geom, q),
+            lambda key: group[key].first(),
+            self.churn,
+        )
+        if found is None:
+            return None
+        key, option = found
+        slot = self._slots[group[key].first()]
+        node = self._nodes[slot.node].name
+        choice = SlotChoice(node, slot.index, request.profile, option.start, option.reuse)
+        ranked = self._rank(geom, key, i, mix)
+        return PlacementDecision(node, (choice,), self.policy.name, ranked[0] if ranked is not None else ())
 
     def _choose_many(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # Several instances on one node: simulate the policy's choices node by node and keep the node
@@ -308,6 +347,7 @@ class PlacementEngine:
             rest.append(code | 1)
         slot.owners.pop(start, None)
         self._move(slot, tuple(sorted(rest)))
+        self._released += 1
 
     def set_idle(self, node: str, gpu_index: int, start: int, idle: bool = True) -> None:
         slot = self._slots[self._slot_index[(node, gpu_index)]]

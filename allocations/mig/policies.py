@@ -23,15 +23,19 @@ can cache them per layout and the cost of a decision does not grow with the numb
   placement would strand more than ``HOLD`` compute slices in expectation is held (the engine answers
   ``None``) unless the request is forced (it waited long enough). Opt-in: the default engine policy
   serves whatever fits.
+* ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
+  fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Protocol
 
+from . import rollout
+from .demand import DemandMix
 from .hami import HamiContiguity
 from .layout import Geometry, LayoutKey, Option
 from .scheduler import driver_order
@@ -247,9 +251,12 @@ class FragmentationAware:
         """The ways to host the instance this policy chooses among: all of them."""
         return geom.options(key, i)
 
-    def _expected_stranded(self, geom: Geometry, key: LayoutKey, weights: tuple[float, ...]) -> float:
+    def expected_stranded(self, geom: Geometry, key: LayoutKey, weights: tuple[float, ...]) -> float:
+        """Free compute of the layout minus its :func:`expected_fill` under the mix."""
         free = geom.model.compute_slices - geom.info(key).allocated_compute
         return free - expected_fill(geom, key, weights, self.persistence)
+
+    _expected_stranded = expected_stranded
 
 
 class FragmentationAwareFirstSlot(FragmentationAware):
@@ -293,6 +300,31 @@ class HoldingFragmentationAware(FragmentationAware):
         return (1.0 if round(change, 9) > self.HOLD else 0.0, *rank), chosen
 
 
+class RolloutFragmentationAware(FragmentationAware):
+    """``ours-rollout``: ``ours``, except near the end of a fill, where a small search picks the placement:
+    Monte-Carlo rollouts of future arrivals from the learnt mix, served by ``ours`` on the fleet's layouts
+    (:mod:`.rollout`). It never holds a request that fits.
+
+    The engine calls :meth:`search` with the pool's layouts when one GPU model can host the request; an
+    answer of ``None`` (search off: fleet far from full, allocations ending, one candidate) leaves
+    ``ours``' choice.
+    """
+
+    name = "ours-rollout"
+
+    def search(
+        self,
+        geom: Geometry,
+        i: int,
+        mix: DemandMix,
+        counts: Mapping[LayoutKey, int],
+        ranks: Callable[[int], dict[LayoutKey, tuple[Rank, Option] | None]],
+        order: Callable[[LayoutKey], int],
+        churn: float = 0.0,
+    ) -> tuple[LayoutKey, Option] | None:
+        return rollout.search(self, geom, i, mix, counts, ranks, order, churn)
+
+
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -302,6 +334,7 @@ POLICIES: dict[str, Policy] = {
         FragmentationAwareFirstSlot(),
         HamiContiguity(),
         HoldingFragmentationAware(),
+        RolloutFragmentationAware(),
     )
 }
 

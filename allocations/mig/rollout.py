@@ -1,0 +1,171 @@
+"""Monte-Carlo rollouts over the learnt mix: where one more instance goes when the end of the fill is near.
+
+``ours`` ranks each GPU layout on its own (expected stranded compute under the mix). Near the end of a
+fill the GPUs compete for the same few requests, which a per-GPU rank cannot see. Here each distinct
+candidate placement (GPUs deduplicated by layout, every legal slot) is tried on the fleet's multiset of
+layouts, then ``SEQUENCES`` sequences of future arrivals drawn from the mix are served by ``ours`` itself
+on that multiset; the candidate that serves the most compute on average wins, but replaces ``ours``'
+favourite only by more than ``MARGIN`` slices (a smaller edge is as likely the sequences' as the mix's).
+Every candidate sees the same sequences (common random numbers), so the comparison is not drowned by
+the sequences' own spread, and a decision is deterministic.
+
+The search only runs when it can matter (:func:`search` returns ``None`` otherwise and the engine takes
+``ours``' answer):
+
+* the fleet's free compute is within ``HORIZON`` arrivals of demand (earlier, every candidate serves the
+  whole horizon and the rollouts cannot tell them apart);
+* at least two candidates differ;
+* allocations are not ending at more than ``CHURN`` per request lately: the rollouts simulate arrivals
+  only (a fill, a burst). Rollouts that also released random allocations at the observed rate did not
+  pay on the departures' tuning draws (heavy-tailed lifetimes: one pod can pin a bad choice for hours).
+
+The mix is not taken as exact: each sequence first draws its own mix from a Dirichlet distribution
+around the learnt counts plus ``PSEUDO`` requests of the default prior, so a mix known from few requests
+spreads the futures the search averages over. (Rollouts over the learner's published mix as if exact did
+worse than ``ours`` on a young pool in the family's tuning draws; waiting until the counts outweighed the
+prior helped only pools with a past.) A fixed :class:`DemandMix` without prior is taken as exact.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from .demand import DemandMix, default_shares
+from .layout import Geometry, LayoutKey, Option
+
+if TYPE_CHECKING:
+    from .policies import FragmentationAware, Rank
+
+#: Future arrival sequences per candidate.
+SEQUENCES = 32
+#: Arrivals per sequence at most; the search waits until the fleet's free compute is about this many arrivals.
+HORIZON = 250
+#: Candidates (best by ``ours``' rank of the option) that get rollouts.
+CANDIDATES = 30
+#: Offered compute in a rollout as a multiple of the fleet's free compute (the family offers 130 %).
+LOAD = 1.3
+#: Bound on the work of one decision (candidates x sequences x arrivals x distinct layouts): a large fleet
+#: with many layouts gets fewer candidates and sequences rather than a slow decision.
+WORK = 200_000
+SEED = 14
+#: Releases per request above which the search stays off: its rollouts know no departures.
+CHURN = 0.1
+#: Pseudo-requests of the default prior added to the learnt counts when drawing each sequence's mix.
+PSEUDO = 6.0
+#: Compute slices (mean over the sequences) a candidate must serve beyond ``ours``' favourite to replace it.
+MARGIN = 0.25
+
+RankTable = dict[LayoutKey, "tuple[Rank, Option] | None"]
+
+
+def option_rank(
+    policy: FragmentationAware, geom: Geometry, key: LayoutKey, o: Option, weights: tuple[float, ...]
+) -> Rank:
+    """``ours``' rank of one particular option (``ours`` itself only ranks the best option of a layout)."""
+    change = policy.expected_stranded(geom, o.after, weights) - policy.expected_stranded(geom, key, weights)
+    opens = 0.0 if geom.info(key).allocated_instances else 1.0
+    left = geom.model.compute_slices - geom.info(o.after).allocated_compute
+    return round(change + policy.open_cost * opens + policy.TIGHTNESS * left, 9), opens, 0.0 if o.reuse else 1.0
+
+
+def search(
+    policy: FragmentationAware,
+    geom: Geometry,
+    i: int,
+    mix: DemandMix,
+    counts: Mapping[LayoutKey, int],
+    ranks: Callable[[int], RankTable],
+    order: Callable[[LayoutKey], int],
+    churn: float = 0.0,
+) -> tuple[LayoutKey, Option] | None:
+    """The layout (any GPU with it) and the option for one more instance of profile ``i``, or ``None`` when
+    the search does not apply (then ``ours``' own choice stands).
+
+    ``counts``: GPUs per layout; ``ranks(q)``: the engine's cache of ``policy``'s ranks for profile ``q``;
+    ``order(key)``: the device order of the first GPU with that layout (the tie-break after the rank);
+    ``churn``: allocations released per request lately.
+    """
+    if churn > CHURN:
+        return None
+    weights = mix.weights(geom.model)
+    mean_compute = sum(w * c for w, c in zip(weights, geom.compute, strict=True))
+    free = sum(n * (geom.model.compute_slices - geom.info(k).allocated_compute) for k, n in counts.items())
+    arrivals = math.ceil(LOAD * free / mean_compute) if mean_compute else 0
+    if not 0 < arrivals <= HORIZON:
+        return None
+    options = [(key, o) for key in counts for o in geom.options(key, i)]
+    candidates = sorted(
+        ((option_rank(policy, geom, key, o, weights), order(key), key, o) for key, o in options),
+        key=lambda c: (c[0], c[1]),
+    )
+    per_candidate = arrivals * len(counts)
+    n_cand = max(2, min(CANDIDATES, WORK // (SEQUENCES * per_candidate)))
+    candidates = candidates[:n_cand]
+    if len(candidates) < 2:
+        return None
+    sequences = max(4, min(SEQUENCES, WORK // (n_cand * per_candidate)))
+    futures = _futures(geom, mix, arrivals, sequences)
+    served = []
+    for _, _, key, o in candidates:
+        total = 0
+        for seq in futures:
+            state = dict(counts)
+            _move(state, key, o.after)
+            total += _serve(policy, geom, state, seq, weights, ranks)
+        served.append(total / len(futures))
+    # Candidates are in rank order: ``ours``' favourite is first and keeps the decision unless another
+    # serves MARGIN compute slices more on average (a smaller edge is as likely the sample's as the mix's).
+    k = max(range(len(served)), key=lambda n: (served[n] - (0.0 if n == 0 else MARGIN), -n))
+    return candidates[k][2], candidates[k][3]
+
+
+def _futures(geom: Geometry, mix: DemandMix, arrivals: int, sequences: int) -> list[list[int]]:
+    """Arrival sequences (profile indexes), each from its own mix drawn around the learnt one."""
+    rng = random.Random(SEED)  # noqa: S311 - a simulation, and a fixed seed keeps decisions reproducible
+    profiles = range(len(geom.profiles))
+    if mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): taken as exact
+        return [rng.choices(profiles, mix.weights(geom.model), k=arrivals) for _ in range(sequences)]
+    prior = default_shares(geom.model)
+    alpha = [mix.counts.get(p.name, 0.0) + PSEUDO * prior[p.name] for p in geom.model.profiles]
+    out = []
+    for _ in range(sequences):
+        draw = [rng.gammavariate(a, 1.0) if a > 0 else 0.0 for a in alpha]
+        out.append(rng.choices(profiles, draw if sum(draw) > 0 else alpha, k=arrivals))
+    return out
+
+
+def _move(state: dict[LayoutKey, int], old: LayoutKey, new: LayoutKey) -> None:
+    state[old] -= 1
+    if not state[old]:
+        del state[old]
+    state[new] = state.get(new, 0) + 1
+
+
+def _serve(
+    policy: FragmentationAware,
+    geom: Geometry,
+    state: dict[LayoutKey, int],
+    seq: list[int],
+    weights: tuple[float, ...],
+    ranks: Callable[[int], RankTable],
+) -> int:
+    """Compute slices ``policy`` serves from ``seq`` on the multiset ``state`` (changed in place)."""
+    served = 0
+    for q in seq:
+        table = ranks(q)
+        best_rank: Rank | None = None
+        best: tuple[LayoutKey, Option] | None = None
+        for key in state:
+            try:
+                r = table[key]
+            except KeyError:
+                r = table[key] = policy.rank(geom, key, q, weights)
+            if r is not None and (best_rank is None or r[0] < best_rank):
+                best_rank, best = r[0], (key, r[1])
+        if best is not None:
+            served += geom.compute[q]
+            _move(state, best[0], best[1].after)
+    return served

@@ -165,6 +165,14 @@ def test_only_admins_and_managers_of_a_tenant_with_quota_there_may_ask(world: Wo
         ("quota", {"tenant": "²"}, {"tenant": ["No tenant '²' that you manage."]}),
         ("quota", {"tenant": "team-a", "factor": 2, "compute": 3}, {"factor": ["Give a factor or new limits, "]}),
         ("quota", {"tenant": "team-a", "factor": 0}, {"factor": ["The factor must be above 0 and at most 100."]}),
+        # an empty optional number is no number (the schema's word), not the default
+        ("add-gpus", {"count": 1, "gpus_per_node": ""}, {"gpus_per_node": ["A valid integer is required."]}),
+        ("quota", {"tenant": "team-a", "factor": ""}, {"factor": ["A valid number is required."]}),
+        (
+            "quota",
+            {"tenant": "team-a", "compute": "", "memory": ""},
+            {"compute": ["A valid integer is required."], "memory": ["A valid integer is required."]},
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(world: World, path: str, params: dict[str, Any], errors: dict[str, Any]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import django_filters
 
 from allocations.models import Allocation, LeaseExtension, Quota, QuotaChangeRequest
-from tenants.api.filters import UtcIsoDateTimeFilter, tenant_filter
+from tenants.api.filters import IdFilter, UtcIsoDateTimeFilter, tenant_filter
 from tenants.models import AuditEvent
 
 
@@ -51,7 +51,7 @@ class AuditEventFilter(django_filters.FilterSet):
 
 class LeaseExtensionFilter(django_filters.FilterSet):
     # A number, not a choice of allocations: an id of another tenant's allocation answers like a missing one.
-    allocation = django_filters.NumberFilter(field_name="allocation_id")
+    allocation = IdFilter(field_name="allocation_id")
     status = django_filters.MultipleChoiceFilter(choices=LeaseExtension.Status.choices)
 
     class Meta:

@@ -24,6 +24,12 @@ from allocations.planning import answers
 from tenants.permissions import TokenScopeAllows
 
 
+def _query(request: Request) -> dict[str, str]:
+    """The query string as a plain dict: given a QueryDict, DRF reads an empty optional field (?gpus_per_node=)
+    as left out and answers with the default, where the schema calls the query invalid (a 400)."""
+    return request.query_params.dict()
+
+
 class AddGpusQuerySerializer(serializers.Serializer[Any]):
     count = serializers.IntegerField(min_value=1, max_value=answers.MAX_ADD_GPUS, help_text="GPUs to add.")
     model = serializers.CharField(
@@ -156,7 +162,7 @@ class WhatIfViewSet(viewsets.GenericViewSet[NodePool]):
     def add_gpus(self, request: Request, pk: str | None = None) -> Response:
         """If the pool gets N more GPUs: capacity and the queued and refused demand served, before and after."""
         pool = self._pool()
-        query = AddGpusQuerySerializer(data=request.query_params)
+        query = AddGpusQuerySerializer(data=_query(request))
         query.is_valid(raise_exception=True)
         v = query.validated_data
         found = answers.add_gpus(
@@ -169,7 +175,7 @@ class WhatIfViewSet(viewsets.GenericViewSet[NodePool]):
     def quota(self, request: Request, pk: str | None = None) -> Response:
         """If a tenant's quota doubles (or is set to new limits): its room, its waiting requests, the others'."""
         pool = self._pool()
-        query = QuotaQuerySerializer(data=request.query_params)
+        query = QuotaQuerySerializer(data=_query(request))
         query.is_valid(raise_exception=True)
         v = query.validated_data
         tenant, found = answers.quota(

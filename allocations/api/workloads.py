@@ -84,8 +84,9 @@ class WorkloadViewSet(viewsets.GenericViewSet[Allocation]):
     @action(detail=True, methods=["get"])
     def manifests(self, request: Request, pk: str | None = None) -> Response:
         allocation = self.get_object()
-        # The query's shape first, so malformed input is a 400 whatever the request's state.
-        ManifestQuerySerializer(data=request.query_params).is_valid(raise_exception=True)
+        # The query's shape first, so malformed input is a 400 whatever the request's state. A plain dict: given a
+        # QueryDict, DRF reads an empty optional field (?share=, ?name=) as left out, which the schema calls invalid.
+        ManifestQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         target = claim_target(allocation)
         try:
             options = parse_options(dict(request.query_params.items()), target)

@@ -37,6 +37,7 @@ def _tenant_or_404(request: HttpRequest, tenant_id: int) -> Tenant:
 
 
 def _page(request: HttpRequest, tenant: Tenant, form: AssignNamespaceForm | None = None) -> HttpResponse:
+    """The page; with the bound form of a refused POST it is a 400, as every form of the portal answers bad input."""
     user = signed_in_user(request)
     return render(
         request,
@@ -47,6 +48,7 @@ def _page(request: HttpRequest, tenant: Tenant, form: AssignNamespaceForm | None
             "may_change": user.is_staff,
             "form": (form or AssignNamespaceForm()) if user.is_staff else None,
         },
+        status=400 if form is not None and form.errors else 200,
     )
 
 

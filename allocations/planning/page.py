@@ -75,4 +75,7 @@ def pool_what_if(request: HttpRequest, pool_id: int) -> HttpResponse:
             context["mix_answer"] = answers.mix(pool=pool)
     except InvalidInput as exc:
         _show_errors(add_form if question == "add-gpus" else quota_form, exc)
-    return render(request, "allocations/manage_what_if.html", context)
+    # The asked question's form with field errors is a 400, as every form of the portal answers bad input.
+    asked = {"add-gpus": add_form, "quota": quota_form}.get(question)
+    status = 400 if asked is not None and asked.errors else 200
+    return render(request, "allocations/manage_what_if.html", context, status=status)

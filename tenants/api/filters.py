@@ -115,8 +115,18 @@ class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
+class IdFilter(django_filters.NumberFilter):
+    """An id as a plain number, held within MAX_ID either way: a larger one matches nothing on PostgreSQL, and
+    SQLite's driver cannot bind it at all (an OverflowError, answered as a 500)."""
+
+    def filter(self, qs: Any, value: Any) -> Any:
+        if value is not None:
+            value = max(-MAX_ID, min(value, MAX_ID))
+        return super().filter(qs, value)
+
+
 def tenant_filter() -> Any:
-    return django_filters.NumberFilter(field_name="tenant_id", help_text="A tenant's id.")
+    return IdFilter(field_name="tenant_id", help_text="A tenant's id.")
 
 
 class MembershipFilter(django_filters.FilterSet):

@@ -57,6 +57,9 @@ def test_manifests_of_an_active_request_reference_its_claim_in_its_namespace(wor
         ({"kind": "pod", "name": "UPPER"}, "name"),
         ({"kind": "vllm", "args": "'open"}, "args"),
         ({"kind": "pod", "share": "1"}, "share"),
+        # an empty share or name is no share or name, not "left out" (the schema's minimum length is 1)
+        ({"kind": "pod", "share": ""}, "share"),
+        ({"kind": "pod", "name": ""}, "name"),
     ],
 )
 def test_bad_manifest_parameters_are_400_with_the_field(world: World, params, field):

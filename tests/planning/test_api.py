@@ -165,6 +165,14 @@ def test_only_admins_and_managers_of_a_tenant_with_quota_there_may_ask(world: Wo
         ("quota", {"tenant": "²"}, {"tenant": ["No tenant '²' that you manage."]}),
         ("quota", {"tenant": "team-a", "factor": 2, "compute": 3}, {"factor": ["Give a factor or new limits, "]}),
         ("quota", {"tenant": "team-a", "factor": 0}, {"factor": ["The factor must be above 0 and at most 100."]}),
+        # an empty optional number is no number (the schema's word), not the default
+        ("add-gpus", {"count": 1, "gpus_per_node": ""}, {"gpus_per_node": ["A valid integer is required."]}),
+        ("quota", {"tenant": "team-a", "factor": ""}, {"factor": ["A valid number is required."]}),
+        (
+            "quota",
+            {"tenant": "team-a", "compute": "", "memory": ""},
+            {"compute": ["A valid integer is required."], "memory": ["A valid integer is required."]},
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(world: World, path: str, params: dict[str, Any], errors: dict[str, Any]):
@@ -204,8 +212,13 @@ def test_the_page_answers_each_question_and_shows_bad_input_on_the_form(world: W
     assert f"1 × {H100} on 1 new node: whole GPUs free 0 &rarr; 1" in added
     assert "Queued requests served now: 0 of 1 &rarr; 1 of 1" in added
     unknown = root.get(url, {"q": "add-gpus", "count": 1, "model": "NVIDIA Z9", "gpus_per_node": 8})
-    assert unknown.status_code == 200
+    # bad input is a field error on the page, answered 400 like every form of the portal
+    assert unknown.status_code == 400
     assert "no GPU model &#x27;NVIDIA Z9&#x27; in the MIG catalog" in unknown.content.decode()
+    no_count = root.get(url, {"q": "add-gpus", "count": "", "model": "", "gpus_per_node": 8})
+    assert no_count.status_code == 400 and list(no_count.context["add_form"].errors) == ["count"]
+    no_tenant = root.get(url, {"q": "quota", "tenant": "", "factor": "2"})
+    assert no_tenant.status_code == 400 and "tenant" in no_tenant.context["quota_form"].errors
     quota = root.get(url, {"q": "quota", "tenant": world.tenant_a.pk, "factor": "", "compute": "", "memory": ""})
     assert "Team A: 14 compute slices / 16 memory slots &rarr; 28 / 32." in quota.content.decode()
     mix = root.get(url, {"q": "mix"}).content.decode()

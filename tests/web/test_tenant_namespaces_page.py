@@ -1,6 +1,6 @@
 """A tenant's namespaces page, /tenants/<id>/namespaces/ (issue 17): platform admins list, assign and remove (refused
 with the reason while a live request's claims are there); the tenant's managers and members read it; another
-tenant's members get a 404. Bad input is a field error on the page, never a 500."""
+tenant's members get a 404. Bad input is a field error on the page (400), never a 500."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_bad_and_taken_names_are_field_errors_on_the_page(world: World) -> None:
         ("", "This field is required."),
     ]:
         response = root.post(url(world), {"name": name})
-        assert response.status_code == 200, name
+        assert response.status_code == 400, name
         assert list(response.context["form"].errors) == ["name"], name
         assert message in response.content.decode(), name
     assert list(TenantNamespace.objects.values_list("name", flat=True)) == ["b-only"]

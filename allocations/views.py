@@ -543,7 +543,8 @@ def _pools_page(
     }
     if selector_form is not None:
         forms[selector_form[0]] = selector_form[1]
-    # Field errors come back on the page with 200, as every form of the portal does; the API answers 400.
+    # Field errors come back on the page with 200, as on the other older pages (the newer ones answer 400); the
+    # API answers 400.
     return render(
         request,
         "allocations/manage_pools.html",

@@ -75,7 +75,8 @@ def pool_what_if(request: HttpRequest, pool_id: int) -> HttpResponse:
             context["mix_answer"] = answers.mix(pool=pool)
     except InvalidInput as exc:
         _show_errors(add_form if question == "add-gpus" else quota_form, exc)
-    # The asked question's form with field errors is a 400, as every form of the portal answers bad input.
+    # The asked question's form with field errors is a 400, as on the cohorts, namespaces and SSO pages (the older
+    # pages answer their field errors with 200).
     asked = {"add-gpus": add_form, "quota": quota_form}.get(question)
     status = 400 if asked is not None and asked.errors else 200
     return render(request, "allocations/manage_what_if.html", context, status=status)

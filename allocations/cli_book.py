@@ -100,9 +100,7 @@ def cmd_book_cancel(args: argparse.Namespace, out: cli.Output) -> int:
 def cmd_book_asks(args: argparse.Namespace, out: cli.Output) -> int:
     """Longer leases that ask to use your bookings' room (and those your tenants' leases asked)."""
     api = cli.client(args)
-    results = api.get_all("/extension-consents/")
-    if args.status:
-        results = [c for c in results if c["status"] == args.status]
+    results = api.get_all("/extension-consents/", [("status", args.status)] if args.status else ())
 
     def human() -> str:
         if not results:

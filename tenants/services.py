@@ -99,6 +99,12 @@ def credential_namespaces() -> set[str]:
     return (names | {settings.FATIA_DRA_PLUGIN_NAMESPACE, settings.FATIA_MIG_MANAGER_NAMESPACE}) - {""}
 
 
+def holds_credentials(namespace: str) -> bool:
+    """No tenant may own it: Kubernetes' own (kube-system holds the control plane's service accounts) or one that
+    credential_namespaces names. Refused on assignment; the cluster check flags one assigned before."""
+    return namespace.startswith("kube-") or namespace in credential_namespaces()
+
+
 @transaction.atomic
 def create_tenant(
     *,

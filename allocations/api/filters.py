@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import django_filters
 
-from allocations.models import Allocation, LeaseExtension, Quota, QuotaChangeRequest
+from allocations.models import Allocation, ExtensionConsent, LeaseExtension, Quota, QuotaChangeRequest
 from tenants.api.filters import IdFilter, UtcIsoDateTimeFilter, tenant_filter
 from tenants.models import AuditEvent
 
@@ -57,3 +57,20 @@ class LeaseExtensionFilter(django_filters.FilterSet):
     class Meta:
         model = LeaseExtension
         fields = ["allocation", "status"]
+
+
+class ExtensionConsentFilter(django_filters.FilterSet):
+    # `fatia book asks --status` asks the portal for one status rather than fetching every page to drop rows. The
+    # message names the choices (Django's says only "not one of the available choices").
+    status = django_filters.MultipleChoiceFilter(
+        choices=ExtensionConsent.Status.choices,
+        error_messages={
+            "invalid_choice": "Unknown status '%(value)s': choose one of "
+            + ", ".join(ExtensionConsent.Status.values)
+            + "."
+        },
+    )
+
+    class Meta:
+        model = ExtensionConsent
+        fields = ["status"]

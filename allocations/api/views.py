@@ -22,6 +22,7 @@ from allocations.api import serializers as s
 from allocations.api.filters import (
     AllocationFilter,
     AuditEventFilter,
+    ExtensionConsentFilter,
     LeaseExtensionFilter,
     QuotaChangeFilter,
     QuotaFilter,
@@ -435,6 +436,7 @@ class ExtensionConsentViewSet(
     requester or its tenant's managers agree or refuse. Members of either tenant can read them."""
 
     serializer_class = s.ExtensionConsentSerializer
+    filterset_class = ExtensionConsentFilter
 
     def get_queryset(self) -> QuerySet[ExtensionConsent]:
         return (

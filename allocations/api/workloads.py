@@ -17,6 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from allocations.advisor.estimate import MODES, PRECISIONS
 from allocations.advisor.pools import advice_payload
 from allocations.models import Allocation, NodePool
 from allocations.workloads.attach import AttachError, attach_claims
@@ -129,10 +130,10 @@ class WorkloadViewSet(viewsets.GenericViewSet[Allocation]):
 class AdviceQuerySerializer(serializers.Serializer[Any]):
     model = serializers.CharField(required=False, help_text="A known model, e.g. llama-3.1-8b.")
     params_b = serializers.FloatField(required=False, help_text="Parameters in billions (for an unknown model).")
-    precision = serializers.ChoiceField(choices=["fp32", "bf16", "fp8", "int8", "int4"], required=False)
+    precision = serializers.ChoiceField(choices=PRECISIONS, required=False)
     context_length = serializers.IntegerField(required=False, help_text="Tokens per sequence (default 4096).")
     sequences = serializers.IntegerField(required=False, help_text="Concurrent sequences or batch size (default 1).")
-    mode = serializers.ChoiceField(choices=["serve", "full", "lora"], required=False)
+    mode = serializers.ChoiceField(choices=MODES, required=False)
     pool = serializers.IntegerField(required=False, help_text="Only this pool.")
 
 
@@ -167,4 +168,8 @@ class AdviceViewSet(viewsets.GenericViewSet[NodePool]):
 
     @extend_schema(parameters=[AdviceQuerySerializer], responses={200: AdviceSerializer})
     def list(self, request: Request) -> Response:
-        return Response(advice_payload(dict(request.query_params.items())))
+        # The query's shape first (a plain dict: given a QueryDict, DRF reads an empty optional field such as ?pool=
+        # as left out, and the advice answered for every pool); the advisor then checks what the shape cannot.
+        query = request.query_params.dict()
+        AdviceQuerySerializer(data=query).is_valid(raise_exception=True)
+        return Response(advice_payload(query))

@@ -7,8 +7,8 @@ FAIL means the portal cannot work as it is (no API, no resource.k8s.io/v1, no MI
 with MIG devices, a verb it needs refused, a MIG layout without counters, a holder image the kubelet refuses).
 WARN means it works, but less than it should: a GPU node the portal cannot use, a verb granted that it does
 not need, a tenant namespace without the Pod Security level or its RoleBindings, a namespace that left its tenant
-with the portal's bindings, a stray claim, a holder image that only works by luck. The tenant-namespaces check
-also reads the database (the namespaces tenants own, the live requests).
+with the portal's bindings, a system namespace a tenant owns, a stray claim, a holder image that only works by
+luck. The tenant-namespaces check also reads the database (the namespaces tenants own, the live requests).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from allocations.cluster.permissions import (
 from allocations.cluster.reconcile import CLAIM_WANTED
 from allocations.models import Allocation
 from tenants.models import TenantNamespace
+from tenants.services import holds_credentials
 
 # resource.k8s.io/v1 went GA, served by default, in Kubernetes 1.34.
 MIN_MINOR = 34
@@ -671,7 +672,8 @@ def _tenant_namespaces_from_the_database() -> CheckResult:
 def check_tenant_namespaces() -> CheckResult:
     """The namespaces the portal manages (those it made and those tenants own, issue 17) as the cluster has them:
     each with its RoleBindings and tenant label; no namespace that left its tenant still holding the portal's
-    bindings; no claim of the portal's there that no request wants (reconcile deletes those on its next pass)."""
+    bindings; no claim of the portal's there that no request wants (reconcile deletes those on its next pass); no
+    system namespace (kube-*, where credentials are) owned by a tenant."""
     title = "Tenant namespaces"
     prefix = settings.FATIA_KUBE_NAMESPACE_PREFIX
     owned = dict(TenantNamespace.objects.values_list("name", "tenant__slug"))
@@ -688,6 +690,9 @@ def check_tenant_namespaces() -> CheckResult:
     for name in sorted(n for n in labelled if n.startswith(prefix)):
         if missing := sorted(MEMBER_BINDINGS - bound[name]):
             unbound.append(f"{name} (portal-made): no RoleBinding {', '.join(missing)}")
+    # Owned since before assign_namespace refused such names: the tenant's members may run pods there as the
+    # service accounts of the control plane, the portal, the agent or NVIDIA's drivers.
+    system = [f"{name} ({slug})" for name, slug in sorted(owned.items()) if holds_credentials(name)]
     left = sorted(ns for ns in bound if not ns.startswith(prefix) and ns not in owned)
     managed = {n for n in labelled if n.startswith(prefix)} | set(owned)
     claims = [c for c in kube.list_portal_claims() if c.namespace in managed]
@@ -711,6 +716,10 @@ def check_tenant_namespaces() -> CheckResult:
         details.append(f"Left their tenant with the portal's bindings still there: {listed(still)}.")
     if orphans:
         details.append(f"Claims of the portal's that no request wants: {listed(orphans)}.")
+    if system:
+        details.append(
+            f"System namespaces a tenant owns (its members may run pods as their accounts): {listed(system)}."
+        )
     found = (
         f"{plural(len(managed), 'namespace')} managed ({plural(len(owned), 'owned by a tenant', 'owned by tenants')})"
     )
@@ -723,7 +732,9 @@ def check_tenant_namespaces() -> CheckResult:
         title,
         Level.WARN,
         f"{found}: {plural(len(unbound), 'without its bindings', 'without their bindings')}, "
-        f"{len(left)} left with bindings, {plural(len(orphans), 'stray claim')}.",
+        f"{len(left)} left with bindings, {plural(len(orphans), 'stray claim')}"
+        + (f", {plural(len(system), 'system namespace')} owned by a tenant." if system else "."),
+        "System namespaces: remove each from its tenant on its namespaces page (new ones are refused). "
         "Missing bindings: assign a tenant's own namespace again on its namespaces page (that applies them again), "
         "or set a quota for a portal-made one's tenant again (onboarding). Left with bindings: kubectl delete "
         "rolebinding fatia-portal fatia-member fatia-member-workloads -n NAMESPACE. Stray claims: the reconcile "

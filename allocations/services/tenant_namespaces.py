@@ -18,7 +18,7 @@ from allocations.models import Allocation, tenant_namespace
 from allocations.services.outbox import enqueue_task
 from tenants.errors import DomainError, InvalidInput, NotAllowed
 from tenants.models import Tenant, TenantNamespace, namespace_name_validator
-from tenants.services import credential_namespaces, record_audit_event
+from tenants.services import holds_credentials, record_audit_event
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -53,8 +53,7 @@ def _checked_name(name: str) -> str:
     if name.startswith(settings.FATIA_KUBE_NAMESPACE_PREFIX):
         # Portal-made namespaces are derived from tenant slugs; another tenant's could collide with this one.
         raise InvalidInput({"name": [f"Names starting {settings.FATIA_KUBE_NAMESPACE_PREFIX!r} are the portal's own."]})
-    # Kubernetes' own (kube-system holds the control plane's service accounts), and those credential_namespaces names.
-    if name.startswith("kube-") or name in credential_namespaces():
+    if holds_credentials(name):
         raise InvalidInput({"name": [f"{name} holds the cluster's or the portal's credentials; no tenant may own it."]})
     return name
 

@@ -218,6 +218,10 @@ def test_advice_for_a_model_too_big_for_any_slice_says_so(world: World):
         ({"params_b": "8", "sequences": "1.5"}, "sequences"),
         ({"params_b": "8", "pool": "999999"}, "pool"),
         ({"params_b": "8", "pool": "x"}, "pool"),
+        ({"params_b": "8", "pool": ""}, "pool"),
+        ({"model": "", "params_b": "8"}, "model"),
+        ({"params_b": "8", "precision": ""}, "precision"),
+        ({"params_b": "8", "context_length": ""}, "context_length"),
     ],
 )
 def test_bad_advice_questions_are_400_with_the_field(world: World, params, field):

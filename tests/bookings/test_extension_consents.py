@@ -140,6 +140,26 @@ def test_the_api_asks_lists_and_answers(world: World):
     assert alice.get(f"/api/v1/allocations/{lease.pk}/").json()["lease_hours"] == 4
 
 
+def test_the_api_lists_the_questions_of_one_status(world: World):
+    extension, _, _ = asked_extension(world)
+    consent = ExtensionConsent.objects.get(extension=extension)
+    charlie = world.client(world.charlie)
+
+    def ids(*statuses: str) -> list[int]:
+        return [r["id"] for r in charlie.get("/api/v1/extension-consents/", {"status": statuses}).json()["results"]]
+
+    assert (ids("pending"), ids("agreed")) == ([consent.pk], [])
+    extension_consents.agree_to_extension(consent_id=consent.pk, actor=world.charlie)
+    assert (ids("pending"), ids("agreed"), ids("agreed", "refused")) == ([], [consent.pk], [consent.pk])
+
+
+@pytest.mark.parametrize("status", ["approved", ""])
+def test_an_unknown_status_is_a_400_naming_the_choices(world: World, status: str):
+    response = world.client(world.charlie).get("/api/v1/extension-consents/", {"status": status})
+    assert response.status_code == 400, response.content
+    assert "choose one of pending, agreed, refused, cancelled" in response.json()["errors"]["status"][0]
+
+
 def test_the_bookings_page_asks_the_owner_and_takes_the_answer(world: World, client):
     extension, lease_id, booking_id = asked_extension(world)
     consent = ExtensionConsent.objects.get()

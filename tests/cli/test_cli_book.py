@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.signals import request_started
 
 from allocations.cli import main
 from allocations.models import Booking
@@ -140,8 +141,19 @@ def test_a_lease_asks_the_bookings_owner_who_answers_from_the_cli(world: World, 
     asked = fatia(tokens.alice, "extend", str(lease.pk), "--hours", "2", "--ask-booking-owner")
     assert asked.code == 0, asked.err
     assert f"would use room booking #{booking.pk} holds: its owner is asked to agree" in asked.out
-    listed = fatia(tokens.charlie, "book", "asks", "--status", "pending")
+    queries: list[str] = []
+
+    def heard(sender: Any, environ: dict[str, str], **kwargs: Any) -> None:
+        if environ["PATH_INFO"] == "/api/v1/extension-consents/":
+            queries.append(environ.get("QUERY_STRING", ""))
+
+    request_started.connect(heard)
+    try:
+        listed = fatia(tokens.charlie, "book", "asks", "--status", "pending")
+    finally:
+        request_started.disconnect(heard)
     assert listed.code == 0
+    assert queries == ["status=pending"]  # the portal filters: the CLI does not fetch every page to drop rows
     question = listed.out.splitlines()[1].split()
     assert question[1:4] == ["pending", f"#{booking.pk}", f"#{lease.pk}"]
     no_reason = fatia(tokens.charlie, "book", "refuse", question[0])

@@ -27,6 +27,7 @@ from allocations.cluster.checks import (
 from allocations.cluster.fake_fleet import NVIDIA_DEVICE_CLASSES as FLEET_CLASSES
 from allocations.cluster.permissions import MEMBER_WORKLOAD_RULES, PORTAL_PERMISSIONS, required_verbs
 from allocations.services.tenant_namespaces import assign_namespace
+from tenants.models import TenantNamespace
 from tests.kube.fake_cluster import PORTAL, FakeCluster, node_slices
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "control-plane" / "portal-rbac.yaml"
@@ -527,3 +528,30 @@ def test_a_namespace_assigned_but_never_bound_says_so(world, monkeypatch):
     assert check.details == (
         "Bindings missing: ml-b (team-b): not labelled fatia.io/tenant=team-b; its bindings were never made.",
     )
+
+
+def test_a_system_namespace_a_tenant_owns_since_before_such_names_were_refused_warns(world, settings, monkeypatch):
+    # given: rows written before assign_namespace refused kube-* and the drivers' namespaces (it refuses them now)
+    settings.FATIA_MIG_MANAGER_NAMESPACE = "gpu-operator"
+    for tenant, name in ((world.tenant_b, "kube-system"), (world.tenant_a, "gpu-operator"), (world.tenant_a, "ml-a")):
+        TenantNamespace.objects.create(tenant=tenant, name=name, source=TenantNamespace.Source.ASSIGNED)
+    FakeCluster(
+        own_namespaces=[
+            kube.NamespaceLabels("kube-system", {kube.LABEL_TENANT: "team-b"}),
+            kube.NamespaceLabels("gpu-operator", {kube.LABEL_TENANT: "team-a"}),
+            kube.NamespaceLabels("ml-a", {kube.LABEL_TENANT: "team-a"}),
+        ],
+    ).install(monkeypatch)
+    # when
+    check = result(check_cluster(now=NOW), "tenant-namespaces")
+    # then: bound as any owned namespace, but named with its tenant
+    assert (check.level, check.found) == (
+        Level.WARN,
+        "3 namespaces managed (3 owned by tenants): 0 without their bindings, 0 left with bindings, 0 stray claims, "
+        "2 system namespaces owned by a tenant.",
+    )
+    assert check.details == (
+        "System namespaces a tenant owns (its members may run pods as their accounts): gpu-operator (team-a), "
+        "kube-system (team-b).",
+    )
+    assert check.action.startswith("System namespaces: remove each from its tenant")

@@ -332,22 +332,17 @@ def reject_lease_extension(*, extension_id: int, actor: User, reason: str) -> Le
         raise InvalidInput({"reason": ["Say why the extension is rejected."]})
     if extension.status != Status.PENDING:
         raise InvalidTransition(current=extension.status, target=Status.REJECTED)
-    _decide(extension, Status.REJECTED, actor, reason)
-    cancel_consents(extension_id=extension.pk)
-    record_audit_event(
-        actor=actor,
-        verb="reject_extension",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before={"lease_hours": allocation.lease_hours},
-        after={"hours": extension.hours, "extension": extension.pk, "reason": extension.decision_reason},
-    )
-    _tell_requester(allocation, extension, actor, "rejected")
+    _reject(allocation, extension, actor, reason, told="rejected")
     return extension
 
 
 def reject_for_booking(allocation: Allocation, extension: LeaseExtension, actor: User, reason: str) -> None:
     """PENDING -> REJECTED because a booking's owner refused (services/extension_consents.py); rows locked."""
+    _reject(allocation, extension, actor, reason, told="refused")
+
+
+def _reject(allocation: Allocation, extension: LeaseExtension, actor: User, reason: str, *, told: str) -> None:
+    """PENDING -> REJECTED, its consent questions called off, audited, the requester told; rows locked."""
     _decide(extension, Status.REJECTED, actor, reason)
     cancel_consents(extension_id=extension.pk)
     record_audit_event(
@@ -358,7 +353,7 @@ def reject_for_booking(allocation: Allocation, extension: LeaseExtension, actor:
         before={"lease_hours": allocation.lease_hours},
         after={"hours": extension.hours, "extension": extension.pk, "reason": extension.decision_reason},
     )
-    _tell_requester(allocation, extension, actor, "refused")
+    _tell_requester(allocation, extension, actor, told)
 
 
 def cancel_consents(*, extension_id: int) -> int:

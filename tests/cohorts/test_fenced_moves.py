@@ -18,7 +18,7 @@ from allocations.services.moves import advance_move_plan, step_move_plan
 from tenants.errors import InvalidInput
 from tests.cohorts.helpers import ask_c, lender_waits
 from tests.compaction.fake_kube import FakeKube, install
-from tests.compaction.test_kube_moves import on_cluster
+from tests.compaction.kube_world import on_cluster
 from tests.compaction.world import Small, small_pool, where
 from tests.conftest import World
 from tests.queue.helpers import H100, ask

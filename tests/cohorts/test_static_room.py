@@ -21,7 +21,7 @@ from allocations.services.lifecycle import finish_release
 from allocations.services.queue import admit_queued
 from tenants.models import Membership, Tenant
 from tests.compaction.fake_kube import FakeKube, install
-from tests.compaction.test_static_rescue import held_at, static_world
+from tests.compaction.kube_world import held_at, static_world
 from tests.compaction.world import Small, small_pool
 from tests.conftest import World
 from tests.factories import MembershipFactory, TenantFactory, UserFactory

@@ -23,11 +23,11 @@ from allocations.tasks import advance_move_plan_task
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent
 from tests.compaction.fake_kube import FakeKube, install
+from tests.compaction.kube_world import NODE, on_cluster
 from tests.compaction.world import Small, small_pool, where
 from tests.conftest import H100, World
 
 Step = SliceMove.Step
-NODE = "small-node-0"
 
 
 @pytest.fixture
@@ -44,19 +44,6 @@ def cluster(small: Small, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Fak
     fake = install(monkeypatch)
     fake.nodes = tuple(Node.objects.values_list("name", flat=True))  # every node is in the cluster
     return fake
-
-
-def on_cluster(fake: FakeKube, settings: Any, *allocations: Allocation) -> None:
-    """The Kubernetes backend, with each allocation's claim and holder pod applied and allocated where recorded."""
-    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
-    for allocation in allocations:
-        allocation = Allocation.objects.get(pk=allocation.pk)
-        [claim], pod = kube_sync.cluster_specs(allocation)
-        fake.apply_resource_claim(claim)
-        fake.apply_holder_pod(pod)
-        [placement] = allocation.placements.all()
-        fake.allocate(claim.namespace, claim.name, NODE, placement.device_name)
-    fake.calls.clear()
 
 
 def fragmented(small: Small, fake: FakeKube, settings: Any) -> tuple[Allocation, MovePlan, SliceMove]:

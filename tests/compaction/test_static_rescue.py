@@ -23,21 +23,13 @@ from allocations.services.moves import step_move_plan
 from allocations.services.reconfiguration import operations_of
 from tenants.errors import InvalidInput
 from tests.compaction.fake_kube import FakeKube, install
+from tests.compaction.kube_world import NODE, device, held_at, mig_uuid, static_world
 from tests.compaction.world import Small, small_pool, where
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db
 
 Step = SliceMove.Step
-NODE = "small-node-0"
-
-
-def device(gpu: int, start: int) -> str:
-    return f"gpu-{gpu}-mig-1g10gb-19-{start}"
-
-
-def mig_uuid(gpu: int, start: int) -> str:
-    return f"MIG-{gpu}-{start}"
 
 
 @pytest.fixture
@@ -54,29 +46,6 @@ def fake(small: Small, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     return cluster
 
 
-def static_world(small: Small, fake: FakeKube, settings: Any, mode: str, held: dict[tuple[int, int], bool]) -> None:
-    """Every GPU carved into seven 1g.10gb; at each (gpu, start) of `held`, an ACTIVE request of alice's (movable
-    or not) pinned there by uuid, its claim allocated; then the pool is static and the backend Kubernetes."""
-    made = [(small.active("1g.10gb", gpu=g, start=s, movable=m), g, s) for (g, s), m in held.items()]
-    NodePool.objects.filter(pk=small.pool.pk).update(mig_mode=mode)
-    for index in range(3):
-        Gpu.objects.filter(node__pool=small.pool, index=index).update(
-            static_instances=[
-                {"profile": "1g.10gb", "start": s, "size": 1, "uuid": mig_uuid(index, s), "device": device(index, s)}
-                for s in range(7)
-            ]
-        )
-    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
-    for allocation, g, s in made:
-        SlicePlacement.objects.filter(allocation=allocation).update(mig_uuid=mig_uuid(g, s))
-        allocation = Allocation.objects.get(pk=allocation.pk)
-        [claim], pod = kube_sync.cluster_specs(allocation)
-        fake.apply_resource_claim(claim)
-        fake.apply_holder_pod(pod)
-        fake.allocate(claim.namespace, claim.name, NODE, device(g, s))
-    fake.calls.clear()
-
-
 def approved(small: Small, profile: str) -> Allocation:
     allocation, _ = services.request_allocation(
         tenant_id=small.world.tenant_a.pk,
@@ -90,10 +59,6 @@ def approved(small: Small, profile: str) -> Allocation:
     if allocation.status == Allocation.Status.PENDING:
         services.approve_allocation(allocation_id=allocation.pk, actor=small.world.mallory)
     return Allocation.objects.get(pk=allocation.pk)
-
-
-def held_at(gpu: int, start: int) -> Allocation:
-    return Allocation.objects.get(placements__gpu__index=gpu, placements__start=start, status="active")
 
 
 def step(plan: MovePlan) -> bool:

@@ -81,6 +81,16 @@ class NodePool(models.Model):
     sharing_interval = models.CharField(
         max_length=8, choices=SharingInterval.choices, default=SharingInterval.DEFAULT, db_default="Default"
     )
+
+    class Admission(models.TextChoices):
+        # Whatever fits is placed (the engine's `ours`).
+        OFF = "off", "Off: place whatever fits"
+        # Issue 14 (allocations/admission/): a request whose every placement would strand room waits in the queue,
+        # at most `max_hold_minutes`, then is placed wherever it fits (the engine's `ours-hold`, forced).
+        HOLD = "hold", "Hold requests that would strand room"
+
+    admission = models.CharField(max_length=8, choices=Admission.choices, default=Admission.OFF, db_default="off")
+    max_hold_minutes = models.PositiveIntegerField(default=15, db_default=15)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -89,6 +99,11 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def holds_requests(self) -> bool:
+        """Admission is on (issue 14): a request that would strand room may wait (allocations/admission/)."""
+        return self.admission == self.Admission.HOLD
 
     @property
     def is_static(self) -> bool:
@@ -431,6 +446,9 @@ class Allocation(models.Model):
     # Kubernetes compaction (issue 14): how many times a move replaced its claim and holder pod. A move makes the
     # new claim before deleting the old one, so the two need different names: generation n > 0 adds "-m<n>".
     claim_generation = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # Admission (issue 14, allocations/admission/): held in the queue because every placement would strand room,
+    # until this time at the latest; then placed wherever it fits. Set when first held, kept until it starts.
+    held_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db.models import Sum
 
+from allocations.admission.policy import HOLD_POLICY, SCHEDULER_HOLD_POLICY
 from allocations.costs import gpu_model_for
 from allocations.mig import counters, scheduler
 from allocations.mig.catalog import GpuModel
@@ -22,6 +23,7 @@ from allocations.mig.demand import DemandMix
 from allocations.mig.engine import choose_placement
 from allocations.mig.figures import model_from_figures
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest
+from allocations.mig.policies import Policy
 from allocations.mig.layout import Geometry, LayoutKey, geometry
 from allocations.models import Allocation, ClaimedDevice, GpuFigures, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
@@ -36,6 +38,14 @@ POLICY = "ours"
 SCHEDULER_POLICY = "ours-first-slot"
 
 logger = logging.getLogger(__name__)
+
+
+def pool_policy(pool: NodePool, *, scheduler: bool = False) -> str | Policy:
+    """The policy placement uses in `pool`: the hold variant where the pool holds requests that would strand room
+    (issue 14, allocations/admission/; only a request planned with force=False may then be held)."""
+    if pool.holds_requests:
+        return SCHEDULER_HOLD_POLICY if scheduler else HOLD_POLICY
+    return SCHEDULER_POLICY if scheduler else POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,24 +206,35 @@ def recent_demand(pool: NodePool) -> DemandMix:
 
 
 def plan_slices(
-    *, pool: NodePool, profile: str, count: int, avoid: frozenset[tuple[str, int]] = frozenset()
+    *,
+    pool: NodePool,
+    profile: str,
+    count: int,
+    avoid: frozenset[tuple[str, int]] = frozenset(),
+    force: bool = True,
 ) -> list[PlannedSlice] | None:
     """Choose GPUs and slots for `count` slices of `profile` on one node of the pool, or None. `avoid`: GPUs
-    (node, index) not to use (room held for a lender, allocations/cohorts/fence.py)."""
+    (node, index) not to use (room held for a lender, allocations/cohorts/fence.py). `force=False` lets a pool
+    with admission hold the request (None although it fits: allocations/admission/hold.py tells which)."""
     layout = read_pool(pool)
     fleet = layout.fleet
     if avoid:
         fleet = Fleet(
             [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in avoid], n.pool) for n in fleet.nodes]
         )
-    decision = choose_placement(
-        fleet, PlacementRequest(profile=profile, count=count, pool=pool.slug), POLICY, recent_demand(pool)
-    )
+    request = PlacementRequest(profile=profile, count=count, pool=pool.slug, force=force)
+    decision = choose_placement(fleet, request, pool_policy(pool), recent_demand(pool))
     return None if decision is None else _planned(layout, profile, decision)
 
 
 def plan_slices_for_scheduler(
-    *, pool: NodePool, profile: str, count: int, steer: bool = False, avoid: frozenset[tuple[str, int]] = frozenset()
+    *,
+    pool: NodePool,
+    profile: str,
+    count: int,
+    steer: bool = False,
+    avoid: frozenset[tuple[str, int]] = frozenset(),
+    force: bool = True,
 ) -> list[PlannedSlice] | None:
     """Kubernetes: choose GPUs for `count` slices of `profile` on one node, each slot where kube-scheduler
     will put it, or None when nothing fits (allocations/mig/scheduler.py).
@@ -230,9 +251,11 @@ def plan_slices_for_scheduler(
     Each GPU is predicted with its own figures: those its node publishes where fleet discovery has seen them,
     NVIDIA's from the catalog otherwise; a GPU whose counters refuse the slices (or that has no figures for
     the profile) is not a candidate. Devices held by claims made outside the portal are occupancy. `avoid`: GPUs
-    not to use (room held for a lender, allocations/cohorts/fence.py)."""
+    not to use (room held for a lender, allocations/cohorts/fence.py). `force=False` lets a pool with admission
+    hold the request (issue 14): None although it fits, also when steering would have placed it."""
     layout = read_pool(pool)
-    request = PlacementRequest(profile=profile, count=count, pool=pool.slug)
+    request = PlacementRequest(profile=profile, count=count, pool=pool.slug, force=force)
+    policy, scheduler_policy = pool_policy(pool), pool_policy(pool, scheduler=True)
     demand = recent_demand(pool)
 
     def geom_at(position: tuple[str, int]) -> Geometry:
@@ -254,7 +277,7 @@ def plan_slices_for_scheduler(
     steered_rank: tuple[float, ...] = ()
     if steer and count == 1:
         quiet = set(layout.by_position) - set(layout.waiting) - avoid
-        decision = choose_placement(only(quiet), request, POLICY, demand)
+        decision = choose_placement(only(quiet), request, policy, demand)
         if decision is not None:
             [slot] = decision.slots
             position = (slot.node, slot.gpu_index)
@@ -285,12 +308,15 @@ def plan_slices_for_scheduler(
     busy = {position for position in layout.waiting if not admits(position, 1)}
     refused: set[tuple[str, int]] = set(avoid)  # the counters say no (or held): not a candidate, not worth waiting for
     for _ in range(len(layout.by_position) + 1):
-        decision = choose_placement(only(set(layout.by_position) - busy - refused), request, SCHEDULER_POLICY, demand)
+        candidates = only(set(layout.by_position) - busy - refused)
+        decision = choose_placement(candidates, request, scheduler_policy, demand)
         if steered is not None and (decision is None or steered_rank < decision.rank):
             # Steering wins only where it is better than first fit next to the claims in flight: in a burst,
             # a GPU in use with a claim waiting usually beats breaking a fresh one (both rank alike).
             return [steered]
         if decision is None:
+            if not force and choose_placement(candidates, replace(request, force=True), scheduler_policy, demand):
+                return None  # held (issue 14): it fits, on GPUs whose slot would strand room; not a busy pool
             if busy and choose_placement(only(set(layout.by_position) - refused), request, "first-fit") is not None:
                 raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")
             return None

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from allocations import move_mail, notifications
+from allocations.admission.due import admit_due_holds
 from allocations.cluster import check_runs, namespace_discovery, namespace_sync, reconcile, reconfigure
 from allocations.cluster import sync as kube_sync
 from allocations.cluster.kube import KubeUnavailable
@@ -259,6 +260,12 @@ def reclaim_borrowed_task(allocation_id: int) -> None:
 def reclaim_due_borrowed_task() -> None:
     """Cohorts (issue 15): the minute sweep that takes back borrowed allocations whose grace is over."""
     cohort_reclaim.reclaim_due_borrowed()
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)
+def admit_due_holds_task() -> None:
+    """Admission (issue 14): the minute step that places held requests past their bound (allocations/admission/)."""
+    admit_due_holds()
 
 
 # The outbox's bookkeeping: a task that returned has done what the rows open when it started asked for; a change

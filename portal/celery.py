@@ -74,6 +74,11 @@ app.conf.beat_schedule = {
         "task": "allocations.tasks.reclaim_due_borrowed_task",
         "schedule": crontab(minute="*"),
     },
+    # Admission (issue 14): held requests past their bound are placed, forced, by their pool's pass.
+    "admit-due-holds": {
+        "task": "allocations.tasks.admit_due_holds_task",
+        "schedule": crontab(minute="*"),
+    },
     # Kubernetes backend: the cluster against the database, both ways.
     "reconcile-cluster": {
         "task": "allocations.tasks.reconcile_cluster_task",

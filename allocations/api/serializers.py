@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from allocations.admission.services import MAX_HOLD_MINUTES_LIMIT
 from allocations.cohorts.config import LIMIT_FIELDS, Limits
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import (
@@ -49,6 +50,8 @@ class PoolSerializer(serializers.ModelSerializer[NodePool]):
             "mig_mode",
             "kind",
             "sharing_interval",
+            "admission",
+            "max_hold_minutes",
             "gpu_memory_mib",
             "isolation",
             "isolation_warning",
@@ -106,6 +109,11 @@ KIND_HELP = (
     "names a GPU model of the non-MIG catalog and offers no profiles. Changes are refused while requests hold quota."
 )
 SHARING_INTERVAL_HELP = "Time-sliced pools: NVIDIA's TimeSlicingConfig interval (Default, Short, Medium, Long)."
+ADMISSION_HELP = (
+    "Dynamic MIG pools: 'hold' keeps a request whose every placement would strand room in the queue, at most "
+    "max_hold_minutes, then places it wherever it fits; 'off' places whatever fits. Refused in static and shared pools."
+)
+MAX_HOLD_HELP = "The longest a held request waits before it is placed wherever it fits (1 to 1440 minutes)."
 
 
 class PoolCapacitySerializer(serializers.Serializer[Any]):
@@ -184,6 +192,11 @@ class PoolUpdateSerializer(serializers.Serializer[Any]):
     gpu_model = serializers.CharField(max_length=100, required=False, help_text="Changes with the kind, if at all.")
     sharing_interval = serializers.ChoiceField(
         choices=NodePool.SharingInterval.choices, required=False, help_text=SHARING_INTERVAL_HELP
+    )
+    # Issue 14 (allocations/admission/): validated again by the service (refused in static and shared pools).
+    admission = serializers.ChoiceField(choices=NodePool.Admission.choices, required=False, help_text=ADMISSION_HELP)
+    max_hold_minutes = serializers.IntegerField(
+        min_value=1, max_value=MAX_HOLD_MINUTES_LIMIT, required=False, help_text=MAX_HOLD_HELP
     )
 
 

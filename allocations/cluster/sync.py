@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from allocations.admission.hold import plan_or_hold
+from allocations.admission.services import hold_allocation
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
 from allocations.cluster.steering import decide_steering
@@ -94,9 +96,16 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
         return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
     steering = decide_steering(allocation=allocation)
-    slices = plan_slices_for_scheduler(
-        pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer
+    slices, hold = plan_or_hold(  # a pool with admission may hold it (issue 14, allocations/admission/)
+        pool=pool,
+        allocation=allocation,
+        plan=lambda force: plan_slices_for_scheduler(
+            pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer, force=force
+        ),
     )
+    if hold is not None:
+        what = f"{allocation.count} x {allocation.profile}"
+        return hold_allocation(allocation, pool=pool, what=what, hold=hold)
     slices, held = place_around(  # not in the room a reclaim frees for a lender (issue 15)
         pool=pool,
         allocation=allocation,

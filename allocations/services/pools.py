@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, transaction
 
 # A module, not a name: discovery imports services.locks, which loads this package first.
+from allocations.admission.services import apply_admission
 from allocations.cluster import discovery
 from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
@@ -246,6 +247,8 @@ def update_node_pool(
     kind: str | None = None,
     gpu_model: str | None = None,
     sharing_interval: str | None = None,
+    admission: str | None = None,
+    max_hold_minutes: int | None = None,
 ) -> NodePool:
     """Rename a pool, change which profiles it offers or what its holder pods tolerate (running slices are
     not affected: a holder pod keeps the tolerations it was made with), or its node selector (discovered nodes
@@ -253,7 +256,8 @@ def update_node_pool(
     running), or its MIG mode (refused with InvalidInput while the pool holds live requests, see
     _refuse_stranding_mode_change), or its kind and GPU model (MIG, time-sliced or MPS: refused the same way while
     requests hold quota, services/shared_pools.py). Locks the pool; a selector change first locks every pool in pk
-    order."""
+    order. `admission` and `max_hold_minutes`: whether the pool holds requests that would strand room (issue 14,
+    allocations/admission/services.apply_admission; refused in static and shared pools)."""
     _require_staff(actor)
     if node_selector is not None:
         # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.
@@ -270,6 +274,8 @@ def update_node_pool(
         "kind",
         "gpu_model",
         "sharing_interval",
+        "admission",
+        "max_hold_minutes",
     )
     before = {f: getattr(pool, f) for f in fields}
     if name is not None:
@@ -291,10 +297,13 @@ def update_node_pool(
     if mig_mode is not None:
         _refuse_stranding_mode_change(pool, _checked_mig_mode(mig_mode))
         pool.mig_mode = mig_mode
+    released = apply_admission(pool, admission=admission, max_hold_minutes=max_hold_minutes)  # after kind and mode
     # A time-sliced or MPS pool offers no profiles: the model's blank=False on them is a MIG pool's rule.
     full_clean_or_raise(pool, exclude=["profiles"] if pool.is_shared else None)
     pool.save(update_fields=[*fields, "updated_at"])
     record_audit_event(actor=actor, verb="update", obj=pool, before=before, after={f: getattr(pool, f) for f in fields})
+    if released:
+        request_admission(pool_id=pool.pk)  # admission off: what it held is placed wherever it fits
     if pool.node_selector != before["node_selector"]:
         discovery.rematch_nodes()
     return pool

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from allocations.admission.hold import Hold, plan_or_hold
+from allocations.admission.services import hold_allocation
 from allocations.cohorts.fence import place_around
 from allocations.models import Allocation
 from allocations.placement import plan_slices
@@ -79,14 +81,21 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    hold: Hold | None = None
     if pool.is_shared:
         slices = plan_shares(pool=pool, allocation=allocation)
         what = f"{allocation.count} x {allocation.memory_mib} MiB share"
     else:
-        slices = plan_slices(pool=pool, profile=allocation.profile, count=allocation.count)
+        slices, hold = plan_or_hold(  # a pool with admission may hold it (issue 14, allocations/admission/)
+            pool=pool,
+            allocation=allocation,
+            plan=lambda force: plan_slices(pool=pool, profile=allocation.profile, count=allocation.count, force=force),
+        )
         what = f"{allocation.count} x {allocation.profile}"
     if not pool.is_shared and wait_for_reclaim(allocation):  # a lender waits for what it lent (issue 15)
         return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=RECLAIM_WAITING)
+    if hold is not None:
+        return hold_allocation(allocation, pool=pool, what=what, hold=hold)
     slices, held = place_around(  # not in the room a reclaim frees for a lender (issue 15)
         pool=pool,
         allocation=allocation,

@@ -17,6 +17,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from allocations.admission.hold import is_held
+from allocations.admission.services import keep_hold
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
@@ -58,7 +60,7 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
         placed = _try_admit(allocation, pool)
         if placed is not None:
             admitted.append(placed)
-        elif not pool.is_shared:
+        elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
             reclaim_room_for(allocation)  # within guarantee in a full pool: borrowed slices of the cohort make room
     return admitted
 
@@ -76,6 +78,8 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         placed = None  # fits only next to claims still being allocated: the next pass sees them settled
     if placed is None or placed.status == Status.QUEUED:
         transaction.savepoint_rollback(savepoint)
+        if placed is not None:
+            keep_hold(queued=allocation, tried=placed)  # a hold's deadline and reason outlive the rollback (issue 14)
         return None
     transaction.savepoint_commit(savepoint)
     if placed.status == Status.FAILED:

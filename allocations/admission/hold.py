@@ -1,0 +1,102 @@
+"""Whether a request is held (issue 14), and why: the decision, outside the placement steps that act on it.
+
+A pool with admission (`NodePool.admission = hold`) plans with the hold policy (allocations/placement.pool_policy).
+Planned unforced, a request that fits only where it would strand more than the policy accepts comes back None; the
+same plan forced tells it apart from a request that does not fit at all. A held request waits in the queue until
+`held_until` (set when it is first held: now + the pool's `max_hold_minutes`); from then on it is planned forced,
+so holding delays a request by at most the bound and never starves it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from allocations.mig.layout import geometry
+from allocations.mig.policies import FragmentationAware
+from allocations.models import Allocation, NodePool
+from allocations.placement import PlannedSlice, read_pool, recent_demand
+
+# Every held request's status message says this (services.hold_allocation); the beat's due-hold step and the pass
+# tell a held request from one that waits for room by it.
+HELD_REASON = "held to keep room for larger requests"
+
+# What the message measures stranding with: `ours`' expected stranded compute (the rule `ours-hold` holds by).
+_MEASURE = FragmentationAware()
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A request held: until when at the latest, and what its best placement would strand (compute slices)."""
+
+    until: datetime
+    stranded: float
+
+    @property
+    def reason(self) -> str:
+        at = self.until.astimezone(UTC)
+        return (
+            f"{HELD_REASON}: every placement would strand {self.stranded:.1f} compute slices; "
+            f"placed at the latest at {at:%H:%M} UTC"
+        )
+
+
+def is_due(allocation: Allocation, *, now: datetime) -> bool:
+    """Held long enough: placed wherever it fits (forced) from now on."""
+    return allocation.held_until is not None and allocation.held_until <= now
+
+
+def is_held(allocation: Allocation) -> bool:
+    """Waits in the queue because it was held (not for room)."""
+    return allocation.status == Allocation.Status.QUEUED and HELD_REASON in allocation.status_message
+
+
+def plan_or_hold(
+    *,
+    pool: NodePool,
+    allocation: Allocation,
+    plan: Callable[[bool], list[PlannedSlice] | None],
+    now: datetime | None = None,
+) -> tuple[list[PlannedSlice] | None, Hold | None]:
+    """The request's slices (`plan(force)`, the backend's planner), or why it is held. (None, None): it does not
+    fit at all. A pool without admission, or a request held long enough, is planned forced: nothing is held."""
+    now = now or timezone.now()
+    if not pool.holds_requests or is_due(allocation, now=now):
+        return plan(True), None
+    slices = plan(False)
+    if slices is not None:
+        return slices, None
+    forced = plan(True)
+    if forced is None:
+        return None, None
+    until = allocation.held_until or now + timedelta(minutes=pool.max_hold_minutes)
+    return None, Hold(until=until, stranded=stranded_by(pool, profile=allocation.profile, slices=forced))
+
+
+def stranded_by(pool: NodePool, *, profile: str, slices: list[PlannedSlice]) -> float:
+    """How many compute slices the pool's demand would use that placing `slices` strands, in expectation: the
+    change of `ours`' expected stranded compute on the GPUs they go to (allocations/mig/policies.py)."""
+    layout = read_pool(pool)
+    mix = recent_demand(pool)
+    starts: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for s in slices:
+        starts[(s.node_name, s.gpu_index)].append(s.start)
+    total = 0.0
+    for position, planned in starts.items():
+        model = layout.models[position]
+        geom = geometry(model)
+        weights = mix.weights(model)
+        key = geom.named_key(tuple([(i.profile, i.start, False) for i in layout.fleet.gpu(*position).instances]))
+        before = _MEASURE.expected_stranded(geom, key, weights)
+        index = geom.profile_index(profile)
+        for start in planned:
+            option = next((o for o in geom.options(key, index) if o.start == start), None)
+            if option is None:
+                break  # the scheduler's slot is not a legal one here: measure what is known
+            key = option.after
+        total += _MEASURE.expected_stranded(geom, key, weights) - before
+    return max(total, 0.0)

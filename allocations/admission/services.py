@@ -1,0 +1,120 @@
+"""Admission's state changes (issue 14): a pool's setting, a request held, a hold kept across the pass's rollback,
+and which pools hold a request that has waited its bound (due.py starts their passes).
+
+Lock order (services/locks.py): the admission pass locks the pool's queued requests, then the pool; the placement
+steps the allocation, then the pool. `hold_allocation` runs inside them; `admit_due_holds` only starts passes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from allocations.admission.hold import HELD_REASON, Hold, is_held
+from allocations.models import Allocation, NodePool
+from allocations.services.queue_entry import enqueue_allocation
+from tenants.errors import InvalidInput
+from tenants.services import record_audit_event
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+Status = Allocation.Status
+
+# The longest a pool may hold a request: a day. A hold is meant to wait for a release, not to park work.
+MAX_HOLD_MINUTES_LIMIT = 24 * 60
+
+
+def apply_admission(pool: NodePool, *, admission: str | None, max_hold_minutes: int | None) -> bool:
+    """Set the pool's admission fields (the caller, services/pools.update_node_pool, holds the pool's lock, saves
+    and audits). Holding needs a slot layout to judge stranding by: refused in static-MIG pools (the layout is
+    pre-made and placement pins existing instances, so nothing is stranded by choosing) and in time-sliced and MPS
+    pools (no slots). Raises InvalidInput on the field. True when requests held so far should be tried again at
+    once (admission turned off: they are now placed wherever they fit)."""
+    if admission is not None:
+        if admission not in NodePool.Admission.values:
+            valid = ", ".join(NodePool.Admission.values)
+            raise InvalidInput({"admission": [f"Unknown admission {admission!r}. Valid: {valid}."]})
+        was = pool.admission
+        pool.admission = admission
+    else:
+        was = pool.admission
+    if max_hold_minutes is not None:
+        if not 1 <= max_hold_minutes <= MAX_HOLD_MINUTES_LIMIT:
+            raise InvalidInput(
+                {"max_hold_minutes": [f"Between 1 and {MAX_HOLD_MINUTES_LIMIT} minutes (a day), not {max_hold_minutes}."]}
+            )
+        pool.max_hold_minutes = max_hold_minutes
+    refuse_where_it_cannot_apply(pool)
+    return was == NodePool.Admission.HOLD and pool.admission != NodePool.Admission.HOLD
+
+
+def refuse_where_it_cannot_apply(pool: NodePool) -> None:
+    """InvalidInput on `admission` when the pool holds requests but its kind or MIG mode gives holding nothing to
+    judge (also when the kind or mode is changed under a pool that holds: turn admission off in the same change)."""
+    if not pool.holds_requests:
+        return
+    if pool.is_shared:
+        why = (
+            f"{pool.get_kind_display()} pools share whole GPUs by memory size: there are no MIG slots whose layout "
+            "a request could strand, so there is nothing to hold for."
+        )
+    elif pool.is_static:
+        why = (
+            "Static MIG pools place requests on pre-created instances (or reshape a GPU for them): the layout is the "
+            "admin's, not chosen per request, so holding a request keeps no room. Use a dynamic MIG pool."
+        )
+    else:
+        return
+    raise InvalidInput({"admission": [f"Holding requests does not apply to {pool.name}. {why}"]})
+
+
+def hold_allocation(allocation: Allocation, *, pool: NodePool, what: str, hold: Hold) -> Allocation:
+    """APPROVED -> QUEUED, held: it fits only where it would strand more than the pool's policy accepts. Keeps the
+    first hold's deadline (`held_until`), so passes do not push it back. The caller holds the allocation's and the
+    pool's locks (a placement step). Audited `hold` the first time."""
+    first = allocation.held_until is None
+    allocation.held_until = hold.until
+    allocation.save(update_fields=["held_until"])
+    if first:
+        _audit_hold(allocation, pool=pool, hold=hold.until)
+    return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=hold.reason)
+
+
+def keep_hold(*, queued: Allocation, tried: Allocation) -> bool:
+    """After an admission pass rolled a try back (services/queue.py): keep what the try learnt about a hold, which
+    the rollback undid: the deadline of a request held for the first time (else every pass would hold it anew and
+    it would never be forced) and its current reason (what it would strand, or that it now waits for room). True
+    when the try held it (then it waits by choice, not for room: no reclaim is sought for it)."""
+    if tried.held_until is None:
+        return False
+    now = timezone.now()
+    if (tried.held_until, tried.status_message) != (queued.held_until, queued.status_message):
+        Allocation.objects.filter(pk=queued.pk).update(
+            held_until=tried.held_until, status_message=tried.status_message, updated_at=now
+        )
+        if queued.held_until is None:
+            _audit_hold(queued, pool=queued.pool, hold=tried.held_until)
+        queued.held_until, queued.status_message = tried.held_until, tried.status_message
+    return is_held(tried)
+
+
+def _audit_hold(allocation: Allocation, *, pool: NodePool, hold: datetime) -> None:
+    record_audit_event(
+        actor=None,
+        verb="hold",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before={"status": Status.APPROVED},
+        after={"status": Status.QUEUED, "pool": pool.slug, "held_until": hold.isoformat()},
+    )
+
+
+def pools_with_due_holds(*, now: datetime | None = None) -> list[int]:
+    """Pools where a held request has waited its bound: the beat starts their admission pass (forced there)."""
+    due = Allocation.objects.filter(
+        status=Status.QUEUED, held_until__lte=now or timezone.now(), status_message__contains=HELD_REASON
+    )
+    return sorted(set(due.values_list("pool_id", flat=True).order_by()))
+

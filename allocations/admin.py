@@ -16,7 +16,7 @@ class AllocationAdmin(ReadOnlyAdmin):
 
 @admin.register(NodePool)
 class NodePoolAdmin(ReadOnlyAdmin):
-    list_display = ["name", "slug", "gpu_model"]
+    list_display = ["name", "slug", "gpu_model", "admission", "max_hold_minutes"]
 
 
 @admin.register(Node)

@@ -23,8 +23,8 @@ from allocations.mig.demand import DemandMix
 from allocations.mig.engine import choose_placement
 from allocations.mig.figures import model_from_figures
 from allocations.mig.fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest
-from allocations.mig.policies import Policy
 from allocations.mig.layout import Geometry, LayoutKey, geometry
+from allocations.mig.policies import Policy
 from allocations.models import Allocation, ClaimedDevice, GpuFigures, NodePool, SlicePlacement
 from allocations.models import Gpu as GpuRow
 from allocations.models import Node as NodeRow

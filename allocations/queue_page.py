@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from allocations.admission.hold import is_held
 from allocations.models import Allocation
 from allocations.queue_state import queue_entry_of
 from allocations.services.queue_priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_STATES, set_allocation_priority
@@ -33,6 +34,8 @@ def queue_context(user: Any, allocation: Allocation) -> dict[str, Any]:
         "entry": found[0] if found else None,
         "length": found[1] if found else 0,
         "priority_form": PriorityForm(initial={"priority": allocation.priority}) if can_set else None,
+        # Held by the pool's admission (issue 14): placed at the latest then.
+        "held_until": allocation.held_until if is_held(allocation) else None,
     }
 
 

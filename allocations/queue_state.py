@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from allocations.admission.hold import is_held
 from allocations.models import Allocation, NodePool, Quota
 from allocations.placement import POLICY, read_pool
 from allocations.queue_eta import Estimate, Lease, QueuedAsk, estimate_starts
@@ -107,7 +108,18 @@ def pool_queue(pool: NodePool, *, now: datetime | None = None) -> list[QueueEntr
             policy=POLICY,
         )
     )
-    return [QueueEntry(a, n, estimates.get(a.pk)) for n, a in enumerate(ordered, start=1)]
+    return [QueueEntry(a, n, _held_estimate(a, estimates.get(a.pk))) for n, a in enumerate(ordered, start=1)]
+
+
+def _held_estimate(allocation: Allocation, estimate: Estimate | None) -> Estimate | None:
+    """A held request (issue 14, allocations/admission/) fits now but waits by choice: it starts when a release
+    makes a place that strands nothing, and at the latest at `held_until`; the simulation, which places what fits,
+    would say now."""
+    if not is_held(allocation) or allocation.held_until is None:
+        return estimate
+    if estimate is None:
+        return Estimate(starts_at=allocation.held_until, node="")
+    return Estimate(starts_at=max(estimate.starts_at, allocation.held_until), node=estimate.node)
 
 
 def visible_queue(

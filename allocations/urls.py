@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from allocations import booking_views, cluster_page, compaction_page, dashboard, queue_page, views, workload_views
+from allocations.admission import page as admission_page
 from allocations.cohorts import pages as cohort_pages
 from allocations.namespaces import views as namespace_views
 from allocations.planning import page as planning_page
@@ -35,6 +36,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("manage/pools/", views.manage_pools, name="manage-pools"),
     path("manage/fleet/", views.manage_fleet, name="manage-fleet"),
     path("manage/pools/<int:pool_id>/selector/", views.manage_pool_selector, name="manage-pool-selector"),
+    # Admission (issue 14): allocations/admission/page.py.
+    path("manage/pools/<int:pool_id>/admission/", admission_page.pool_admission, name="manage-pool-admission"),
     path("manage/quotas/", views.manage_quotas, name="manage-quotas"),
     path("manage/quota-changes/", views.manage_quota_changes, name="manage-quota-changes"),
     path(

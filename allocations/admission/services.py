@@ -42,9 +42,8 @@ def apply_admission(pool: NodePool, *, admission: str | None, max_hold_minutes: 
         was = pool.admission
     if max_hold_minutes is not None:
         if not 1 <= max_hold_minutes <= MAX_HOLD_MINUTES_LIMIT:
-            raise InvalidInput(
-                {"max_hold_minutes": [f"Between 1 and {MAX_HOLD_MINUTES_LIMIT} minutes (a day), not {max_hold_minutes}."]}
-            )
+            why = f"Between 1 and {MAX_HOLD_MINUTES_LIMIT} minutes (a day), not {max_hold_minutes}."
+            raise InvalidInput({"max_hold_minutes": [why]})
         pool.max_hold_minutes = max_hold_minutes
     refuse_where_it_cannot_apply(pool)
     return was == NodePool.Admission.HOLD and pool.admission != NodePool.Admission.HOLD
@@ -117,4 +116,3 @@ def pools_with_due_holds(*, now: datetime | None = None) -> list[int]:
         status=Status.QUEUED, held_until__lte=now or timezone.now(), status_message__contains=HELD_REASON
     )
     return sorted(set(due.values_list("pool_id", flat=True).order_by()))
-

@@ -16,6 +16,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from allocations.admission.hold import is_held
 from allocations.models import Allocation, NodePool
 from allocations.queue_state import QueueEntry, queue_entry_of, visible_queue
 from allocations.services.queue_priority import PRIORITY_MAX, PRIORITY_MIN, set_allocation_priority
@@ -47,6 +48,10 @@ class QueueEntrySerializer(serializers.Serializer[Any]):
     estimated_start = serializers.DateTimeField(
         allow_null=True, help_text="When the leases that end before it free a layout that fits it; null: none does."
     )
+    held_until = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Held: every placement would strand room (issue 14); placed at the latest then. Null: not held.",
+    )
 
 
 def entry_row(entry: QueueEntry, length: int) -> dict[str, Any]:
@@ -63,6 +68,7 @@ def entry_row(entry: QueueEntry, length: int) -> dict[str, Any]:
         "position": entry.position,
         "queue_length": length,
         "estimated_start": entry.estimate.starts_at if entry.estimate else None,
+        "held_until": a.held_until if is_held(a) else None,
     }
 
 

@@ -4,25 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('allocations', '0020_lender_room'),
+        ("allocations", "0020_lender_room"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='allocation',
-            name='held_until',
+            model_name="allocation",
+            name="held_until",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='nodepool',
-            name='admission',
-            field=models.CharField(choices=[('off', 'Off: place whatever fits'), ('hold', 'Hold requests that would strand room')], db_default='off', default='off', max_length=8),
+            model_name="nodepool",
+            name="admission",
+            field=models.CharField(
+                choices=[("off", "Off: place whatever fits"), ("hold", "Hold requests that would strand room")],
+                db_default="off",
+                default="off",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='nodepool',
-            name='max_hold_minutes',
+            model_name="nodepool",
+            name="max_hold_minutes",
             field=models.PositiveIntegerField(db_default=15, default=15),
         ),
     ]

@@ -1,0 +1,79 @@
+"""The platform admin's admission page, /manage/pools/<id>/admission/ (issue 14): whether the pool holds requests
+that would strand room, the longest hold, and the requests it holds now. Bad input is answered 400 with the
+errors next to the fields; static and shared pools show why the setting does not apply."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from allocations.admission.hold import HELD_REASON
+from allocations.admission.services import MAX_HOLD_MINUTES_LIMIT
+from allocations.models import Allocation, NodePool
+from allocations.services.pools import update_node_pool
+from tenants.errors import InvalidInput, NotAllowed
+from tenants.forms import add_service_errors
+from tenants.views import signed_in_user, staff_required
+
+
+class AdmissionForm(forms.Form):
+    admission = forms.ChoiceField(
+        choices=NodePool.Admission.choices,
+        label="Admission",
+        help_text="Hold: a request whose every placement would strand compute slices the pool's demand would use "
+        "waits in the queue until a release makes a better place, at most the time below; then it is placed "
+        "wherever it fits. Dynamic MIG pools only.",
+    )
+    max_hold_minutes = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_HOLD_MINUTES_LIMIT,
+        label="Longest hold (minutes)",
+        help_text=f"1 to {MAX_HOLD_MINUTES_LIMIT}. Applies to requests held from now on.",
+    )
+
+
+@login_required
+@staff_required
+@require_http_methods(["GET", "POST"])
+def pool_admission(request: HttpRequest, pool_id: int) -> HttpResponse:
+    user = signed_in_user(request)
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    initial = {"admission": pool.admission, "max_hold_minutes": pool.max_hold_minutes}
+    form = AdmissionForm(request.POST if request.method == "POST" else None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = update_node_pool(
+                pool_id=pool.pk,
+                admission=form.cleaned_data["admission"],
+                max_hold_minutes=form.cleaned_data["max_hold_minutes"],
+                actor=user,
+            )
+        except InvalidInput as exc:
+            add_service_errors(form, exc)
+        except NotAllowed as exc:
+            raise PermissionDenied(exc.message) from exc
+        else:
+            if pool.holds_requests:
+                said = f"holds requests that would strand room, at most {pool.max_hold_minutes} min"
+            else:
+                said = "places whatever fits"
+            messages.success(request, f"{pool.name} now {said}.")
+            return redirect("manage-pool-admission", pool_id=pool.pk)
+    held = (
+        Allocation.objects.filter(pool=pool, status=Allocation.Status.QUEUED, status_message__contains=HELD_REASON)
+        .select_related("tenant")
+        .order_by("held_until", "pk")
+    )
+    return render(
+        request,
+        "allocations/manage_admission.html",
+        {"pool": pool, "form": form, "held": held},
+        status=400 if request.method == "POST" else 200,
+    )

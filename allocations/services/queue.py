@@ -17,7 +17,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from allocations.admission.hold import is_held
+from allocations.admission.hold import is_due, is_held
 from allocations.admission.services import keep_hold
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
@@ -84,14 +84,16 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     transaction.savepoint_commit(savepoint)
     if placed.status == Status.FAILED:
         return None  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
-    waited = (timezone.now() - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
+    now = timezone.now()
+    waited = (now - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
+    forced = {"forced_after_hold": True} if is_due(allocation, now=now) else {}  # held its bound (issue 14)
     record_audit_event(
         actor=None,
         verb="admit",
         obj=placed,
         tenant_id=placed.tenant_id,
         before={"status": Status.QUEUED},
-        after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1)},
+        after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1), **forced},
     )
     cancel_notices_for(placed, why=f"request #{placed.pk} it was taken back for started without it")
     if placed.status != Status.ACTIVE:

@@ -224,6 +224,7 @@ def payload(world: World, name: str) -> dict[str, Any]:
         "token": {"name": "t", "scope": "read"},
         "pool": {"name": "P2", "slug": "p2", "gpu_model": "NVIDIA H200"},
         "pool-edit": {"name": "Renamed pool"},
+        "pool-admission": {"admission": "hold", "max_hold_minutes": 30},  # issue 14: platform admins only
         "quota": {"tenant": a, "pool": pool, "compute_slices_limit": 1, "memory_slices_limit": 1},
         "change": {
             "tenant": a,
@@ -283,6 +284,7 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/api/v1/pools/", "pool", (403, 403, 403, 401)),
     ("get", "/api/v1/pools/{pool}/", "none", (200, 200, 200, 401)),
     ("patch", "/api/v1/pools/{pool}/", "pool-edit", (403, 403, 403, 401)),
+    ("patch", "/api/v1/pools/{pool}/", "pool-admission", (403, 403, 403, 401)),
     ("get", "/api/v1/pools/{pool}/capacity/", "none", (200, 200, 200, 401)),
     ("get", "/api/v1/quotas/", "none", (200, 200, 200, 401)),
     ("post", "/api/v1/quotas/", "quota", (403, 403, 400, 401)),

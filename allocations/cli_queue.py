@@ -53,7 +53,7 @@ def cmd_queue(args: argparse.Namespace, out: cli.Output) -> int:
                     r["count"],
                     r["priority"],
                     cli.when(r["queued_at"]),
-                    cli.when(r["estimated_start"]) if r["estimated_start"] else "no lease end frees room",
+                    _start(r),
                 )
                 for r in rows
             ],
@@ -61,6 +61,13 @@ def cmd_queue(args: argparse.Namespace, out: cli.Output) -> int:
 
     cli.emit(out, rows, human)
     return cli.EXIT_OK
+
+
+def _start(row: dict[str, Any]) -> str:
+    """The estimated start; a request held by its pool's admission (issue 14) starts at the latest then."""
+    if not row["estimated_start"]:
+        return "no lease end frees room"
+    return cli.when(row["estimated_start"]) + (" (held, at the latest)" if row.get("held_until") else "")
 
 
 def cmd_priority(args: argparse.Namespace, out: cli.Output) -> int:

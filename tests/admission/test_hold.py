@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.admission.due import admit_due_holds
-from allocations.admission.hold import HELD_REASON, plan_or_hold
+from allocations.admission.hold import HELD_REASON
 from allocations.admission.services import pools_with_due_holds
-from allocations.models import Allocation, NodePool, Quota
-from allocations.placement import plan_slices, plan_slices_for_scheduler
+from allocations.cluster.sync import start_provisioning
+from allocations.models import Allocation, NodePool, OutboxMessage, Quota
+from allocations.placement import plan_slices, plan_slices_for_scheduler, pool_policy
 from allocations.queue_state import pool_queue
-from allocations.services.queue import admit_queued
+from allocations.services.queue import PROVISION_TASK, admit_queued
 from tenants.models import AuditEvent
 from tests.admission.helpers import hold_on, holding_pool
 from tests.conftest import World
@@ -181,25 +182,35 @@ def test_turning_admission_off_places_what_it_held_in_the_next_pass(world: World
     assert [a.pk for a in admit_queued(pool_id=pool.pk)] == [held.pk]
 
 
-def test_on_kubernetes_dynamic_mig_the_scheduler_variant_holds_by_the_first_fit_slot(world: World, settings):
-    # given: the Kubernetes backend's planner (our GPU, the scheduler's slot) on a pool that holds requests
-    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+def test_on_kubernetes_dynamic_mig_a_request_is_held_then_planned_forced_after_its_bound(world: World, settings):
+    # given: the Kubernetes backend (planning talks to no cluster) and a pool that holds requests
     pool = holding_pool(world)
-    allocation = Allocation(pool=pool, profile="1g.10gb", count=1)
-
-    def plan(force: bool):
-        return plan_slices_for_scheduler(pool=pool, profile="1g.10gb", count=1, force=force)
-
-    # when
-    slices, hold = plan_or_hold(pool=pool, allocation=allocation, plan=plan)
-    # then: held, as on the simulated backend; forced, it is planned at the scheduler's first fit
-    assert slices is None and hold is not None
-    [forced] = plan(True)
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    settings.FATIA_KUBECONFIG = "unused: planning talks to no cluster"
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, profile="1g.10gb", count=1, lease_hours=1,
+        purpose="kube hold", actor=world.alice,
+    )  # fmt: skip
+    # when: the placement step runs (our GPU, the scheduler's slot)
+    held = start_provisioning(allocation_id=allocation.pk)
+    # then: held as on the simulated backend, nothing planned
+    assert held.status == Status.QUEUED and HELD_REASON in held.status_message
+    assert not held.placements.exists()
+    # and: the hold variant of the scheduler policy is what planned it; forced, the slot is the scheduler's first fit
+    assert pool_policy(pool, scheduler=True).name == "ours-first-slot-hold"
+    [forced] = plan_slices_for_scheduler(pool=pool, profile="1g.10gb", count=1)
     assert (forced.node_name, forced.gpu_index) == ("hold-node-0", 0)
-    # and: past its bound it is planned, not held
-    allocation.held_until = timezone.now() - timedelta(seconds=1)
-    slices, hold = plan_or_hold(pool=pool, allocation=allocation, plan=plan)
-    assert hold is None and slices == [forced]
+    # when: its bound has passed (given: the clock) and the minute step runs
+    Allocation.objects.filter(pk=held.pk).update(held_until=timezone.now() - timedelta(seconds=1))
+    provision = OutboxMessage.objects.filter(task_name=PROVISION_TASK, args=[held.pk])
+    asked = provision.count()  # the approval's own
+    assert admit_due_holds() == {pool.pk: 1}
+    # then: planned forced, handed to the provision task (claim and holder pod) as any admission on Kubernetes
+    held.refresh_from_db()
+    assert held.status == Status.PROVISIONING
+    # (a request arriving alone is steered to our slot: adaptive steering, allocations/cluster/steering.py)
+    assert list(held.placements.values_list("gpu__node__name", "gpu__index")) == [("hold-node-0", 0)]
+    assert provision.count() == asked + 1
 
 
 def test_other_callers_of_placement_are_never_held(world: World):

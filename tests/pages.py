@@ -110,6 +110,7 @@ def pages_for(who: str, world: World, ids: Ids) -> list[tuple[str, str]]:
             ("admin-what-if", f"/manage/pools/{world.pool.pk}/what-if/?q=add-gpus&count=8&model=&gpus_per_node=8"),
             ("admin-cohorts", f"/manage/pools/{world.pool.pk}/cohorts/"),
             ("admin-compaction", f"/manage/pools/{world.pool.pk}/compaction/"),
+            ("admin-admission", f"/manage/pools/{world.pool.pk}/admission/"),
             ("admin-cluster-check", "/manage/cluster-check/"),
             ("admin-sso", "/manage/sso/"),
         ]

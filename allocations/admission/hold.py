@@ -50,6 +50,13 @@ def is_due(allocation: Allocation, *, now: datetime) -> bool:
     return allocation.held_until is not None and allocation.held_until <= now
 
 
+def plans_forced(pool: NodePool, allocation: Allocation, *, now: datetime | None = None) -> bool:
+    """Placement may not hold it: the pool holds nothing, or it has been held long enough. A replan in the same step
+    (around a lender's fence, allocations/cohorts/fence.py) uses the same answer, so it cannot place a request
+    that the first plan would have held."""
+    return not pool.holds_requests or is_due(allocation, now=now or timezone.now())
+
+
 def is_held(allocation: Allocation) -> bool:
     """Waits in the queue because it was held (not for room)."""
     return allocation.status == Allocation.Status.QUEUED and HELD_REASON in allocation.status_message
@@ -65,7 +72,7 @@ def plan_or_hold(
     """The request's slices (`plan(force)`, the backend's planner), or why it is held. (None, None): it does not
     fit at all. A pool without admission, or a request held long enough, is planned forced: nothing is held."""
     now = now or timezone.now()
-    if not pool.holds_requests or is_due(allocation, now=now):
+    if plans_forced(pool, allocation, now=now):
         return plan(True), None
     slices = plan(False)
     if slices is not None:

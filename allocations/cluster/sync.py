@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from allocations.admission.hold import plan_or_hold
+from allocations.admission.hold import plan_or_hold, plans_forced
 from allocations.admission.services import hold_allocation
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
@@ -111,7 +111,12 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         allocation=allocation,
         slices=slices,
         replan=lambda avoid: plan_slices_for_scheduler(
-            pool=pool, profile=allocation.profile, count=allocation.count, steer=steering.steer, avoid=avoid
+            pool=pool,
+            profile=allocation.profile,
+            count=allocation.count,
+            steer=steering.steer,
+            avoid=avoid,
+            force=plans_forced(pool, allocation),  # issue 14: not placed where the first plan would hold it
         ),
     )
     if held:

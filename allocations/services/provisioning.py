@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from allocations.admission.hold import Hold, plan_or_hold
+from allocations.admission.hold import Hold, plan_or_hold, plans_forced
 from allocations.admission.services import hold_allocation
 from allocations.cohorts.fence import place_around
 from allocations.models import Allocation
@@ -100,7 +100,13 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
         pool=pool,
         allocation=allocation,
         slices=slices,
-        replan=lambda avoid: plan_slices(pool=pool, profile=allocation.profile, count=allocation.count, avoid=avoid),
+        replan=lambda avoid: plan_slices(
+            pool=pool,
+            profile=allocation.profile,
+            count=allocation.count,
+            avoid=avoid,
+            force=plans_forced(pool, allocation),  # issue 14: not placed where the first plan would hold it
+        ),
     )
     if held:
         return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=held)

@@ -315,7 +315,10 @@ def plan_slices_for_scheduler(
             # a GPU in use with a claim waiting usually beats breaking a fresh one (both rank alike).
             return [steered]
         if decision is None:
-            if not force and choose_placement(candidates, replace(request, force=True), scheduler_policy, demand):
+            forced = (
+                None if force else choose_placement(candidates, replace(request, force=True), scheduler_policy, demand)
+            )
+            if forced is not None:
                 return None  # held (issue 14): it fits, on GPUs whose slot would strand room; not a busy pool
             if busy and choose_placement(only(set(layout.by_position) - refused), request, "first-fit") is not None:
                 raise PoolBusy(f"{count} x {profile} fits only next to claims the scheduler has not allocated yet")

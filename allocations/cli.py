@@ -492,6 +492,11 @@ def cmd_pools(args: argparse.Namespace, out: Output) -> int:
                     f"  Isolation: {p.get('isolation', '')}"
                 )
                 continue
+            if p.get("admission") == "hold":  # issue 14: why a request that fits may wait
+                header += (
+                    f"\n  Holds a request that would strand room for larger ones, at most {p['max_hold_minutes']} min, "
+                    "then places it wherever it fits."
+                )
             rows = [
                 (c["name"], c["compute_slices"], c["memory_slices"], c["memory_mib"], c["max_count"])
                 for c in p.get("profile_catalog") or []

@@ -31,6 +31,11 @@ def test_the_queue_card_the_api_and_the_cli_say_held_and_until_when(world: World
     outcome = fatia(tokens.alice, "queue", "--pool", "hold")
     assert outcome.code == EXIT_OK, outcome.err
     assert outcome.out.splitlines()[1].endswith("(held, at the latest)")
+    # and: `fatia pools` says the pool holds such requests, and for how long at most
+    listed = fatia(tokens.alice, "pools").out.splitlines()
+    assert listed[listed.index(f"hold (id {pool.pk}): Queue pool hold, {pool.gpu_model}") + 1] == (
+        "  Holds a request that would strand room for larger ones, at most 15 min, then places it wherever it fits."
+    )
 
 
 def test_a_request_waiting_for_room_is_not_said_to_be_held(world: World):

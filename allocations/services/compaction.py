@@ -18,7 +18,9 @@ Lenders' rooms (issue 15, allocations/cohorts/fence.py): no move lands in the ro
 waiting lender, and a rescue does not make room there. A plan that would is made again without the fenced GPUs
 (dynamic pools), or around the held instances from the start (static pools); when nothing useful is left, the
 admin is told for whom the room is held, the beat passes, and a rescued request waits in the queue saying so.
-A fence raised while a plan applies fails the plan at the move that would land in it (services/moves.py).
+A fence raised while a plan applies fails the plan at the move that would land in it (services/moves.py). A
+lender's own rescue holds the slot its moves free for it (rescue_with_moves, `fence.lends`): from the plan's
+start until the lender is placed, or until the plan fails.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).

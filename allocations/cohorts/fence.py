@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
-from allocations.cluster.static_placement import choose_static
+from allocations.cluster.static_spread import choose_static_slices
 from allocations.cohorts.reclaim import driver_slots
 from allocations.costs import gpu_model_for
 from allocations.mig.engine import choose_placement
@@ -263,19 +263,21 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
 
 def _static_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     """Static MIG: the pre-created instances the lender is pinned to once `released` are gone (static placement's
-    own choice, around the other lenders' fences), or the whole GPU when it needs a reconfiguration there (its
-    steps cannot be held slot by slot: they may destroy free instances around the target). Empty when one GPU
-    cannot take it (a spread over GPUs is not held: the next admission pass asks again)."""
+    own choice, around the other lenders' fences: one GPU, or a multi-slice request spread over GPUs of a node),
+    or, on each GPU where it needs a reconfiguration, the whole GPU (its steps cannot be held slot by slot: they
+    may destroy free instances around the target). Empty when nothing takes it (the next pass asks again)."""
     pool = lender.pool
     others = [slot for fence in pool_fences(pool.pk, besides=lender.pk) for slot in fence.slots]
     freed = {str(pk) for pk in released}
-    choice = choose_static(pool=pool, profile=lender.profile, count=lender.count, freed=freed, fenced=others)
-    if choice is None:
-        return []
-    gpu, node, index = choice.gpu.pk, choice.gpu.node.name, choice.gpu.index
-    if choice.plan.operations:
-        return [HeldSlot(gpu, node, index, 0, choice.model.memory_slices)]
-    return [HeldSlot(gpu, node, index, s.start, s.size) for s in choice.slices(lender.profile)]
+    choices = choose_static_slices(pool=pool, profile=lender.profile, count=lender.count, freed=freed, fenced=others)
+    held: list[HeldSlot] = []
+    for choice in choices or []:
+        gpu, node, index = choice.gpu.pk, choice.gpu.node.name, choice.gpu.index
+        if choice.plan.operations:
+            held.append(HeldSlot(gpu, node, index, 0, choice.model.memory_slices))
+        else:
+            held += [HeldSlot(gpu, node, index, s.start, s.size) for s in choice.slices(lender.profile)]
+    return held
 
 
 def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from allocations import services
 from allocations.cohorts.fence import pool_fences
-from allocations.models import Allocation
+from allocations.models import Allocation, MovePlan
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.queue import admit_queued
 from tests.cohorts.layout import cohort_node, put
@@ -63,3 +63,29 @@ def test_the_second_lender_s_take_back_and_room_keep_off_the_first_lender_s_gpu(
     assert admitted[:2] == [first.pk, second.pk]
     assert (where(first), where(second)) == ([(0, 0)], [(1, 2)])
     assert pool_fences(pool.pk) == []
+
+
+def test_the_second_lender_s_rescue_moves_no_slice_into_the_first_lender_s_room(world: World):
+    # given: four H100s; Team A is guaranteed more than it runs, Team B nothing (all it runs is borrowed)
+    pool = cohort_node(world, slug="ad", gpus=4, a=(35, 40), b=(0, 0))
+    put(pool, ask(world, pool, "3g.40gb"), 0, 4)
+    put(pool, ask(world, pool, "4g.40gb"), 2, 0)
+    put(pool, ask(world, pool, "3g.40gb"), 2, 4)
+    put(pool, ask(world, pool, "4g.40gb"), 3, 0)
+    # and: GPU 0 holds B's borrowed 1g.10gb at start 0 (free 1-3), GPU 1 B's borrowed 2g.20gb at 0 and A's movable
+    # 1g.10gb at 6; GPU 3 has room at 4-7
+    b_0 = put(pool, ask(world, pool, "1g.10gb", b=True), 0, 0)
+    b_1 = put(pool, ask(world, pool, "2g.20gb", b=True), 1, 0)
+    lone = put(pool, ask(world, pool, "1g.10gb"), 1, 6, movable=True)
+    # when: A asks for a 4g.40gb: taking back GPU 0's 1g.10gb makes its room there, slots 0-3
+    first = ask(world, pool, "4g.40gb")
+    assert first.status == Status.QUEUED and noticed_for(first) == [b_0.pk]
+    # and: A asks for a 7g.80gb: GPU 1 is its room once B's 2g.20gb is taken back and A's 1g.10gb moved
+    second = ask(world, pool, "7g.80gb")
+    assert second.status == Status.QUEUED and noticed_for(second) == [b_1.pk]
+    # then: the move goes to GPU 3, not to the free slots of the first lender's room on GPU 0 (where it would
+    # fail when applied, spending the second lender's one rescue)
+    plan = MovePlan.objects.get(for_allocation=second)
+    assert [(m.allocation_id, m.to_gpu.index) for m in plan.moves.all()] == [(lone.pk, 3)]
+    second.refresh_from_db()
+    assert [(s["index"], s["start"], s["size"]) for s in second.reclaim_room] == [(1, 0, 8)]

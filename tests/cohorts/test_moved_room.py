@@ -5,6 +5,8 @@ is placed there, and let go when the plan fails (PostgreSQL, simulated fleet).""
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from allocations.cohorts.fence import Fence, HeldSlot, pool_fences
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
 from allocations.services.moves import advance_move_plan
@@ -19,15 +21,21 @@ from tests.queue.helpers import ask
 Status = Allocation.Status
 
 
-def rescued_lender(world: World) -> tuple[NodePool, Allocation, Allocation, MovePlan]:
+def full_pool(world: World, *, movable: bool) -> tuple[NodePool, Allocation]:
     """Given: two H100s; Team A guaranteed 14 / 16, Team B 4 / 4, in one cohort, nothing borrowed. GPU 0 holds B's
-    movable 1g.10gb at start 0 and A's 3g.40gb at 4, GPU 1 A's 4g.40gb at 0. A asks for a 4g.40gb (start 0 only):
-    one move of B's slice to GPU 1 makes room at GPU 0's start 0. Returns (pool, lender, the moved, the plan)."""
+    1g.10gb at start 0 (`movable`) and A's 3g.40gb at 4, GPU 1 A's 4g.40gb at 0. Returns (pool, B's 1g.10gb)."""
     pool = cohort_node(world, slug="mr", gpus=2, a=(14, 16), b=(4, 4))
     three = ask(world, pool, "3g.40gb")
     put(pool, ask(world, pool, "4g.40gb"), 1, 0)
-    lone = put(pool, ask(world, pool, "1g.10gb", b=True), 0, 0, movable=True)
+    lone = put(pool, ask(world, pool, "1g.10gb", b=True), 0, 0, movable=movable)
     put(pool, three, 0, 4)
+    return pool, lone
+
+
+def rescued_lender(world: World) -> tuple[NodePool, Allocation, Allocation, MovePlan]:
+    """Given (`full_pool`, B's slice movable): A asks for a 4g.40gb (start 0 only): one move of B's slice to GPU 1
+    makes room at GPU 0's start 0. Returns (pool, lender, the moved, the plan)."""
+    pool, lone = full_pool(world, movable=True)
     lender = ask(world, pool, "4g.40gb")
     assert lender.status == Status.APPROVED and lender.borrowed_compute_slices == 0
     assert not Allocation.objects.exclude(reclaim_at=None).exists()  # moves alone: no notice
@@ -76,3 +84,21 @@ def test_a_failed_rescue_plan_lets_the_room_go(world: World):
     assert pool_fences(pool.pk) == []
     other = ask(world, pool, "2g.20gb", b=True)
     assert other.status == Status.ACTIVE and where(other) == [(0, 2)]
+
+
+def test_a_rescue_started_by_an_admission_pass_keeps_the_room_and_is_not_an_admission(world: World):
+    # given: nothing may move yet: A's 4g.40gb waits in the queue, with nothing to take back and no room held
+    pool, lone = full_pool(world, movable=False)
+    lender = ask(world, pool, "4g.40gb")
+    assert lender.status == Status.QUEUED and lender.reclaim_room == []
+    # and: idle reclaim flags B's slice (nobody uses it): it may move now
+    Allocation.objects.filter(pk=lone.pk).update(idle_since=timezone.now())
+    # when: the next admission pass tries the lender: a rescue plan is started for it
+    assert admit_queued(pool_id=pool.pk) == []
+    # then: it is not counted as admitted (it waits, APPROVED, for the plan's end) and its room is held
+    lender.refresh_from_db()
+    assert lender.status == Status.APPROVED and "admit" not in verbs(lender)
+    assert MovePlan.objects.get(for_allocation=lender).status == MovePlan.Status.APPLYING
+    assert [(f.lender_id, [(s.index, s.start) for s in f.slots]) for f in pool_fences(pool.pk)] == [
+        (lender.pk, [(0, 0)])
+    ]

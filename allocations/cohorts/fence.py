@@ -23,8 +23,9 @@ when that cannot be predicted. Another request's slice passes a fenced GPU only 
 outside R's and no claim on that GPU still waits for the scheduler (the order claims are allocated in could
 shift both). Static pools: the pre-made instances static placement will pin R to (on one GPU, or spread over
 GPUs of a node for a request of several slices), or the whole GPU where R needs a reconfiguration (_static_room);
-other requests' static placement counts them held (static_placement.static_gpus). Shared pools never reclaim (their placement skips wait_for_reclaim and a full one fails rather than
-queues), so they have nothing to fence. Compaction's moves keep out of fences too (services/compaction.py).
+other requests' static placement counts them held (static_placement.static_gpus). Shared pools never reclaim
+(their placement skips wait_for_reclaim and a full one fails rather than queues), so they have nothing to fence.
+Compaction's moves keep out of fences too (services/compaction.py).
 
 Placement (services/provisioning.py, cluster/sync.py) plans as usual; a plan that runs into a fence is made
 again without the fenced GPUs (`place_around`), and when nothing else fits the request waits in the queue, told

@@ -10,6 +10,7 @@ from allocations import services
 from allocations.cohorts.fence import pool_fences
 from allocations.models import Allocation, MovePlan
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
+from allocations.services.moves import advance_move_plan
 from allocations.services.queue import admit_queued
 from tests.cohorts.layout import cohort_node, put
 from tests.compaction.world import where
@@ -89,3 +90,7 @@ def test_the_second_lender_s_rescue_moves_no_slice_into_the_first_lender_s_room(
     assert [(m.allocation_id, m.to_gpu.index) for m in plan.moves.all()] == [(lone.pk, 3)]
     second.refresh_from_db()
     assert [(s["index"], s["start"], s["size"]) for s in second.reclaim_room] == [(1, 0, 8)]
+    # and: the plan applies to the end while both rooms are held
+    while plan.status == MovePlan.Status.APPLYING:
+        plan = advance_move_plan(plan_id=plan.pk)
+    assert plan.status == MovePlan.Status.DONE and where(lone)[0][0] == 3

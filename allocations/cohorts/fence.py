@@ -141,9 +141,10 @@ def fence_hit(fences: Sequence[Fence], slices: Sequence[PlannedSlice], *, predic
 
 def held_message(fence: Fence) -> str:
     """The queued request's reason, in words (services/queue_entry.enqueue_allocation's `waiting_for`)."""
+    # A room made by moves alone (no notice) is held too: say both ways the room is made.
     return (
         f"the free room it fits is held for request #{fence.lender_id}, for which borrowed slices are being taken "
-        "back in its cohort"
+        "back in its cohort or other slices moved"
     )
 
 

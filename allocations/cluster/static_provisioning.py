@@ -28,8 +28,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from allocations.cluster.static_placement import StaticChoice, choose_static
-from allocations.cluster.static_spread import choose_static_spread
+from allocations.cluster.static_placement import StaticChoice
+from allocations.cluster.static_spread import choose_static_slices
 from allocations.cohorts.fence import Fence, HeldSlot, held_message, pool_fences
 from allocations.mig.reconfig import Operation
 from allocations.models import Allocation, MigReconfiguration, NodePool, SlicePlacement
@@ -113,18 +113,8 @@ def _held_for(allocation: Allocation, pool: NodePool, fences: list[Fence]) -> Fe
 
 def _choose(allocation: Allocation, pool: NodePool, fenced: list[HeldSlot]) -> list[StaticChoice] | None:
     """One GPU when free instances there fit, or when no spread over GPUs costs fewer operations; around the
-    slots `fenced` for lenders."""
-    single = choose_static(pool=pool, profile=allocation.profile, count=allocation.count, fenced=fenced)
-    if (single is not None and not single.plan.operations) or allocation.count == 1:
-        return None if single is None else [single]
-    spread = choose_static_spread(pool=pool, profile=allocation.profile, count=allocation.count, fenced=fenced)
-    if spread is not None and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER and len(spread.to_reconfigure) > 1:
-        # The MIG manager applies a whole node's config per change: two changes of one node at once would each
-        # write the other GPU's old layout back. One change per request there.
-        spread = None
-    if spread is not None and (single is None or spread.operations < single.plan.cost):
-        return list(spread.choices)
-    return None if single is None else [single]
+    slots `fenced` for lenders (static_spread.choose_static_slices)."""
+    return choose_static_slices(pool=pool, profile=allocation.profile, count=allocation.count, fenced=fenced)
 
 
 def _claim(allocation: Allocation, choices: list[StaticChoice]) -> Allocation:

@@ -10,12 +10,12 @@ that needs one, in this order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from allocations.cluster.static_placement import StaticChoice, StaticGpu, static_gpus
+from allocations.cluster.static_placement import StaticChoice, StaticGpu, choose_static, static_gpus
 from allocations.mig.reconfig import ReconfigurationPlan
 from allocations.models import NodePool
 
@@ -72,15 +72,34 @@ def _spread_on_node(gpus: list[StaticGpu], profile: str, count: int, mig_mode: s
 
 
 def choose_static_spread(
-    *, pool: NodePool, profile: str, count: int, fenced: Sequence[HeldSlot] = ()
+    *, pool: NodePool, profile: str, count: int, freed: Collection[str] = (), fenced: Sequence[HeldSlot] = ()
 ) -> StaticSpread | None:
     """The cheapest way to place `count` x `profile` on GPUs of one ready node of the pool (one GPU included),
-    or None when no node can take them even after changing its GPUs' free space; `fenced`: slots held for
-    lenders (static_placement.static_gpus). Caller holds the pool lock."""
+    or None when no node can take them even after changing its GPUs' free space; `freed`, `fenced`: as for
+    static_placement.static_gpus. Caller holds the pool lock."""
     best: tuple[Rank, StaticSpread] | None = None
-    candidates = static_gpus(pool=pool, profile=profile, fenced=fenced)
+    candidates = static_gpus(pool=pool, profile=profile, freed=freed, fenced=fenced)
     for _, on_node in groupby(candidates, key=lambda g: g.gpu.node.name):
         found = _spread_on_node(list(on_node), profile, count, pool.mig_mode)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
     return None if best is None else best[1]
+
+
+def choose_static_slices(
+    *, pool: NodePool, profile: str, count: int, freed: Collection[str] = (), fenced: Sequence[HeldSlot] = ()
+) -> list[StaticChoice] | None:
+    """Where a request of `count` x `profile` goes (static_provisioning places it here; a lender's room is
+    planned here too, allocations/cohorts/fence.py): one GPU when free instances there fit, or when no spread
+    over GPUs costs fewer operations; None when nothing fits. `freed`, `fenced`: as for static_gpus."""
+    single = choose_static(pool=pool, profile=profile, count=count, freed=freed, fenced=fenced)
+    if (single is not None and not single.plan.operations) or count == 1:
+        return None if single is None else [single]
+    spread = choose_static_spread(pool=pool, profile=profile, count=count, freed=freed, fenced=fenced)
+    if spread is not None and pool.mig_mode == NodePool.MigMode.STATIC_MANAGER and len(spread.to_reconfigure) > 1:
+        # The MIG manager applies a whole node's config per change: two changes of one node at once would each
+        # write the other GPU's old layout back. One change per request there.
+        spread = None
+    if spread is not None and (single is None or spread.operations < single.plan.cost):
+        return list(spread.choices)
+    return None if single is None else [single]

@@ -9,40 +9,46 @@ Where it lives: the plan is stored on R's own row (Allocation.reclaim_room), wri
 (services/cohort_notices.give_notice). It cannot be derived: the reclaimed allocations' placements are deleted
 when they are released (services/lifecycle.finish_release), and the plan may also use free slots next to them.
 Whether the fence holds is derived, so that it cannot outlive its reason: R still waits (APPROVED or QUEUED) and
-a notice given for it stands or was carried out (an allocation with reclaimed_for = R and reclaim_at set). R
-admitted (cohort_notices.cancel_notices_for clears the plan), withdrawn (no longer waiting) or its notices called
-off (clear_notice unsets reclaimed_for): the fence is gone.
+a notice given for it stands or was carried out (an allocation with reclaimed_for = R and reclaim_at set), or a
+rescue plan that makes R's room by moves (a MovePlan for R whose summary names its `placement`) is applying or
+done: a room made by moves alone, with no notice, is held too. R admitted (cohort_notices.cancel_notices_for
+clears the plan), withdrawn (no longer waiting), its notices called off (clear_notice unsets reclaimed_for) with
+no such plan, or that plan failed: the fence is gone. A room made by moves alone that R still does not fit once
+the plan is done is let go by the next admission pass (services/cohort_reclaim.reclaim_room_for).
 
 What is held: on the simulated fleet, the exact GPU and slots R's first fit takes once the reclaimed allocations
 are gone. On Kubernetes DynamicMIG the scheduler picks the slot on the GPU the portal pins: the slots its first
 fit will give R there (allocations/mig/scheduler.first_fit, the prediction placement uses), or the whole GPU
 when that cannot be predicted. Another request's slice passes a fenced GPU only when its own predicted slot lies
 outside R's and no claim on that GPU still waits for the scheduler (the order claims are allocated in could
-shift both). Static pools: the pre-made instances static placement will pin R to, or the whole GPU when R needs
-a reconfiguration there (_static_room); other requests' static placement counts them held (static_placement
-.static_gpus). Shared pools never reclaim (their placement skips wait_for_reclaim and a full one fails rather than
-queues), so they have nothing to fence. Compaction's moves keep out of fences too (services/compaction.py).
+shift both). Static pools: the pre-made instances static placement will pin R to (on one GPU, or spread over
+GPUs of a node for a request of several slices), or the whole GPU where R needs a reconfiguration (_static_room);
+other requests' static placement counts them held (static_placement.static_gpus). Shared pools never reclaim
+(their placement skips wait_for_reclaim and a full one fails rather than queues), so they have nothing to fence.
+Compaction's moves keep out of fences too (services/compaction.py).
 
 Placement (services/provisioning.py, cluster/sync.py) plans as usual; a plan that runs into a fence is made
 again without the fenced GPUs (`place_around`), and when nothing else fits the request waits in the queue, told
 for whom the room is held. R itself passes its own fence, and the admission pass takes it first
 (services/cohort_reclaim.lenders_first). Plans for two lenders never share a slot: each is planned around the
-fences already standing.
+fences already standing: `plan_room` here, and the choice of what to take back or move for R
+(services/cohort_notices._choose) is made on the pool without the GPUs other lenders' rooms are on (`unfenced`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
-from allocations.cluster.static_placement import choose_static
+from allocations.cluster.static_spread import choose_static_slices
 from allocations.cohorts.reclaim import driver_slots
+from allocations.costs import gpu_model_for
 from allocations.mig.engine import choose_placement
-from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
-from allocations.models import Allocation, NodePool, SlicePlacement
+from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest, SlotChoice
+from allocations.models import Allocation, MovePlan, NodePool, Quota, SlicePlacement
 from allocations.placement import PlannedSlice, PoolLayout, read_pool
 
 Status = Allocation.Status
@@ -50,6 +56,9 @@ Status = Allocation.Status
 WAITING = (Status.APPROVED, Status.QUEUED)
 
 Position = tuple[str, int]
+# A rescue plan holds the room it makes while it runs and once it is done (until the lender is admitted); a failed
+# plan's room may never be made.
+MOVES_HOLD = (MovePlan.Status.APPLYING, MovePlan.Status.DONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +106,12 @@ def scheduler_picks_slots(pool: NodePool) -> bool:
 def pool_fences(pool_id: int, *, besides: int | None = None) -> list[Fence]:
     """The fences standing in the pool (one indexed query), but the one of request `besides`."""
     standing = Allocation.objects.filter(reclaimed_for=OuterRef("pk"), reclaim_at__isnull=False)
+    # The moves of a rescue make (or made) the room: rescue_lender and rescue_with_moves name it in the summary.
+    moving = MovePlan.objects.filter(for_allocation=OuterRef("pk"), status__in=MOVES_HOLD, summary__has_key="placement")
     rows = (
         Allocation.objects.filter(pool_id=pool_id, status__in=WAITING)
         .exclude(reclaim_room=[])
-        .filter(Exists(standing))
+        .filter(Exists(standing) | Exists(moving))
         .order_by("pk")
         .values_list("pk", "reclaim_room")
     )
@@ -130,9 +141,10 @@ def fence_hit(fences: Sequence[Fence], slices: Sequence[PlannedSlice], *, predic
 
 def held_message(fence: Fence) -> str:
     """The queued request's reason, in words (services/queue_entry.enqueue_allocation's `waiting_for`)."""
+    # A room made by moves alone (no notice) is held too: say both ways the room is made.
     return (
         f"the free room it fits is held for request #{fence.lender_id}, for which borrowed slices are being taken "
-        "back in its cohort"
+        "back in its cohort or other slices moved"
     )
 
 
@@ -155,6 +167,38 @@ def place_around(
         return slices, ""
     again = replan(frozenset(p for fence in fences for p in fence.positions))
     return (again, "") if again is not None else (None, held_message(hit))
+
+
+def unfenced(fleet: Fleet, fences: Sequence[Fence]) -> Fleet:
+    """The fleet without the GPUs the fences hold slots of: where a lender's reclaim or rescue is planned, so
+    that neither its room nor a move's destination lies in another lender's room (as `plan_room` skips them)."""
+    if not fences:
+        return fleet
+    skip = fenced_positions(fences)
+    return Fleet([Node(n.name, [g for g in n.gpus if (n.name, g.index) not in skip], n.pool) for n in fleet.nodes])
+
+
+def lends(allocation: Allocation) -> bool:
+    """Whether the request is one whose room is kept for it: a member of a cohort of its (not shared) pool asking
+    within its guarantee, and not borrowing (services/cohort_reclaim.reclaim_room_for's lender)."""
+    if allocation.pool.is_shared or allocation.borrowed_compute_slices or allocation.borrowed_memory_slices:
+        return False
+    quota = Quota.objects.filter(
+        tenant_id=allocation.tenant_id, pool_id=allocation.pool_id, cohort__pool_id=allocation.pool_id
+    ).first()
+    return (
+        quota is not None
+        and quota.compute_slices_used <= quota.compute_slices_limit
+        and quota.memory_slices_used <= quota.memory_slices_limit
+    )
+
+
+def planned_room(pool: NodePool, positions: Mapping[Position, int], placement: SlotChoice) -> list[HeldSlot]:
+    """The slot a rescue plan planned for its request (the defrag plan's `placement`), as a held slot; `positions`:
+    GPU ids by (node, index). Its size from the pool's catalog model, as compaction's landings."""
+    position = (placement.node, placement.gpu_index)
+    size = gpu_model_for(pool.gpu_model).profile(placement.profile).memory_slices
+    return [HeldSlot(positions[position], position[0], position[1], placement.start, size)]
 
 
 def fenced_positions(fences: Sequence[Fence]) -> frozenset[Position]:
@@ -221,19 +265,21 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
 
 def _static_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     """Static MIG: the pre-created instances the lender is pinned to once `released` are gone (static placement's
-    own choice, around the other lenders' fences), or the whole GPU when it needs a reconfiguration there (its
-    steps cannot be held slot by slot: they may destroy free instances around the target). Empty when one GPU
-    cannot take it (a spread over GPUs is not held: the next admission pass asks again)."""
+    own choice, around the other lenders' fences: one GPU, or a multi-slice request spread over GPUs of a node),
+    or, on each GPU where it needs a reconfiguration, the whole GPU (its steps cannot be held slot by slot: they
+    may destroy free instances around the target). Empty when nothing takes it (the next pass asks again)."""
     pool = lender.pool
     others = [slot for fence in pool_fences(pool.pk, besides=lender.pk) for slot in fence.slots]
     freed = {str(pk) for pk in released}
-    choice = choose_static(pool=pool, profile=lender.profile, count=lender.count, freed=freed, fenced=others)
-    if choice is None:
-        return []
-    gpu, node, index = choice.gpu.pk, choice.gpu.node.name, choice.gpu.index
-    if choice.plan.operations:
-        return [HeldSlot(gpu, node, index, 0, choice.model.memory_slices)]
-    return [HeldSlot(gpu, node, index, s.start, s.size) for s in choice.slices(lender.profile)]
+    choices = choose_static_slices(pool=pool, profile=lender.profile, count=lender.count, freed=freed, fenced=others)
+    held: list[HeldSlot] = []
+    for choice in choices or []:
+        gpu, node, index = choice.gpu.pk, choice.gpu.node.name, choice.gpu.index
+        if choice.plan.operations:
+            held.append(HeldSlot(gpu, node, index, 0, choice.model.memory_slices))
+        else:
+            held += [HeldSlot(gpu, node, index, s.start, s.size) for s in choice.slices(lender.profile)]
+    return held
 
 
 def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:

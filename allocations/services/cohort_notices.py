@@ -29,8 +29,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall
-from allocations.cohorts.fence import HeldSlot, scheduler_picks_slots
 from allocations.cohorts.fence import plan_room as room_after_release
+from allocations.cohorts.fence import planned_room, pool_fences, scheduler_picks_slots, unfenced
 from allocations.cohorts.reclaim import NOTHING, Candidate, pick_fitting, pick_reclaims
 from allocations.cohorts.rescue import plan_room
 from allocations.mig.defrag import DefragPlan
@@ -39,6 +39,7 @@ from allocations.models import Allocation, Cohort, NodePool, Notification, Quota
 from allocations.nodeagent.usage import used_slice_hours
 from allocations.placement import PoolLayout, read_pool
 from allocations.services.compaction import may_rescue, movable_allocation_ids, rescue_lender
+from allocations.services.lender_room import hold_room
 from allocations.services.notifications import notify_users
 from allocations.services.outbox import enqueue_task
 from tenants.services import record_audit_event
@@ -125,25 +126,15 @@ def give_notice(
 def _hold_room(lender: Allocation, marked: list[Allocation], moves: tuple[PoolLayout, DefragPlan] | None) -> None:
     """Fence the room the marked allocations' release (and the rescue's moves, if any) plans for the lender
     (allocations/cohorts/fence.py), so that nothing else is placed there meanwhile; audited with the notices."""
-    if not marked:
-        # Moves alone (no notice): the fence holds only while notices stand (cohorts/fence.py); and a request
-        # that moves alone can place is rescued by provisioning before it ever gets here (compaction.rescue_with_moves).
+    if not marked and moves is None:
         return
     if moves is not None and moves[1].placement is not None:
-        # The moves make the room: the slot the rescue plan planned for the lender is the one to keep.
-        layout, placement = moves[0], moves[1].placement
-        position = (placement.node, placement.gpu_index)
-        size = layout.models[position].profile(placement.profile).memory_slices
-        slots = [HeldSlot(layout.by_position[position], position[0], position[1], placement.start, size)]
+        # The moves make the room (with or without notices): the slot the rescue plan planned for the lender is
+        # the one to keep; with moves alone it holds while the plan applies or is done (cohorts/fence.py).
+        slots = planned_room(lender.pool, moves[0].by_position, moves[1].placement)
     else:
         slots = room_after_release(lender, [a.pk for a in marked])
-    room = [slot.as_json() for slot in slots]
-    lender.reclaim_room = room
-    lender.save(update_fields=["reclaim_room", "updated_at"])
-    if room:
-        record_audit_event(
-            actor=None, verb="reclaim_room", obj=lender, tenant_id=lender.tenant_id, after={"held": room}
-        )
+    hold_room(lender, slots)
 
 
 def _choose(
@@ -154,18 +145,20 @@ def _choose(
     it); for room (`whole`) in a pool that compacts, when no such set exists, a set taken back together with at
     most two moves of movable slices (allocations/cohorts/rescue.py `plan_room`; the moves are returned, to
     start); when none does (or a shared pool, placed by memory), by count as before. For room, fitting is the
-    whole need: counting the request's slices again would take more."""
+    whole need: counting the request's slices again would take more. All of it on the pool without the GPUs
+    other lenders' rooms are on (cohorts/fence.unfenced): neither the room nor a move lands in theirs."""
     pool = lender.pool
     if not pool.is_shared:
         request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
         layout = read_pool(pool)
+        fleet = unfenced(layout.fleet, pool_fences(pool.pk, besides=lender.pk))
         if whole and may_rescue(lender):
-            room = plan_room(layout.fleet, request, candidates, _movable(pool))
+            room = plan_room(fleet, request, candidates, _movable(pool))
             if room is not None:
                 return room.reclaims, None if room.defrag is None else (layout, room.defrag)
         else:
             fitting = pick_fitting(
-                layout.fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
+                fleet, request, candidates, NOTHING if whole else need, driver=scheduler_picks_slots(pool)
             )
             if fitting:
                 return fitting, None

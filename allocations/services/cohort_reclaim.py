@@ -93,9 +93,9 @@ def reclaim_room_for(allocation: Allocation) -> int:
     if _borrows(allocation):
         return 0
     pending = _pending(allocation)
-    if allocation.reclaim_room and not pending:
-        # Everything taken back for it is gone and it still did not fit (a node left, say): its room holds
-        # nothing it can use, so other requests may have it again (allocations/cohorts/fence.py).
+    if allocation.reclaim_room and not pending and not rescue_applying(allocation):
+        # Everything taken back (or moved) for it is gone and it still did not fit (a node left, say): its room
+        # holds nothing it can use, so other requests may have it again (allocations/cohorts/fence.py).
         drop_room(allocation)
     quota = _cohort_quota(allocation)
     if quota is None or quota.cohort is None or pending or rescue_applying(allocation):

@@ -18,7 +18,9 @@ Lenders' rooms (issue 15, allocations/cohorts/fence.py): no move lands in the ro
 waiting lender, and a rescue does not make room there. A plan that would is made again without the fenced GPUs
 (dynamic pools), or around the held instances from the start (static pools); when nothing useful is left, the
 admin is told for whom the room is held, the beat passes, and a rescued request waits in the queue saying so.
-A fence raised while a plan applies fails the plan at the move that would land in it (services/moves.py).
+A fence raised while a plan applies fails the plan at the move that would land in it (services/moves.py). A
+lender's own rescue holds the slot its moves free for it (rescue_with_moves, `fence.lends`): from the plan's
+start until the lender is placed, or until the plan fails.
 
 Locks: the callers hold the pool's lock (rescue: the refused request's, then the pool's), and every plan is created
 under it, so a pool has one plan APPLYING at a time (a constraint says so too).
@@ -35,12 +37,21 @@ from django.db import transaction
 from django.db.models import Q
 
 from allocations.cluster.static_compaction import gpu_positions, plan_static_rescue
-from allocations.cohorts.fence import Fence, fenced_positions, held_message, landing_hit, pool_fences
+from allocations.cohorts.fence import (
+    Fence,
+    fenced_positions,
+    held_message,
+    landing_hit,
+    lends,
+    planned_room,
+    pool_fences,
+)
 from allocations.costs import gpu_model_for
 from allocations.mig.defrag import DefragPlan, plan_defrag
 from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest
 from allocations.models import Allocation, MovePlan, NodePool, SliceMove
 from allocations.placement import PlannedSlice, PoolLayout, read_pool, recent_demand
+from allocations.services.lender_room import hold_room
 from allocations.services.locks import lock_pool
 from allocations.services.outbox import enqueue_task
 from tenants.errors import InvalidInput
@@ -326,6 +337,11 @@ def rescue_with_moves(allocation: Allocation) -> bool:
         "room, then this request is provisioned."
     )
     allocation.save(update_fields=["status_message", "updated_at"])
+    if plan.placement is not None and lends(allocation):
+        # A lender within its guarantee (issue 15): the room the moves make is held for it until it is placed
+        # there (allocations/cohorts/fence.py), else another request could take it between the moves and then.
+        _name_placement(move_plan, plan)
+        hold_room(allocation, planned_room(pool, positions, plan.placement))
     record_audit_event(
         actor=None,
         verb="rescue",
@@ -365,10 +381,7 @@ def rescue_lender(allocation: Allocation, *, layout: PoolLayout, plan: DefragPla
         for_allocation=allocation,
     )
     if plan.placement is not None:
-        # Where the lender goes once the moves are made (and any slices on notice gone): the room to keep for it.
-        where = plan.placement
-        move_plan.summary["placement"] = [_where(where.node, where.gpu_index, where.start), where.profile]
-        move_plan.save(update_fields=["summary"])
+        _name_placement(move_plan, plan)
     record_audit_event(
         actor=None,
         verb="rescue",
@@ -377,6 +390,15 @@ def rescue_lender(allocation: Allocation, *, layout: PoolLayout, plan: DefragPla
         after={"plan": move_plan.pk, "moves": len(plan.moves), "lender": True},
     )
     return move_plan
+
+
+def _name_placement(move_plan: MovePlan, plan: DefragPlan) -> None:
+    """Where the lender goes once the moves are made (and any slices on notice gone): the room kept for it while
+    the plan applies or is done (cohorts/fence.pool_fences reads this key)."""
+    if plan.placement is not None:
+        where = plan.placement
+        move_plan.summary["placement"] = [_where(where.node, where.gpu_index, where.start), where.profile]
+        move_plan.save(update_fields=["summary"])
 
 
 def rescue_applying(allocation: Allocation) -> bool:

@@ -84,6 +84,10 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     transaction.savepoint_commit(savepoint)
     if placed.status == Status.FAILED:
         return None  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
+    if placed.status == Status.APPROVED:
+        # Not admitted yet: a rescue's moves make room for it first (services/compaction.rescue_with_moves), and
+        # the plan's end provisions it; its notices, and the room held for it, stay until then.
+        return None
     now = timezone.now()
     waited = (now - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
     forced = {"forced_after_hold": True} if is_due(allocation, now=now) else {}  # held its bound (issue 14)

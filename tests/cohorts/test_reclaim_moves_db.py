@@ -8,33 +8,18 @@ from datetime import timedelta
 
 from allocations import services
 from allocations.cohorts.fence import Fence, HeldSlot, pool_fences
-from allocations.costs import gpu_model_for
-from allocations.models import Allocation, Cohort, MovePlan, NodePool, Quota, SlicePlacement
-from allocations.placement import dra_device_name
+from allocations.models import Allocation, Cohort, MovePlan, Quota
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.moves import advance_move_plan
 from allocations.services.queue import admit_queued
 from tenants.models import Tenant
 from tests.cohorts.helpers import verbs
+from tests.cohorts.layout import put
 from tests.compaction.world import where
 from tests.conftest import H100, World
 from tests.queue.helpers import ask
 
 Status = Allocation.Status
-
-
-def put(pool: NodePool, allocation: Allocation, gpu: int, start: int, *, movable: bool = False) -> Allocation:
-    """Given, not a rule under test: the request's one slice at `gpu`:`start` (the layout this test needs)."""
-    spec = gpu_model_for(H100).profile(allocation.profile)
-    SlicePlacement.objects.filter(allocation=allocation).update(
-        gpu=pool.nodes.get().gpus.get(index=gpu),
-        start=start,
-        device_name=dra_device_name(gpu_index=gpu, profile=allocation.profile, profile_id=spec.profile_id, start=start),
-    )
-    Allocation.objects.filter(pk=allocation.pk).update(movable=movable)
-    allocation.refresh_from_db()
-    assert allocation.status == Status.ACTIVE
-    return allocation
 
 
 def test_a_take_back_and_a_move_make_room_for_a_lender_that_neither_alone_would(world: World):

@@ -68,8 +68,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
 from allocations.cohorts.accounting import MemberState, admit_within  # noqa: E402
+from allocations.cohorts.handover import Heir, choose_heirs  # noqa: E402
 from allocations.cohorts.reclaim import Candidate, pick_fitting  # noqa: E402
 from allocations.cohorts.rescue import RoomPlan, plan_room  # noqa: E402
+from allocations.cohorts.room import room_after, without  # noqa: E402
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.defrag import Move  # noqa: E402
 from allocations.mig.demand import DemandMix  # noqa: E402
@@ -293,8 +295,26 @@ class Sim:
         if any(s.node == avoid or (s.node, s.gpu_index) in avoid_gpus for s in decision.slots):
             self.undo(decision)
             return False
+        if self.fence_hit(r, decision):
+            self.undo(decision)
+            return self.place_avoiding(r, t, avoid, set())
         self.started(r, t, decision)
         return True
+
+    def fence_hit(self, r: Req, decision: PlacementDecision) -> bool:
+        """Whether the placement runs into another lender's fenced slot (allocations/cohorts/fence.py
+        `fence_hit`: the memory slots overlap)."""
+        for pk, (node, gpu, start) in self.fence.items():
+            if pk == r.pk:
+                continue
+            end = start + self.model.profile(self.by_pk[pk].profile).memory_slices
+            size = self.model.profile(r.profile).memory_slices
+            if any(
+                s.node == node and s.gpu_index == gpu and s.start < end and start < s.start + size
+                for s in decision.slots
+            ):
+                return True
+        return False
 
     def started(self, r: Req, t: float, decision: PlacementDecision) -> None:
         r.where = [(s.node, s.gpu_index, s.start) for s in decision.slots]
@@ -304,12 +324,58 @@ class Sim:
         self.peak_total = max(self.peak_total, sum(self.held))
         self.running[r.pk] = r
         self.push(t + r.run_s, "end", r.pk)
-        # A lender admitted otherwise: its notices are void (the borrowers keep their slices).
-        for other in self.running.values():
-            if other.reclaim_for == r.pk:
-                other.reclaim_at, other.reclaim_for = math.nan, 0
+        self.hand_over(r)
         self.fence.pop(r.pk, None)
         self.moving_until.pop(r.pk, None)
+
+    def hand_over(self, lender: Req) -> None:
+        """A lender admitted otherwise: its notices go to the waiting lenders whose room they make, their deadline
+        kept (the portal's rule, allocations/cohorts/handover.py `choose_heirs`); the rest are void (the borrowers
+        keep their slices). An heir's room is held as the portal holds it (cohorts/room.py `room_after`)."""
+        noticed = [x for x in self.running.values() if x.reclaim_for == lender.pk]
+        if not noticed:
+            return
+        with_notices = {x.reclaim_for for x in self.running.values() if x.reclaim_for}
+        heirs = [
+            Heir(q.pk, q.tenant, PlacementRequest(q.profile))
+            for q in self.in_order()
+            if math.isnan(q.start) and q.pk not in with_notices and q.pk not in self.moving_until
+        ]
+        skip = {(node, gpu) for pk, (node, gpu, _) in self.fence.items() if pk != lender.pk}
+        fleet = without(self.engine.snapshot(), (), None, skip)
+        for heir_pk, chosen in choose_heirs(fleet, [self.candidate(x) for x in noticed], heirs).items():
+            ids = {c.allocation_id for c in chosen}
+            for x in noticed:
+                if x.pk in ids:
+                    x.reclaim_for = heir_pk
+            heir = self.by_pk[heir_pk]
+            heir.noticed = True
+            room = self.portal_room(heir, {str(i) for i in ids})
+            if room is not None:
+                self.fence[heir_pk] = (room.node, room.gpu_index, room.slots[0].start)
+        for x in noticed:
+            if x.reclaim_for == lender.pk:
+                x.reclaim_at, x.reclaim_for = math.nan, 0
+
+    def portal_room(self, r: Req, released: set[str]) -> PlacementDecision | None:
+        """The room the portal holds for lender `r` once `released` are gone (cohorts/room.py `room_after`,
+        around the other lenders' fenced GPUs), on the engine's layouts as they are; None: it holds none."""
+        skip = {(node, gpu) for pk, (node, gpu, _) in self.fence.items() if pk != r.pk}
+        room = room_after(self.engine.snapshot(), PlacementRequest(r.profile), released, skip, driver=False)
+        if not room:
+            return None
+        (node, gpu), found = next(iter(room.items()))
+        return at(node, gpu, r.profile, found[0][0])
+
+    def in_order(self) -> list[Req]:
+        """The queue in the portal's admission order (allocations/queue_order.py)."""
+        by_pk = {r.pk: r for r in self.queue}
+        order = fair_order(
+            [Waiting(r.pk, r.tenant, 0, EPOCH + timedelta(seconds=r.queued_at), r.compute) for r in self.queue],
+            usage=dict(enumerate(self.usage)),
+            quota=dict(enumerate(self.quota)),
+        )
+        return [by_pk[w.allocation_id] for w in order]
 
     def undo(self, decision: PlacementDecision) -> None:
         for s in decision.slots:
@@ -459,6 +525,10 @@ class Sim:
         decision = choose_placement(fleet, PlacementRequest(r.profile), "ours")
         if decision is None:
             return False
+        if self.fence_hit(r, decision):
+            # As the portal (fence.place_around): planned again without the fenced GPUs, else it waits.
+            fenced = {(node, gpu) for pk, (node, gpu, _) in self.fence.items() if pk != r.pk}
+            return self.place_avoiding(r, t, reserved, avoid | fenced, snapshot)
         self.engine.commit(decision, str(r.pk))
         self.started(r, t, decision)
         return True
@@ -525,6 +595,8 @@ class Sim:
                 plan = self.room(r, over, {x.pk for x, _ in notices} | moved)
                 if plan is None:
                     continue
+                # Reclaim alone: the room the portal holds is planned on the layouts before the release.
+                held = self.portal_room(r, {str(c.allocation_id) for c in plan.reclaims}) if not plan.moves else None
                 for c in plan.reclaims:
                     x = self.running[c.allocation_id]
                     self.free(x)
@@ -540,10 +612,10 @@ class Sim:
                 if plan.placement is not None:
                     decision = PlacementDecision(plan.placement.node, (plan.placement,), "rescue")
                 else:
-                    decision = self.engine.choose(PlacementRequest(r.profile))
+                    decision = held or self.engine.choose(PlacementRequest(r.profile))
                 if decision is None:  # a plan is found only if the request then fits
                     raise RuntimeError(f"request {r.pk} does not fit after its room is made")
-                fenced = True
+                fenced = plan.placement is not None or held is not None  # else the portal holds nothing
             self.engine.commit(decision, f"planned-{r.pk}")  # this room is spoken for
             self.planned.setdefault((decision.node, decision.gpu_index), set()).add(r.pk)
             if fenced:

@@ -61,7 +61,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,14 +70,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from allocations.cohorts.accounting import MemberState, admit_within  # noqa: E402
 from allocations.cohorts.handover import Heir, choose_heirs  # noqa: E402
 from allocations.cohorts.reclaim import Candidate, pick_fitting  # noqa: E402
-from allocations.cohorts.rescue import RoomPlan, plan_room  # noqa: E402
+from allocations.cohorts.rescue import MAX_MOVES, RoomPlan, plan_room  # noqa: E402
 from allocations.cohorts.room import room_after, without  # noqa: E402
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
-from allocations.mig.defrag import Move  # noqa: E402
+from allocations.mig.defrag import Move, plan_defrag  # noqa: E402
 from allocations.mig.demand import DemandMix  # noqa: E402
 from allocations.mig.engine import InvalidLayout, PlacementEngine, choose_placement, empty_fleet  # noqa: E402
 from allocations.mig.fleet import (  # noqa: E402
     Fleet,
+    Gpu,
     Instance,
     Node,
     PlacementDecision,
@@ -272,6 +273,7 @@ class Sim:
         # admitted there, never into another lender's slot on the same GPU.
         self.fence: dict[int, tuple[str, int, int]] = {}  # lender -> (node, GPU, start)
         self.moving_until: dict[int, float] = {}  # lender -> when the moves made for it are done
+        self.rescued: set[int] = set()  # requests a rescue's moves were planned for (once per request)
         self.moves = 0
 
     def push(self, t: float, kind: str, pk: int) -> None:
@@ -324,8 +326,14 @@ class Sim:
         self.peak_total = max(self.peak_total, sum(self.held))
         self.running[r.pk] = r
         self.push(t + r.run_s, "end", r.pk)
+        self.fence.pop(r.pk, None)  # its room is let go first: an heir may be given it
         self.hand_over(r)
-        self.fence.pop(r.pk, None)
+        # Nor is any GPU planned for it any more (as the portal's fence, which ends with the wait): else the room
+        # its notices freed next to it stays closed to other waiting lenders until the next reclaim pass.
+        for gpu in [g for g, lenders in self.planned.items() if r.pk in lenders]:
+            self.planned[gpu].discard(r.pk)
+            if not self.planned[gpu]:
+                del self.planned[gpu]
         self.moving_until.pop(r.pk, None)
 
     def hand_over(self, lender: Req) -> None:
@@ -341,7 +349,7 @@ class Sim:
             for q in self.in_order()
             if math.isnan(q.start) and q.pk not in with_notices and q.pk not in self.moving_until
         ]
-        skip = {(node, gpu) for pk, (node, gpu, _) in self.fence.items() if pk != lender.pk}
+        skip = {(node, gpu) for node, gpu, _ in self.fence.values()}
         fleet = without(self.engine.snapshot(), (), None, skip)
         for heir_pk, chosen in choose_heirs(fleet, [self.candidate(x) for x in noticed], heirs).items():
             ids = {c.allocation_id for c in chosen}
@@ -490,7 +498,7 @@ class Sim:
             while backlog and not self.fits_within(tenant, backlog[0]):
                 r = backlog[0]
                 admission = admit_within(self.members(), tenant, r.compute, r.memory)
-                if admission is None or not self.place_borrower(r, t, reserved):
+                if admission is None or not (self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved)):
                     break
                 backlog.popleft()
                 if math.isnan(r.submitted):
@@ -509,6 +517,47 @@ class Sim:
         return self.place_avoiding(r, t, reserved, planned | guaranteed, snapshot) or self.place_avoiding(
             r, t, reserved, planned, snapshot
         )
+
+    def rescue(self, r: Req, t: float, reserved: str | None) -> bool:
+        """Policy "moves": a request refused for fragmentation alone is rescued as the portal rescues any one
+        (services/compaction.rescue_with_moves, once per request): the defrag planner's cheapest plan of at most
+        2 moves of movable allocations (`--movable`) that makes room for it, never onto the GPUs planned for
+        lenders or the reserved node; it goes where the plan says. It is counted as started when the moves
+        start (the portal starts it once they are done: one provisioning time per move later)."""
+        if self.policy != "moves" or r.pk in self.rescued:
+            return False
+        avoid = set(self.planned) | {(node, gpu) for node, gpu, _ in self.fence.values()}
+        movable = {
+            str(x.pk)
+            for x in self.running.values()
+            if math.isnan(x.reclaim_at) and (self.movable == "all" or x.borrowed != (0, 0))
+        }
+        fleet = Fleet(
+            [
+                Node(
+                    n.name,
+                    [
+                        Gpu(g.node, g.index, g.model, [replace(i, idle=i.owner in movable) for i in g.instances])
+                        for g in n.gpus
+                        if (g.node, g.index) not in avoid
+                    ],
+                    n.pool,
+                )
+                for n in self.engine.snapshot().nodes
+                if n.name != reserved
+            ]
+        )
+        plan = plan_defrag(fleet, request=PlacementRequest(r.profile), max_moves=MAX_MOVES)
+        if plan is None or not plan.moves or plan.placement is None:
+            return False
+        self.rescued.add(r.pk)
+        if not self.apply_moves(plan.moves):
+            return False
+        self.moves += len(plan.moves)
+        decision = PlacementDecision(plan.placement.node, (plan.placement,), "rescue")
+        self.engine.commit(decision, str(r.pk))
+        self.started(r, t, decision)
+        return True
 
     def place_avoiding(
         self, r: Req, t: float, reserved: str | None, avoid: set[tuple[str, int]], snapshot: Fleet | None = None
@@ -586,10 +635,13 @@ class Sim:
         moved: set[int] = set()  # where they are in this pass's layouts is not their `where` any more
         rest = [r for r in waiting if r.pk not in self.fence]
         for r in [r for r in rest if r.pk in noticed_for] + [r for r in rest if r.pk not in noticed_for]:
+            held = None
             if r.pk not in fenced_before:  # else freed above
+                if r.pk in noticed_for:  # notices without a room held: the portal's room for them, if any
+                    held = self.portal_room(r, {str(x.pk) for x in noticed_for[r.pk]})
                 for x in noticed_for.get(r.pk, []):
                     self.free(x)
-            decision = self.engine.choose(PlacementRequest(r.profile))
+            decision = held or self.engine.choose(PlacementRequest(r.profile))
             fenced = r.pk in noticed_for
             if decision is None:
                 plan = self.room(r, over, {x.pk for x, _ in notices} | moved)

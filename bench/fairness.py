@@ -29,14 +29,20 @@ others are bursty). The tenants' quotas are guarantees. Four policies:
   the cohort's grace (GRACE_MIN) they are taken back together, the room goes to their lender first, and their
   owners' requests go back to the front of their backlog with the run time they had left. Meanwhile no other
   request is placed on a GPU a waiting lender is planned on, and a lender with notices running keeps the exact
-  slot planned for it from one pass to the next and is admitted there (the fence as the portal builds it:
-  session 9's "lender" work). A lender admitted otherwise cancels its notices.
+  slot planned for it from one pass to the next and is admitted there: the portal's fence, the slot planned by
+  the portal's own rule (allocations/cohorts/room.py `room_after`, which cohorts/fence.py runs: first fit on the
+  GPUs the release frees, then their nodes, then the pool, never on another lender's GPU); a placement that runs
+  into another lender's slot is planned again without the fenced GPUs (fence.place_around). A lender admitted
+  otherwise hands its notices to the waiting lenders whose room they make, their deadline kept (the portal's
+  allocations/cohorts/handover.py `choose_heirs`); the rest are called off.
 - ``moves``: ``borrow``, and when no set of borrowed allocations taken back makes room for a lender, the portal's
   `plan_room` (allocations/cohorts/rescue.py): borrowed allocations of one GPU taken back together with at most 2
   moves of movable allocations (the defrag planner's, as compaction's rescue), the cheapest found. The moves are
-  made at once; a lender that needs moves alone starts one provisioning time per move later. Movable: every
-  allocation not on notice (tenants whose requests are movable by default), or with ``--movable borrowed`` only
-  those admitted as borrowed.
+  made at once; a lender that needs moves alone starts one provisioning time per move later. And a borrower
+  refused for fragmentation alone is rescued as the portal rescues any request (services/compaction.py
+  `rescue_with_moves`: the defrag planner's cheapest plan of at most 2 moves, once per request; counted as started
+  when the moves start). Movable: every allocation not on notice (tenants whose requests are movable by default),
+  or with ``--movable borrowed`` only those admitted as borrowed.
 
 Two sets of guarantees: as configured (they add up to the pool's slices, and over-commit it slot-aware) and
 fitted (bench/fairness_premise.py: each tenant's every use of its guarantee fits a share of whole GPUs).
@@ -274,6 +280,8 @@ class Sim:
         self.fence: dict[int, tuple[str, int, int]] = {}  # lender -> (node, GPU, start)
         self.moving_until: dict[int, float] = {}  # lender -> when the moves made for it are done
         self.rescued: set[int] = set()  # requests a rescue's moves were planned for (once per request)
+        self.ends = 0  # releases so far: a rescue found impossible is tried again only after one
+        self.rescue_tried: dict[int, int] = {}  # request -> `ends` when no rescue plan was found for it
         self.moves = 0
 
     def push(self, t: float, kind: str, pk: int) -> None:
@@ -391,6 +399,7 @@ class Sim:
 
     def finish(self, r: Req) -> None:
         del self.running[r.pk]
+        self.ends += 1
         for node, gpu, start in r.where:
             self.engine.release(node, gpu, start)
         self.held[r.tenant] -= r.compute
@@ -524,7 +533,7 @@ class Sim:
         2 moves of movable allocations (`--movable`) that makes room for it, never onto the GPUs planned for
         lenders or the reserved node; it goes where the plan says. It is counted as started when the moves
         start (the portal starts it once they are done: one provisioning time per move later)."""
-        if self.policy != "moves" or r.pk in self.rescued:
+        if self.policy != "moves" or r.pk in self.rescued or self.rescue_tried.get(r.pk) == self.ends:
             return False
         avoid = set(self.planned) | {(node, gpu) for node, gpu, _ in self.fence.values()}
         movable = {
@@ -549,6 +558,7 @@ class Sim:
         )
         plan = plan_defrag(fleet, request=PlacementRequest(r.profile), max_moves=MAX_MOVES)
         if plan is None or not plan.moves or plan.placement is None:
+            self.rescue_tried[r.pk] = self.ends
             return False
         self.rescued.add(r.pk)
         if not self.apply_moves(plan.moves):

@@ -1105,7 +1105,8 @@ def main(argv: list[str] | None = None) -> int:
         "new notices. The portal plans such a placement again without the fenced GPUs (fence.place_around); the "
         "bench now does the same, plans a lender's room with the portal's own rule (allocations/cohorts/room.py "
         "`room_after`, which fence.py runs), and ends a lender's planned GPUs with its admission (they stayed "
-        "closed to other lenders until the next pass). With these, no wait past the bound on any shape or seed.",
+        "closed to other lenders until the next pass). With these, `moves` has no wait past the bound on any "
+        "shape or seed.",
         "- Moves: most are now borrowers' rescues, about 40 (diurnal) to 380 (greedy) per simulated week with "
         "fitted guarantees (table; fewer than one before borrowers were rescued): each restarts a movable pod, the "
         "price of the utilisation. With only borrowed allocations movable (`--movable borrowed`, session 10's "

@@ -44,10 +44,9 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 
 from allocations.cluster.static_spread import choose_static_slices
-from allocations.cohorts.reclaim import driver_slots
+from allocations.cohorts.room import Room, room_after
 from allocations.costs import gpu_model_for
-from allocations.mig.engine import choose_placement
-from allocations.mig.fleet import Fleet, Gpu, Node, PlacementRequest, SlotChoice
+from allocations.mig.fleet import Fleet, Node, PlacementRequest, SlotChoice
 from allocations.models import Allocation, MovePlan, NodePool, Quota, SlicePlacement
 from allocations.placement import PlannedSlice, PoolLayout, read_pool
 
@@ -213,24 +212,6 @@ def landing_hit(pool: NodePool, fences: Sequence[Fence], landings: Sequence[Plan
     return fence_hit(fences, landings, predicted=scheduler_picks_slots(pool)) if fences and landings else None
 
 
-def _without(layout: PoolLayout, owners: set[str], positions: set[Position] | None, skip: set[Position]) -> Fleet:
-    """The pool's fleet without the instances of `owners`, on `positions` only (None: all), less `skip`."""
-    return Fleet(
-        [
-            Node(
-                n.name,
-                [
-                    Gpu(g.node, g.index, g.model, [i for i in g.instances if i.owner not in owners])
-                    for g in n.gpus
-                    if (positions is None or (n.name, g.index) in positions) and (n.name, g.index) not in skip
-                ],
-                n.pool,
-            )
-            for n in layout.fleet.nodes
-        ]
-    )
-
-
 def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     """The slots `lender` gets once the allocations `released` are gone: first fit on the GPUs they free (then
     their nodes, then the pool), around the other lenders' fences; empty when it fits nowhere (nothing held:
@@ -241,26 +222,11 @@ def plan_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
     if pool.is_static:
         return _static_room(lender, released)
     layout = read_pool(pool)
-    owners = {str(pk) for pk in released}
-    touched = {(g.node, g.index) for g in layout.fleet.gpus() if any(i.owner in owners for i in g.instances)}
-    nodes = {node for node, _ in touched}
     others = {p for fence in pool_fences(pool.pk, besides=lender.pk) for p in fence.positions}
     request = PlacementRequest(profile=lender.profile, count=lender.count, pool=pool.slug)
-    driver = scheduler_picks_slots(pool)
-    for positions in (touched, {p for p in layout.by_position if p[0] in nodes}, None):
-        fleet = _without(layout, owners, positions, others)
-        if driver:  # the slots the scheduler's first fit gives it there (cohorts/reclaim.driver_slots)
-            predicted = driver_slots(fleet, request)
-            if predicted is not None:
-                return _held(layout, lender.profile, {p: [(s, False) for s in found] for p, found in predicted.items()})
-        decision = choose_placement(fleet, request, "first-fit")
-        if decision is not None:
-            # On Kubernetes with no prediction (the counters refuse where our rules allow): its whole GPUs.
-            slots: dict[Position, list[tuple[int, bool]]] = {}
-            for slot in decision.slots:
-                slots.setdefault((slot.node, slot.gpu_index), []).append((slot.start, driver))
-            return _held(layout, lender.profile, slots)
-    return []
+    # The rule itself is pure (cohorts/room.py), so that the fairness bench runs it too.
+    room = room_after(layout.fleet, request, {str(pk) for pk in released}, others, driver=scheduler_picks_slots(pool))
+    return _held(layout, lender.profile, room)
 
 
 def _static_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot]:
@@ -282,7 +248,7 @@ def _static_room(lender: Allocation, released: Collection[int]) -> list[HeldSlot
     return held
 
 
-def _held(layout: PoolLayout, profile: str, slots: dict[Position, list[tuple[int, bool]]]) -> list[HeldSlot]:
+def _held(layout: PoolLayout, profile: str, slots: Room) -> list[HeldSlot]:
     """Per GPU, (start, whole GPU?) of each planned slice, as held slots."""
     held: list[HeldSlot] = []
     for position, found in slots.items():

@@ -15,7 +15,8 @@
   admission pass; the lender is admitted by that pass, once (services/queue.py locks), ahead of the rest of the
   queue (`lenders_first`).
 
-A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for); the
+A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for; once
+admitted, those a waiting lender's room needs are handed to it first, deadline kept: cohort_handover.py); the
 due step checks the lender again under the lock, so a notice it could not clear is never carried out.
 """
 

@@ -22,7 +22,7 @@ from allocations.admission.services import keep_hold
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
-from allocations.services.cohort_notices import cancel_notices_for
+from allocations.services.cohort_handover import hand_over_notices
 from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again
 from allocations.services.locks import lock_pool
@@ -99,7 +99,8 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         before={"status": Status.QUEUED},
         after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1), **forced},
     )
-    cancel_notices_for(placed, why=f"request #{placed.pk} it was taken back for started without it")
+    # Its notices go to a waiting lender whose room they make (deadline kept), else are called off (issue 15).
+    hand_over_notices(placed, why=f"request #{placed.pk} it was taken back for started without it")
     if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
     return placed

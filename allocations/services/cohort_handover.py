@@ -1,0 +1,115 @@
+"""Notices handed over (issue 15): a lender admitted elsewhere passes its notices to a waiting lender that needs them.
+
+When a lender's request is admitted before its notices are carried out (a release made room elsewhere), its
+notices were called off (cohort_notices.cancel_notices_for). But another lender of the cohort may be waiting on
+that very room: one that asked while every borrowed slice its room needed was already on notice had no notice of
+its own to give (give_notice takes only slices not on notice), and once the first lender's notices were called
+off it gave new ones, a new grace: its wait went past grace + one provisioning time (the fairness bench, greedy
+demand: 40 min). Now the notices go to the waiting lenders whose room their release makes
+(allocations/cohorts/handover.py `choose_heirs`, the rule the bench runs), with the deadline the owners were told
+kept, the room held for the new lender (cohorts/fence.py); only the rest are called off. Audited
+`reclaim_handover` on each borrowed allocation handed over.
+
+Called by the admission pass (services/queue.py) for the request it just admitted: it holds the pool's queued
+requests' locks (an heir is one of them) and the pool's; the borrowed allocations are taken with SKIP LOCKED
+(services/locks.py), as cancel_notices_for does.
+"""
+
+from __future__ import annotations
+
+from allocations.cohorts.fence import plan_room as room_after_release
+from allocations.cohorts.fence import pool_fences, scheduler_picks_slots, unfenced
+from allocations.cohorts.handover import Heir, choose_heirs
+from allocations.cohorts.reclaim import Candidate
+from allocations.mig.fleet import PlacementRequest
+from allocations.models import Allocation, Quota
+from allocations.placement import read_pool
+from allocations.queue_state import queued_in_order
+from allocations.services.cohort_notices import RECLAIMABLE, cancel_notices_for
+from allocations.services.compaction import rescue_applying
+from allocations.services.lender_room import hold_room
+from tenants.services import record_audit_event
+
+Status = Allocation.Status
+
+
+def _heirs(placed: Allocation) -> list[Allocation]:
+    """The pool's queued requests, in admission order, that may take notices over: members of the placed
+    request's cohort asking within their guarantee (not borrowing), with no notice of their own standing and no
+    rescue's moves applying (services/cohort_reclaim.reclaim_room_for's lender)."""
+    pool = placed.pool
+    quotas = {q.tenant_id: q for q in Quota.objects.filter(pool=pool, cohort__pool_id=pool.pk)}
+    mine = quotas.get(placed.tenant_id)
+    if mine is None:
+        return []
+    noticed = set(
+        Allocation.objects.filter(pool=pool, reclaim_at__isnull=False, status__in=RECLAIMABLE)
+        .exclude(reclaimed_for=None)
+        .values_list("reclaimed_for_id", flat=True)
+    )
+    heirs = []
+    for allocation in queued_in_order(pool):
+        quota = quotas.get(allocation.tenant_id)
+        if (
+            allocation.pk == placed.pk
+            or allocation.pk in noticed
+            or quota is None
+            or quota.cohort_id != mine.cohort_id
+            or allocation.borrowed_compute_slices
+            or allocation.borrowed_memory_slices
+            or quota.compute_slices_used > quota.compute_slices_limit
+            or quota.memory_slices_used > quota.memory_slices_limit
+            or rescue_applying(allocation)
+        ):
+            continue
+        heirs.append(allocation)
+    return heirs
+
+
+def hand_over_notices(placed: Allocation, *, why: str) -> int:
+    """`placed` (a lender) no longer needs its notices: hand those whose release makes room for a waiting lender
+    to it, deadline kept, and call the rest off with `why`. How many were handed over."""
+    pool = placed.pool
+    rows = list(
+        Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
+        .filter(reclaimed_for=placed, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+        .order_by("pk")
+    )
+    heirs = _heirs(placed) if rows and not pool.is_shared else []
+    handed: dict[int, list[Candidate]] = {}
+    if heirs:
+        layout = read_pool(pool)
+        # Not on a GPU another lender's room is on (the placed request's own room is let go).
+        fleet = unfenced(layout.fleet, pool_fences(pool.pk, besides=placed.pk))
+        candidates = [
+            Candidate(a.pk, a.compute_slices, a.memory_slices, a.activated_at or a.created_at, tenant_id=a.tenant_id)
+            for a in rows
+        ]
+        asks = [
+            Heir(h.pk, h.tenant_id, PlacementRequest(profile=h.profile, count=h.count, pool=pool.slug)) for h in heirs
+        ]
+        handed = choose_heirs(fleet, candidates, asks, driver=scheduler_picks_slots(pool))
+    by_id = {a.pk: a for a in rows}
+    heir_by_id = {h.pk: h for h in heirs}
+    count = 0
+    for heir_id, chosen in handed.items():
+        heir = heir_by_id[heir_id]
+        for candidate in chosen:
+            allocation = by_id[candidate.allocation_id]
+            allocation.reclaimed_for = heir
+            allocation.save(update_fields=["reclaimed_for", "updated_at"])
+            record_audit_event(
+                actor=None,
+                verb="reclaim_handover",
+                obj=allocation,
+                tenant_id=allocation.tenant_id,
+                before={"for": placed.pk},
+                after={
+                    "for": heir.pk,
+                    "reclaim_at": allocation.reclaim_at.isoformat() if allocation.reclaim_at else None,
+                },
+            )
+            count += 1
+        hold_room(heir, room_after_release(heir, [c.allocation_id for c in chosen]))  # as give_notice holds one
+    cancel_notices_for(placed, why=why)  # the rest, and the placed request's room
+    return count

@@ -504,8 +504,9 @@ def cmd_pools(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_quota(args: argparse.Namespace, out: Output) -> int:
-    params = [("tenant", str(args.tenant))] if args.tenant is not None else []
-    balances = client(args).get_all("/quotas/", params)
+    api = client(args)
+    params = [("tenant", str(resolve_tenant(api, args.tenant)))] if args.tenant is not None else []
+    balances = api.get_all("/quotas/", params)
 
     def human() -> str:
         if not balances:
@@ -538,6 +539,18 @@ def resolve_pool(api: Api, pool: str) -> int:
     return int(results[0]["id"])
 
 
+def resolve_tenant(api: Api, tenant: str) -> int:
+    """A tenant's id from its id or slug, as resolve_pool does for pools (admins see slugs on the pages, not ids)."""
+    text = tenant.strip()
+    if text.isascii() and text.isdigit() and int(text) >= 1:
+        return int(text)
+    found = api.get("/tenants/", [("slug", text)]) if text else []
+    results = found.get("results", []) if isinstance(found, dict) else found
+    if not results:
+        raise CliError(f"No tenant with slug or id {text!r} that you can see; `fatia whoami` lists your tenants.")
+    return int(results[0]["id"])
+
+
 def cmd_request(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     body: JsonObject = {
@@ -557,7 +570,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     if args.movable is not None:
         body["movable"] = args.movable
     if args.tenant is not None:
-        body["tenant"] = args.tenant
+        body["tenant"] = resolve_tenant(api, args.tenant)
     if args.namespace is not None:
         body["namespace"] = args.namespace
     key = args.idempotency_key or str(uuid.uuid4())
@@ -639,7 +652,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     params = [("status", s) for s in args.status or []]
     if args.tenant is not None:
-        params.append(("tenant", str(args.tenant)))
+        params.append(("tenant", str(resolve_tenant(api, args.tenant))))
     if args.all_pages:
         results = api.get_all("/allocations/", params)
         page: JsonObject = {"count": len(results), "results": results}
@@ -899,7 +912,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("pools", cmd_pools, "node pools and the MIG profiles they offer")
 
     sub = command("quota", cmd_quota, "quota balances, in slices and GPU-equivalents")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id")
+    sub.add_argument("--tenant", help="tenant slug or id")
 
     sub = command("request", cmd_request, "ask for MIG slices, or shares of whole GPUs in time-sliced and MPS pools")
     sub.add_argument("--pool", required=True, help="pool slug or id")
@@ -915,7 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--count", required=True, type=int, help="number of slices or shares")
     sub.add_argument("--lease-hours", required=True, type=int, help="lease length in hours")
     sub.add_argument("--purpose", required=True, help="what the slices are for")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id (needed when you are in several)")
+    sub.add_argument("--tenant", help="tenant slug or id (needed when you are in several)")
     sub.add_argument(
         "--namespace", help="where the claims go: one of the tenant's namespaces (default: the portal-made one)"
     )
@@ -923,7 +936,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("list", cmd_list, "your tenants' allocations, newest first")
     sub.add_argument("--status", action="extend", nargs="+", metavar="S", help="only these statuses")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id")
+    sub.add_argument("--tenant", help="tenant slug or id")
     sub.add_argument("--all-pages", action="store_true", help="fetch every page, not just the first")
 
     sub = command("show", cmd_show, "one allocation with its placements and timeline")

@@ -499,6 +499,8 @@ def test_quota_shows_slices_and_gpu_equivalents(world: World, tokens: Tokens, fa
         "Team A  H100 pool  2/14     4/16    0.5/2   1.714        -\n",
         "",
     )
+    # and the tenant by its slug, as `--pool` takes a pool's
+    assert fatia(tokens.alice, "quota", "--tenant", "team-a") == outcome
 
 
 # --- releasing and extending --------------------------------------------------------------------------

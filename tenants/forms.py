@@ -27,8 +27,8 @@ def add_service_errors(form: forms.BaseForm, error: InvalidInput, aliases: dict[
 
 
 def form_status(*forms_on_page: forms.BaseForm | None) -> int:
-    """The status of a page that shows these forms: 400 when one of them is bound and refused (every page
-    answers bad input so, with the errors next to the fields, like the API), else 200."""
+    """The status of a page that shows these forms: 400 when one of them was sent and refused, else 200. Every page
+    answers bad input so, as the API does, with the errors next to the fields."""
     return 400 if any(f is not None and f.is_bound and f.errors for f in forms_on_page) else 200
 
 

@@ -1,5 +1,5 @@
 """Every page with a form answers a refused one the same way: HTTP 400 with the same page and the errors next to
-the fields (as the API answers bad input), and nothing changes; a GET of the page stays a 200. Pages checked
+the fields (as the API answers bad input), and nothing changes. Pages checked
 elsewhere: cohorts (tests/cohorts/test_config_page.py), namespaces (tests/web/test_tenant_namespaces_page.py),
 what-if (tests/planning/test_api.py), SSO (tests/sso/)."""
 

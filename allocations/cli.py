@@ -461,15 +461,23 @@ def cmd_whoami(args: argparse.Namespace, out: Output) -> int:
     if out.json:
         print(json.dumps(me, indent=2, sort_keys=True))
         return EXIT_OK
-    names = {t["id"]: t["name"] for t in api.get_all("/tenants/")}
+    tenants = {t["id"]: t for t in api.get_all("/tenants/")}
     role = " (platform admin)" if me.get("is_platform_admin") else ""
     lines = [f"{me['username']}{role} at {api.url}"]
     memberships = me.get("memberships") or []
+    # The slug and the id: each --tenant takes either.
     if memberships:
-        rows = [(names.get(m["tenant"], "?"), m["tenant"], m["role"]) for m in memberships]
-        lines.append(table(["TENANT", "ID", "ROLE"], rows))
+        rows = [
+            (tenants.get(m["tenant"], {}).get("name", "?"), tenants.get(m["tenant"], {}).get("slug", "?"), m["tenant"],
+             m["role"])
+            for m in memberships
+        ]  # fmt: skip
+        lines.append(table(["TENANT", "SLUG", "ID", "ROLE"], rows))
     else:
         lines.append("No tenant memberships.")
+    if me.get("is_platform_admin") and tenants:
+        lines.append("Every tenant (you manage them all as a platform admin):")
+        lines.append(table(["TENANT", "SLUG", "ID"], [(t["name"], t["slug"], t["id"]) for t in tenants.values()]))
     print("\n".join(lines))
     return EXIT_OK
 

@@ -199,6 +199,8 @@ def test_the_pool_card_tells_what_fits_in_gib(shared: Shared) -> None:
     assert "<strong>Time-sliced</strong>" in page
     assert "% of GPUs in use" in page
     assert 'data-profile="16 GiB"' in page and 'data-profile="whole GPU"' in page
+    # a tenant's use is counted in shares there (a share has no compute slices: "(0 compute)" said nothing)
+    assert "Team A: 1 share</li>" in page
 
 
 def test_quota_balances_of_a_shared_pool_read_in_percent_and_gib(shared: Shared) -> None:

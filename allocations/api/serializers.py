@@ -256,9 +256,10 @@ class PoolRefField(serializers.Field):  # type: ignore[type-arg]
     def to_internal_value(self, data: Any) -> int | str:
         if isinstance(data, int) and not isinstance(data, bool) and data >= 1:
             return data
-        text = data.strip() if isinstance(data, str) else ""
-        if not 0 < len(text) <= 50:
+        if not isinstance(data, str):
             self.fail("invalid")
+        # A slug as any text field takes it: trimmed, no NUL or lone surrogate (PostgreSQL refuses them: a 500).
+        text = serializers.CharField(max_length=50).run_validation(data)
         # isascii: str.isdigit also takes "²", which int() refuses.
         return int(text) if text.isascii() and text.isdigit() else text
 

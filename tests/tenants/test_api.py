@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -181,6 +182,9 @@ def test_a_quota_names_its_pool_by_id_or_slug(world: World):
         assert response.status_code == 400 and list(response.json()["errors"]) == ["pool"], (bad, response.content)
     assert root.post("/api/v1/quotas/", {**payload, "pool": 2**70}, format="json").status_code == 400
     assert root.post("/api/v1/quotas/", {**payload, "pool": "\u00b2"}, format="json").status_code == 400
+    for text in ("h1\x0000", "\ud800"):  # what PostgreSQL cannot take is refused before it is asked
+        response = root.post("/api/v1/quotas/", json.dumps({**payload, "pool": text}), content_type="application/json")
+        assert response.status_code == 400 and list(response.json()["errors"]) == ["pool"], response.content
     assert list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit")) == before
 
 

@@ -129,6 +129,15 @@ class Balance:
         return max(self.memory_limit - self.memory_used, 0)
 
     @property
+    def compute_borrowed(self) -> int:
+        """What is used beyond the quota: only a cohort member gets there, by borrowing (issue 15)."""
+        return max(self.compute_used - self.compute_limit, 0)
+
+    @property
+    def memory_borrowed(self) -> int:
+        return max(self.memory_used - self.memory_limit, 0)
+
+    @property
     def gpu_equivalents_limit(self) -> float:
         return round(gpu_equivalents(gpu_model_for(self.gpu_model), self.compute_limit, self.memory_limit), 3)
 

@@ -64,7 +64,7 @@ def test_the_slot_view_marks_borrowed_slices_and_their_reclaim_to_every_viewer_a
         assert f"{borrowed.reclaim_at:%Y-%m-%d %H:%M} UTC" in html
 
 
-def test_the_pool_card_says_how_much_of_each_tenants_use_is_borrowed(world: World):
+def test_the_pool_card_and_the_balance_say_how_much_of_each_tenants_use_is_borrowed(world: World):
     # given: Team B runs two 1g.10gb (one request) and a 2g.20gb borrowed from the cohort; Team A its own 3g.40gb
     pool, _ = cohort_pool(world)
     assert ask(world, pool, "1g.10gb", b=True, count=2).is_borrowed and ask(world, pool, "2g.20gb", b=True).is_borrowed
@@ -80,6 +80,12 @@ def test_the_pool_card_says_how_much_of_each_tenants_use_is_borrowed(world: Worl
         html = browser.get(reverse("dashboard"), {"pool": pool.pk}).content.decode()
         assert line in html, user
     assert "Team A: 1 slice (3 compute)</li>" in html
+    # and the quotas page's balance says it too, rather than a bare "4 of 0 used"
+    browser.force_login(world.charlie)
+    quotas = browser.get(reverse("quotas")).content.decode()
+    assert quotas.count("4 of 0 used, <span data-borrowed>4 borrowed from the cohort</span>") == 2  # compute, memory
+    browser.force_login(world.alice)
+    assert "data-borrowed>" not in browser.get(reverse("quotas")).content.decode()
 
 
 def test_an_unborrowed_pool_has_no_borrowed_legend(world: World):

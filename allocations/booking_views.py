@@ -18,7 +18,7 @@ from allocations.booking_forms import BookingForm
 from allocations.models import Booking, ExtensionConsent
 from allocations.services import bookings, extension_consents
 from tenants.errors import DomainError, InvalidInput, NotAllowed
-from tenants.forms import add_service_errors
+from tenants.forms import add_service_errors, form_status
 from tenants.views import signed_in_user, staff_required
 
 
@@ -68,6 +68,7 @@ def booking_new(request: HttpRequest) -> HttpResponse:
         request,
         "allocations/booking_new.html",
         {"form": form, "has_tenants": tenants.exists(), "has_pools": pools.exists()},
+        status=form_status(form),
     )
 
 

@@ -461,15 +461,23 @@ def cmd_whoami(args: argparse.Namespace, out: Output) -> int:
     if out.json:
         print(json.dumps(me, indent=2, sort_keys=True))
         return EXIT_OK
-    names = {t["id"]: t["name"] for t in api.get_all("/tenants/")}
+    tenants = {t["id"]: t for t in api.get_all("/tenants/")}
     role = " (platform admin)" if me.get("is_platform_admin") else ""
     lines = [f"{me['username']}{role} at {api.url}"]
     memberships = me.get("memberships") or []
+    # The slug and the id: each --tenant takes either.
     if memberships:
-        rows = [(names.get(m["tenant"], "?"), m["tenant"], m["role"]) for m in memberships]
-        lines.append(table(["TENANT", "ID", "ROLE"], rows))
+        rows = [
+            (tenants.get(m["tenant"], {}).get("name", "?"), tenants.get(m["tenant"], {}).get("slug", "?"), m["tenant"],
+             m["role"])
+            for m in memberships
+        ]  # fmt: skip
+        lines.append(table(["TENANT", "SLUG", "ID", "ROLE"], rows))
     else:
         lines.append("No tenant memberships.")
+    if me.get("is_platform_admin") and tenants:
+        lines.append("Every tenant (you manage them all as a platform admin):")
+        lines.append(table(["TENANT", "SLUG", "ID"], [(t["name"], t["slug"], t["id"]) for t in tenants.values()]))
     print("\n".join(lines))
     return EXIT_OK
 
@@ -509,8 +517,9 @@ def cmd_pools(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_quota(args: argparse.Namespace, out: Output) -> int:
-    params = [("tenant", str(args.tenant))] if args.tenant is not None else []
-    balances = client(args).get_all("/quotas/", params)
+    api = client(args)
+    params = [("tenant", str(resolve_tenant(api, args.tenant)))] if args.tenant is not None else []
+    balances = api.get_all("/quotas/", params)
 
     def human() -> str:
         if not balances:
@@ -543,6 +552,18 @@ def resolve_pool(api: Api, pool: str) -> int:
     return int(results[0]["id"])
 
 
+def resolve_tenant(api: Api, tenant: str) -> int:
+    """A tenant's id from its id or slug, as resolve_pool does for pools (admins see slugs on the pages, not ids)."""
+    text = tenant.strip()
+    if text.isascii() and text.isdigit() and int(text) >= 1:
+        return int(text)
+    found = api.get("/tenants/", [("slug", text)]) if text else []
+    results = found.get("results", []) if isinstance(found, dict) else found
+    if not results:
+        raise CliError(f"No tenant with slug or id {text!r} that you can see; `fatia whoami` lists your tenants.")
+    return int(results[0]["id"])
+
+
 def cmd_request(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     body: JsonObject = {
@@ -562,7 +583,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     if args.movable is not None:
         body["movable"] = args.movable
     if args.tenant is not None:
-        body["tenant"] = args.tenant
+        body["tenant"] = resolve_tenant(api, args.tenant)
     if args.namespace is not None:
         body["namespace"] = args.namespace
     key = args.idempotency_key or str(uuid.uuid4())
@@ -644,7 +665,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     api = client(args)
     params = [("status", s) for s in args.status or []]
     if args.tenant is not None:
-        params.append(("tenant", str(args.tenant)))
+        params.append(("tenant", str(resolve_tenant(api, args.tenant))))
     if args.all_pages:
         results = api.get_all("/allocations/", params)
         page: JsonObject = {"count": len(results), "results": results}
@@ -904,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("pools", cmd_pools, "node pools and the MIG profiles they offer")
 
     sub = command("quota", cmd_quota, "quota balances, in slices and GPU-equivalents")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id")
+    sub.add_argument("--tenant", help="tenant slug or id")
 
     sub = command("request", cmd_request, "ask for MIG slices, or shares of whole GPUs in time-sliced and MPS pools")
     sub.add_argument("--pool", required=True, help="pool slug or id")
@@ -920,7 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--count", required=True, type=int, help="number of slices or shares")
     sub.add_argument("--lease-hours", required=True, type=int, help="lease length in hours")
     sub.add_argument("--purpose", required=True, help="what the slices are for")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id (needed when you are in several)")
+    sub.add_argument("--tenant", help="tenant slug or id (needed when you are in several)")
     sub.add_argument(
         "--namespace", help="where the claims go: one of the tenant's namespaces (default: the portal-made one)"
     )
@@ -928,7 +949,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("list", cmd_list, "your tenants' allocations, newest first")
     sub.add_argument("--status", action="extend", nargs="+", metavar="S", help="only these statuses")
-    sub.add_argument("--tenant", type=_positive_int, help="tenant id")
+    sub.add_argument("--tenant", help="tenant slug or id")
     sub.add_argument("--all-pages", action="store_true", help="fetch every page, not just the first")
 
     sub = command("show", cmd_show, "one allocation with its placements and timeline")

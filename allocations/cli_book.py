@@ -47,7 +47,7 @@ def cmd_book_create(args: argparse.Namespace, out: cli.Output) -> int:
         "purpose": args.purpose,
     }
     if args.tenant is not None:
-        body["tenant"] = args.tenant
+        body["tenant"] = cli.resolve_tenant(api, args.tenant)
     booking = api.post("/bookings/", body)
     cli.emit(out, booking, lambda: describe_booking(booking))
     return cli.EXIT_OK
@@ -168,7 +168,7 @@ def add_book_commands(
     sub.add_argument("--start", required=True, type=_moment, help="start, e.g. 2026-12-03T09:00 (UTC unless zoned)")
     sub.add_argument("--end", required=True, type=_moment, help="end, e.g. 2026-12-03T17:00")
     sub.add_argument("--purpose", required=True, help="what the slices are for")
-    sub.add_argument("--tenant", type=positive_int, help="tenant id (needed when you are in several)")
+    sub.add_argument("--tenant", help="tenant slug or id (needed when you are in several)")
 
     sub = action("list", cmd_book_list, "your tenants' bookings, soonest first")
     sub.add_argument("--pool", help="pool slug or id")

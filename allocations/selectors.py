@@ -129,6 +129,15 @@ class Balance:
         return max(self.memory_limit - self.memory_used, 0)
 
     @property
+    def compute_borrowed(self) -> int:
+        """What is used beyond the quota: only a cohort member gets there, by borrowing (issue 15)."""
+        return max(self.compute_used - self.compute_limit, 0)
+
+    @property
+    def memory_borrowed(self) -> int:
+        return max(self.memory_used - self.memory_limit, 0)
+
+    @property
     def gpu_equivalents_limit(self) -> float:
         return round(gpu_equivalents(gpu_model_for(self.gpu_model), self.compute_limit, self.memory_limit), 3)
 
@@ -624,6 +633,8 @@ class TenantUsage:
     slices: int
     compute_slices: int
     mine: bool
+    # Of compute_slices, those borrowed from the pool's cohort (issue 15): the slot view's dashed frames, summed.
+    borrowed_compute: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1019,11 +1030,21 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
         .values_list("pk", "node_id", "node__state", "node__pool_id", "figures_id")
     )
     held: dict[int, list[tuple[str, int, bool]]] = {}
+    # Per pool and shown tenant: [slices, compute slices, compute slices borrowed from the cohort].
     usage: dict[int, dict[int | None, list[int]]] = {}
-    for gpu_id, profile, start, tenant_id, pool_id in (
+    counted_borrowed: set[int] = set()
+    for gpu_id, profile, start, tenant_id, pool_id, allocation_id, borrowed in (
         SlicePlacement.objects.filter(allocation__status__in=Allocation.QUOTA_HOLDING)
         .order_by()
-        .values_list("gpu_id", "profile", "start", "allocation__tenant_id", "allocation__pool_id")
+        .values_list(
+            "gpu_id",
+            "profile",
+            "start",
+            "allocation__tenant_id",
+            "allocation__pool_id",
+            "allocation_id",
+            "allocation__borrowed_compute_slices",
+        )
     ):
         held.setdefault(gpu_id, []).append((profile, start, False))
         compute = compute_of.get((pool_id, profile))
@@ -1032,9 +1053,13 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
             names = {p.name: p.compute_slices for p in model.profiles} if model else {}
             compute = compute_of[(pool_id, profile)] = names.get(profile, 0)
         shown = tenant_id if visible is None or tenant_id in visible else None
-        counts = usage.setdefault(pool_id, {}).setdefault(shown, [0, 0])
+        counts = usage.setdefault(pool_id, {}).setdefault(shown, [0, 0, 0])
         counts[0] += 1
         counts[1] += compute
+        # An allocation's borrowed part is recorded once for all its slices.
+        if borrowed and allocation_id not in counted_borrowed:
+            counted_borrowed.add(allocation_id)
+            counts[2] += borrowed
     pending_requests = Allocation.objects.filter(status=Allocation.Status.PENDING)
     if visible is not None:
         pending_requests = pending_requests.filter(tenant_id__in=visible)
@@ -1087,7 +1112,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
         pool_usage = usage.get(pool.pk, {})
         # Slices of tenants the viewer does not belong to are counted in the totals only (key None).
         tenants = [
-            TenantUsage(tenant_names.get(t, "?"), colours.get(t, TENANT_COLOURS[0]), v[0], v[1], True)
+            TenantUsage(tenant_names.get(t, "?"), colours.get(t, TENANT_COLOURS[0]), v[0], v[1], True, v[2])
             for t, v in sorted(pool_usage.items(), key=lambda kv: tenant_names.get(kv[0] or 0, ""))
             if t is not None
         ]

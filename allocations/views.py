@@ -34,6 +34,7 @@ from allocations.forms import (
 )
 from allocations.models import Allocation, ExtensionConsent, LeaseExtension, NodePool, Notification, QuotaChangeRequest
 from allocations.overshare import over_share_of
+from allocations.planning.answers import plannable_pools
 from allocations.queue_page import queue_context
 from allocations.services import reclaim
 from allocations.services.booking_guard import ASK_HINT
@@ -41,7 +42,7 @@ from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
 from tenants import selectors as tenant_selectors
 from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
-from tenants.forms import add_service_errors
+from tenants.forms import add_service_errors, form_status
 from tenants.models import Tenant
 from tenants.selectors import managed_tenant_ids
 from tenants.views import redirect_back, signed_in_user, staff_required
@@ -156,6 +157,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
             # Without script every weaker pool's warning shows; the script keeps the chosen pool's.
             "shared_pools": [{"name": p.name, "warning": weaker_warning(p.kind)} for p in pools if p.is_shared],
         },
+        status=form_status(form),
     )
 
 
@@ -465,7 +467,9 @@ def quotas(request: HttpRequest) -> HttpResponse:
             "changes": selectors.quota_changes_for_user(user),
             "form": form if managed.exists() else None,
             "idle_tenants": tenant_selectors.tenants_for_user(user),
+            "what_if_pools": plannable_pools(user),
         },
+        status=form_status(form),
     )
 
 
@@ -543,8 +547,6 @@ def _pools_page(
     }
     if selector_form is not None:
         forms[selector_form[0]] = selector_form[1]
-    # Field errors come back on the page with 200, as on the other older pages (the newer ones answer 400); the
-    # API answers 400.
     return render(
         request,
         "allocations/manage_pools.html",
@@ -554,6 +556,7 @@ def _pools_page(
             "tolerations_pool": tolerations[1],
             "pools": [(pool, forms[pool.pk]) for pool in pools],
         },
+        status=form_status(form, tolerations[0], selector_form[1] if selector_form else None),
     )
 
 
@@ -655,7 +658,9 @@ def manage_quotas(request: HttpRequest) -> HttpResponse:
             else {}
         )
         form = SetQuotaForm(initial=initial, tenants=tenants, pools=pools)
-    return render(request, "allocations/manage_quotas.html", {"form": form, "balances": balances})
+    return render(
+        request, "allocations/manage_quotas.html", {"form": form, "balances": balances}, status=form_status(form)
+    )
 
 
 @login_required

@@ -34,8 +34,9 @@ class InvalidTransition(DomainError):
     status = 409
     code = "invalid_transition"
 
-    def __init__(self, *, current: str, target: str) -> None:
-        super().__init__(f"Cannot move from {current} to {target}.")
+    def __init__(self, *, current: str, target: str, message: str = "") -> None:
+        # `message`: what to tell a person where "Cannot move from A to B" would say little.
+        super().__init__(message or f"Cannot move from {current} to {target}.")
         self.current = current
         self.target = target
 

@@ -26,6 +26,12 @@ def add_service_errors(form: forms.BaseForm, error: InvalidInput, aliases: dict[
         form.add_error(field if field in form.fields else None, list(messages))
 
 
+def form_status(*forms_on_page: forms.BaseForm | None) -> int:
+    """The status of a page that shows these forms: 400 when one of them was sent and refused, else 200. Every page
+    answers bad input so, as the API does, with the errors next to the fields."""
+    return 400 if any(f is not None and f.is_bound and f.errors for f in forms_on_page) else 200
+
+
 class TenantCreateForm(forms.Form):
     name = forms.CharField(max_length=100)
     slug = forms.CharField(

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from tenants import services
 from tenants.errors import InvalidInput, NotAllowed
-from tenants.forms import IdleReclaimForm, add_service_errors
+from tenants.forms import IdleReclaimForm, add_service_errors, form_status
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant
 from tenants.views import signed_in_user
@@ -52,4 +52,9 @@ def idle_reclaim(request: HttpRequest, tenant_id: int) -> HttpResponse:
     if not may_change:
         for field in form.fields.values():
             field.disabled = True
-    return render(request, "tenants/idle_reclaim.html", {"tenant": tenant, "form": form, "may_change": may_change})
+    return render(
+        request,
+        "tenants/idle_reclaim.html",
+        {"tenant": tenant, "form": form, "may_change": may_change},
+        status=form_status(form),
+    )

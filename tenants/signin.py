@@ -94,8 +94,8 @@ class SignInView(auth_views.LoginView):
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         response = super().form_invalid(form)
-        if not settings.FATIA_LOCAL_LOGIN:
-            response.status_code = 400
+        # A refused sign-in is bad input like any other refused form of the portal (tenants.forms.form_status).
+        response.status_code = 400
         lock = getattr(form, "locked", None)
         if lock is not None:
             response.status_code = 429

@@ -34,6 +34,7 @@ from tenants.forms import (
     TenantCreateForm,
     TenantPolicyForm,
     add_service_errors,
+    form_status,
 )
 from tenants.models import ApiToken, Membership, Tenant
 
@@ -151,6 +152,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
             "new_token": created,
             "new_secret": created["secret"] if created else None,
         },
+        status=form_status(form),
     )
 
 
@@ -186,7 +188,10 @@ def manage_tenants(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Tenant {tenant.name} is created. Add its members and set its quotas.")
             return redirect("manage-tenant", tenant_id=tenant.pk)
     return render(
-        request, "tenants/manage_tenants.html", {"form": form, "tenants": tenant_selectors.tenants_overview()}
+        request,
+        "tenants/manage_tenants.html",
+        {"form": form, "tenants": tenant_selectors.tenants_overview()},
+        status=form_status(form),
     )
 
 
@@ -214,6 +219,7 @@ def _tenant_page(
             "memberships": tenant_selectors.memberships_of(tenant),
             "role_choices": Membership.Role.choices,
         },
+        status=form_status(policy_form, member_form),
     )
 
 

@@ -375,7 +375,10 @@ CASES: list[tuple[str, str, str, tuple[int, int, int, int]]] = [
     ("post", "/tenants/{tenant}/namespaces/", "namespace", (302, 302, 302, 302)),
     ("post", "/tenants/{tenant}/namespaces/{namespace}/remove/", "none", (302, 302, 302, 302)),
     # What-if for planners (issue 14): platform admins and managers of a tenant with quota in the pool; they compute
-    # and change nothing (tests/planning/test_api.py covers bad input and tenancy).
+    # and change nothing (tests/planning/test_api.py covers bad input and tenancy). Its page,
+    # /manage/pools/<id>/what-if/, follows the same rule since session 10 (it was for admins only): mallory gets the
+    # page, alice and charlie a 403 (tests/planning/test_api.py signs each in; here no session, so 302 for all).
+    ("get", "/manage/pools/{pool}/what-if/", "none", (302, 302, 302, 302)),
     ("get", "/api/v1/pools/{pool}/what-if/add-gpus/", "what-if-add", (403, 200, 403, 401)),
     ("get", "/api/v1/pools/{pool}/what-if/quota/", "what-if-quota", (403, 200, 403, 401)),
     ("get", "/api/v1/pools/{pool}/what-if/mix/", "none", (403, 200, 403, 401)),

@@ -17,7 +17,7 @@ from allocations.api.views import existing_pool, visible_tenant
 from allocations.models import Booking
 from allocations.services import bookings
 from tenants.api.auth import acting_user
-from tenants.api.filters import MAX_ID
+from tenants.api.filters import id_query_param
 
 
 class BookingSerializer(serializers.ModelSerializer[Booking]):
@@ -77,11 +77,16 @@ class BookingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         rows = Booking.objects.for_user(self.request.user).select_related(
             "tenant", "pool", "requested_by", "decided_by"
         )
-        pool = self.request.query_params.get("pool")
+        # A filter the list cannot apply is a 400 naming it: ignoring it answered with every booking (`?pool=h100`,
+        # a slug) or none (`fatia book list --status aproved`), and the caller could not tell.
+        pool = id_query_param(self.request, "pool", "pool")
         wanted = self.request.query_params.get("status")
-        if pool and pool.isascii() and pool.isdigit():  # str.isdigit alone takes "²", which int() refuses
-            rows = rows.filter(pool_id=min(int(pool), MAX_ID))
-        if wanted:
+        if pool is not None:
+            rows = rows.filter(pool_id=pool)
+        if wanted is not None:
+            if wanted not in Booking.Status.values:
+                choices = ", ".join(Booking.Status.values)
+                raise serializers.ValidationError({"status": [f"Unknown status {wanted!r}: choose one of {choices}."]})
             rows = rows.filter(status=wanted)
         return rows.order_by("starts_at", "pk")
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from allocations.admission.services import MAX_HOLD_MINUTES_LIMIT
@@ -259,9 +260,29 @@ def cohort_membership(quota: Quota, given: dict[str, Any]) -> dict[str, Any]:
     return {"cohort_id": cohort_id, "limits": Limits(**limits)}
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "maxLength": 50}]})
+class PoolRefField(serializers.Field):  # type: ignore[type-arg]
+    """A pool named by id (a number, or a text of ASCII digits) or by slug; the view finds it (existing_pool)."""
+
+    default_error_messages = {"invalid": "A pool's id (a number) or its slug."}
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, int) and not isinstance(data, bool) and data >= 1:
+            return data
+        if not isinstance(data, str):
+            self.fail("invalid")
+        # A slug as any text field takes it: trimmed, no NUL or lone surrogate (PostgreSQL refuses them: a 500).
+        text = serializers.CharField(max_length=50).run_validation(data)
+        # isascii: str.isdigit also takes "²", which int() refuses.
+        return int(text) if text.isascii() and text.isdigit() else text
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class QuotaSetSerializer(serializers.Serializer[Any]):
     tenant = serializers.IntegerField(min_value=1)
-    pool = serializers.IntegerField(min_value=1)
+    pool = PoolRefField(help_text="The pool's id or its slug.")
     compute_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
     memory_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
     profile_caps = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, default=dict)

@@ -42,6 +42,7 @@ from allocations.services import extension_consents, reclaim
 from allocations.share_capacity import shared_capacity
 from allocations.static_capacity import static_pool_fits
 from tenants.api.auth import acting_user
+from tenants.api.filters import MAX_ID
 from tenants.api.pagination import WindowCountPagination
 from tenants.errors import InvalidInput
 from tenants.models import AuditEvent, Tenant
@@ -87,10 +88,16 @@ def visible_tenant(request: Request, tenant_id: int | None) -> Tenant:
     return tenant
 
 
-def existing_pool(pool_id: int) -> NodePool:
-    pool = NodePool.objects.filter(pk=pool_id).first()
+def existing_pool(pool_id: int | str) -> NodePool:
+    """The pool with this id, or (where a field takes either, PoolRefField) this slug; else a 400 on `pool`."""
+    if isinstance(pool_id, int):
+        pool = NodePool.objects.filter(pk=min(pool_id, MAX_ID)).first()
+        if pool is None:
+            raise InvalidInput({"pool": [f"Unknown pool {pool_id}."]})
+        return pool
+    pool = NodePool.objects.filter(slug=pool_id).first()
     if pool is None:
-        raise InvalidInput({"pool": [f"Unknown pool {pool_id}."]})
+        raise InvalidInput({"pool": [f"No pool with the id or slug {pool_id!r}: give a pool's id or its slug."]})
     return pool
 
 

@@ -5,8 +5,10 @@ like allocations/cli.py.
     fatia cohort create --pool h100 --name research [--grace 30]
     fatia cohort set 3 [--name research-2] [--grace 10]
     fatia cohort delete 3
-    fatia cohort join 3 --tenant 7 [--borrow-compute 14] [--lend-compute none] ...
-    fatia cohort leave --pool h100 --tenant 7
+    fatia cohort join 3 --tenant team-a [--borrow-compute 14] [--lend-compute none] ...
+    fatia cohort leave --pool h100 --tenant team-a
+
+Tenants and pools are named by slug or id.
 
 Creating, changing and joining are for platform admins; everyone may list the cohorts of pools where their tenants
 have quota. A limit of `none` means no limit. Exit codes as for every command: 1 when the portal refuses, 2 for bad
@@ -117,8 +119,9 @@ def cmd_cohort_delete(args: argparse.Namespace, out: cli.Output) -> int:
     return cli.EXIT_OK
 
 
-def _quota_id(api: cli.Api, tenant: int, pool: int) -> int:
-    found = api.get_all("/quotas/", [("tenant", str(tenant)), ("pool", str(pool))])
+def _quota_id(api: cli.Api, tenant: str, pool: int) -> int:
+    """The quota of a tenant (slug or id, as given) in a pool."""
+    found = api.get_all("/quotas/", [("tenant", str(cli.resolve_tenant(api, tenant))), ("pool", str(pool))])
     if not found:
         # `fatia quota` only reads balances: a quota is set on the Set quotas page or with POST /api/v1/quotas/.
         raise cli.ApiError(
@@ -205,7 +208,7 @@ def add_cohort_commands(
 
     sub = action("join", cmd_cohort_join, "put a tenant's quota in a cohort, with its limits (platform admins)")
     sub.add_argument("id", type=positive_int, help="the cohort's id (`fatia cohort list`)")
-    sub.add_argument("--tenant", required=True, type=positive_int, help="tenant id")
+    sub.add_argument("--tenant", required=True, help="tenant slug or id")
     for option, field in LIMITS:
         sub.add_argument(
             f"--{option.replace('_', '-')}",
@@ -217,4 +220,4 @@ def add_cohort_commands(
 
     sub = action("leave", cmd_cohort_leave, "take a tenant's quota out of its cohort (platform admins)")
     sub.add_argument("--pool", required=True, help="pool slug or id")
-    sub.add_argument("--tenant", required=True, type=positive_int, help="tenant id")
+    sub.add_argument("--tenant", required=True, help="tenant slug or id")

@@ -47,6 +47,16 @@ def may_plan(user: User | AnonymousUser, pool: NodePool) -> bool:
     return Quota.objects.filter(pool=pool, tenant_id__in=managed_tenant_ids(user)).exists()
 
 
+def plannable_pools(user: User | AnonymousUser) -> list[NodePool]:
+    """The MIG pools the user may ask what-if about (may_plan), by name: where the pages link to the what-if."""
+    if not user.is_authenticated:
+        return []
+    pools = NodePool.objects.filter(kind=NodePool.Kind.MIG)
+    if not user.is_staff:
+        pools = pools.filter(quotas__tenant_id__in=managed_tenant_ids(user)).distinct()
+    return list(pools.order_by("name"))
+
+
 def plannable_pool(user: User | AnonymousUser, pool: NodePool) -> NodePool:
     """The pool, when the user may plan for it (else NotAllowed) and it is a MIG pool (else InvalidInput)."""
     if not may_plan(user, pool):

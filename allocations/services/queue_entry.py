@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from allocations.mig.fleet import Fleet
 from allocations.models import Allocation, NodePool
 from allocations.placement import read_pool
 from allocations.queue_eta import fits_when_empty
@@ -27,11 +28,13 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, wai
     locks. `waiting_for` replaces "no free layout fits" in the message: room held for a booking or a starving
     request (queue_reservation.reservation_blocker), or a lender waiting for borrowed slices to come back (issue 15).
     A request that borrowed gives its borrowed part back while it waits (services/cohorts.py)."""
-    if not fits_when_empty(read_pool(pool).fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
+    fleet = read_pool(pool).fleet
+    if not fits_when_empty(fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
+        most = _most_on_one_node(fleet, profile=allocation.profile, below=allocation.count, pool=pool.slug)
         return fail_locked_allocation(
             allocation,
-            f"{pool.name} cannot hold {what} even with every GPU free; the quota was given back. "
-            "Try fewer slices or a smaller profile.",
+            f"{pool.name} cannot hold {what} even with every GPU free: a request's slices go on one node, where at "
+            f"most {most} x {allocation.profile} fit; the quota was given back. Try fewer slices or a smaller profile.",
         )
     previous = allocation.status
     return_borrowed_part(allocation)
@@ -55,3 +58,16 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, wai
     if not waiting_for:
         reclaim_room_for(allocation)  # within guarantee: borrowed slices of its cohort make room (issue 15)
     return allocation
+
+
+def _most_on_one_node(fleet: Fleet, *, profile: str, below: int, pool: str) -> int:
+    """The largest count under `below` that fits the empty fleet (what fits is monotone in the count): the number
+    a refused request's owner can ask for instead. A binary search, run only when a request fails."""
+    low, high = 0, below - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits_when_empty(fleet, profile=profile, count=middle, pool=pool):
+            low = middle
+        else:
+            high = middle - 1
+    return low

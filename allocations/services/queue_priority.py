@@ -34,7 +34,12 @@ def set_allocation_priority(*, allocation_id: int, priority: int, actor: User) -
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise InvalidInput({"priority": [f"Priority is a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}."]})
     if allocation.status not in PRIORITY_STATES:
-        raise InvalidTransition(current=allocation.status, target="reprioritised")
+        raise InvalidTransition(
+            current=allocation.status,
+            target="reprioritised",
+            message=f"Request #{allocation.pk} is {allocation.get_status_display().lower()}: a priority orders only "
+            "requests that have not started (pending, approved or queued).",
+        )
     before = allocation.priority
     allocation.priority = priority
     allocation.save(update_fields=["priority", "updated_at"])

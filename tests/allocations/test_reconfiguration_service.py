@@ -225,6 +225,7 @@ def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
     assert failed.status == "failed"
     # (not queued: no layout of the pool could ever hold it, issue 15)
     assert "cannot hold 9 x 7g.80gb on one node even with every GPU free" in failed.status_message
+    assert "where at most 8 x 7g.80gb fit" in failed.status_message  # what its owner may ask for instead
     assert not MigReconfiguration.objects.exists()
 
 

@@ -35,19 +35,27 @@ def test_a_booking_is_created_and_listed_for_its_tenant_only(world: World):
     assert world.client(world.charlie).get(f"{URL}{data['id']}/").status_code == 404
 
 
-def test_the_pool_filter_takes_ids_and_ignores_what_is_no_id_without_a_500(world: World):
+def test_the_filters_take_a_pool_id_and_a_status_and_refuse_anything_else_with_a_400(world: World):
     made = world.client(world.alice).post(URL, body(world), format="json").json()
     alice = world.client(world.alice)
 
-    def listed(pool: str) -> list[int]:
-        response = alice.get(URL, {"pool": pool})
+    def listed(**query: str) -> list[int]:
+        response = alice.get(URL, query)
         assert response.status_code == 200, response.content
         data = response.json()
         return [row["id"] for row in (data["results"] if isinstance(data, dict) else data)]
 
-    assert listed(str(world.pool.pk)) == [made["id"]]
-    assert listed("99999999999999999999") == []
-    assert listed("\u00b2") == [made["id"]]  # a digit to str.isdigit, not to int(): no filter, as for "h100"
+    assert listed(pool=str(world.pool.pk)) == [made["id"]]
+    assert listed(pool="99999999999999999999") == []
+    assert listed(status="approved") == [made["id"]]
+    assert listed(status="pending") == []
+    # a filter it cannot apply was ignored (every booking for "h100") or matched nothing (a misspelt status)
+    for query, field in (({"pool": "h100"}, "pool"), ({"pool": "\u00b2"}, "pool"), ({"status": "aproved"}, "status")):
+        response = alice.get(URL, query)
+        assert (response.status_code, list(response.json()["errors"])) == (400, [field]), query
+    assert alice.get(URL, {"status": "aproved"}).json()["errors"]["status"] == [
+        "Unknown status 'aproved': choose one of pending, approved, rejected, cancelled, active, ended, failed."
+    ]
 
 
 def test_missing_and_malformed_fields_answer_400_with_field_messages(world: World):

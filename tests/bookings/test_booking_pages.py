@@ -43,11 +43,11 @@ def test_the_form_shows_service_refusals_next_to_the_fields(world: World):
         "/bookings/new/", form(world, starts_at="2020-01-01T10:00", ends_at="2020-01-01T09:00")
     )
     html = response.content.decode()
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "A booking starts in the future; for slices now, make a request." in html
     assert "The booking must end after it starts." in html
     garbled = client_for(world.alice).post("/bookings/new/", form(world, starts_at="soon", count="-1"))
-    assert garbled.status_code == 200
+    assert garbled.status_code == 400
     assert not Booking.objects.exists()
 
 

@@ -161,7 +161,22 @@ def test_login_checks_the_token_and_stores_url_and_token_in_a_file_only_the_user
     assert whoami.code == 0
     assert whoami.out.splitlines() == [
         f"alice at {server}",
-        *table(["TENANT", "ID", "ROLE"], ["Team A", world.tenant_a.pk, "member"]),
+        *table(["TENANT", "SLUG", "ID", "ROLE"], ["Team A", "team-a", world.tenant_a.pk, "member"]),
+    ]
+
+
+def test_whoami_shows_a_platform_admin_every_tenants_slug_and_id(world: World, fatia):
+    # given: what `--tenant` takes is shown somewhere for an admin, who is a member of no tenant
+    _, root = create_api_token(user=world.root, name="root", scope="read", expires_at=None, actor=world.root)
+    # when
+    whoami = fatia(root, "whoami")
+    # then
+    assert whoami.out.splitlines()[1:] == [
+        "No tenant memberships.",
+        "Every tenant (you manage them all as a platform admin):",
+        *table(
+            ["TENANT", "SLUG", "ID"], ["Team A", "team-a", world.tenant_a.pk], ["Team B", "team-b", world.tenant_b.pk]
+        ),
     ]
 
 
@@ -499,6 +514,8 @@ def test_quota_shows_slices_and_gpu_equivalents(world: World, tokens: Tokens, fa
         "Team A  H100 pool  2/14     4/16    0.5/2   1.714        -\n",
         "",
     )
+    # and the tenant by its slug, as `--pool` takes a pool's
+    assert fatia(tokens.alice, "quota", "--tenant", "team-a") == outcome
 
 
 # --- releasing and extending --------------------------------------------------------------------------

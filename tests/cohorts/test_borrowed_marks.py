@@ -44,8 +44,12 @@ def test_the_slot_view_marks_borrowed_slices_and_their_reclaim_to_every_viewer_a
         # tooltip; A's own slice is not marked
         assert html.count('data-borrowed="yes"') == 1, user
         assert html.count("slot--borrowed") == 1
-        assert f'<span class="swatch swatch--borrowed" aria-hidden="true"></span>{TOOLTIP}</li>' in html
-        assert 'title="borrowed from the cohort, may be reclaimed">borrowed</span>' in html
+        assert f'<span class="swatch swatch--borrowed" aria-hidden="true"></span>{TOOLTIP} <span' in html
+        # the tag: the word, or its short form where the slot is narrow (tests/browser/test_borrowed_tag.py)
+        assert (
+            'title="borrowed from the cohort, may be reclaimed"><span class="slot__borrowed-word">borrowed</span>'
+            in html
+        )
         assert f"{TOOLTIP}</span>" in html
     assert "Occupied by another tenant" in slot_view(world, world.alice, pool)
     # when: Team A needs all its guarantee back (a 4g.40gb more): the borrowed slice is given notice
@@ -58,6 +62,30 @@ def test_the_slot_view_marks_borrowed_slices_and_their_reclaim_to_every_viewer_a
         assert 'data-borrowed="reclaim"' in html
         assert f'reclaim at <time datetime="{borrowed.reclaim_at:%Y-%m-%dT%H:%M:%S}' in html
         assert f"{borrowed.reclaim_at:%Y-%m-%d %H:%M} UTC" in html
+
+
+def test_the_pool_card_and_the_balance_say_how_much_of_each_tenants_use_is_borrowed(world: World):
+    # given: Team B runs two 1g.10gb (one request) and a 2g.20gb borrowed from the cohort; Team A its own 3g.40gb
+    pool, _ = cohort_pool(world)
+    assert ask(world, pool, "1g.10gb", b=True, count=2).is_borrowed and ask(world, pool, "2g.20gb", b=True).is_borrowed
+    assert not ask(world, pool, "3g.40gb").is_borrowed
+    browser = Client()
+    # when / then: each tenant's line counts its borrowed compute slices once per request, not once per slice
+    for user, line in (
+        (world.charlie, 'Team B: 3 slices (4 compute, <span data-borrowed-compute="4">4 of them borrowed'),
+        (world.alice, "Team A: 1 slice (3 compute)</li>"),
+        (world.root, 'Team B: 3 slices (4 compute, <span data-borrowed-compute="4">4 of them borrowed'),
+    ):
+        browser.force_login(user)
+        html = browser.get(reverse("dashboard"), {"pool": pool.pk}).content.decode()
+        assert line in html, user
+    assert "Team A: 1 slice (3 compute)</li>" in html
+    # and the quotas page's balance says it too, rather than a bare "4 of 0 used"
+    browser.force_login(world.charlie)
+    quotas = browser.get(reverse("quotas")).content.decode()
+    assert quotas.count("4 of 0 used, <span data-borrowed>4 borrowed from the cohort</span>") == 2  # compute, memory
+    browser.force_login(world.alice)
+    assert "data-borrowed>" not in browser.get(reverse("quotas")).content.decode()
 
 
 def test_an_unborrowed_pool_has_no_borrowed_legend(world: World):

@@ -49,7 +49,7 @@ def test_a_platform_admin_runs_the_cohort_commands(
         f"Cohort #{cohort.pk} research in h100: grace 10 min, 0 member(s), lent in total 0/0",
     )
     code, out, _ = fatia(
-        root, "cohort", "join", str(cohort.pk), "--tenant", str(world.tenant_a.pk), "--borrow-compute", "7",
+        root, "cohort", "join", str(cohort.pk), "--tenant", "team-a", "--borrow-compute", "7",
         "--lend-memory", "none",
     )  # fmt: skip
     assert (code, out.strip()) == (
@@ -77,6 +77,12 @@ def test_a_platform_admin_runs_the_cohort_commands(
     # a tenant without quota in the pool: where a quota is set (not `fatia quota`, which only reads them)
     code, _, err = fatia(root, "cohort", "join", str(cohort.pk), "--tenant", "999999")
     assert (code, "Admin > Set quotas" in err, "`fatia quota`" in err) == (1, True, False)
+    # a tenant is named by slug (as above) or id (below); neither is said so
+    code, _, err = fatia(root, "cohort", "join", str(cohort.pk), "--tenant", "no-such-team")
+    assert (code, err) == (
+        1,
+        "fatia: error: No tenant with slug or id 'no-such-team' that you can see; `fatia whoami` lists your tenants.\n",
+    )
     code, out, _ = fatia(root, "cohort", "leave", "--pool", "h100", "--tenant", str(world.tenant_a.pk))
     assert (code, out.strip()) == (0, "Team A is in no cohort in H100 pool.")
     code, out, _ = fatia(root, "cohort", "delete", str(cohort.pk))

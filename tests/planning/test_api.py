@@ -1,4 +1,4 @@
-"""What-if over the API and on the admin page (issue 14): answers from the pool's recorded layouts and queue, who
+"""What-if over the API and on its page (issue 14): answers from the pool's recorded layouts and queue, who
 may ask, bad input as field messages, and nothing written."""
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_a_time_sliced_pool_is_refused_with_a_message(world: World):
     assert response.json()["errors"] == {"pool": ["L4 shares whole GPUs; the what-if covers MIG pools only."]}
 
 
-# --- the admin page ---------------------------------------------------------------------------------------------
+# --- the page ---------------------------------------------------------------------------------------------
 
 
 def page(world: World, who: str) -> Client:
@@ -223,4 +223,30 @@ def test_the_page_answers_each_question_and_shows_bad_input_on_the_form(world: W
     assert "Team A: 14 compute slices / 16 memory slots &rarr; 28 / 32." in quota.content.decode()
     mix = root.get(url, {"q": "mix"}).content.decode()
     assert "The best layout mix serves" in mix and "From today's layouts: " in mix
-    assert page(world, "mallory").get(url).status_code == 403
+
+
+def test_a_manager_asks_on_the_page_about_their_own_tenants_only(world: World):
+    # given: mallory manages Team A, which has quota in the one-GPU pool; charlie manages Team B, which has none there
+    pool = one_gpu_pool(world)
+    Membership.objects.filter(user=world.charlie).update(role=Membership.Role.MANAGER)
+    url = f"/manage/pools/{pool.pk}/what-if/"
+    mallory = page(world, "mallory")
+    before = state()
+    # when / then: the API's rule, on the page
+    blank = mallory.get(url)
+    assert blank.status_code == 200
+    assert blank.context["quota_form"].fields["tenant"].choices == [(str(world.tenant_a.pk), "Team A")]
+    mine = mallory.get(url, {"q": "quota", "tenant": world.tenant_a.pk, "factor": "2"})
+    assert "Team A: 14 compute slices / 16 memory slots &rarr; 28 / 32." in mine.content.decode()
+    # another tenant's quota is not hers to ask about (a field error, as for an unknown tenant)
+    theirs = mallory.get(url, {"q": "quota", "tenant": world.tenant_b.pk, "factor": "2"})
+    assert theirs.status_code == 400 and list(theirs.context["quota_form"].errors) == ["tenant"]
+    assert mallory.get(url, {"q": "mix"}).status_code == 200
+    # members, and managers of tenants without quota in the pool, are refused; an unknown pool is a 404
+    assert page(world, "alice").get(url).status_code == 403
+    assert page(world, "charlie").get(url).status_code == 403
+    assert mallory.get("/manage/pools/99999/what-if/").status_code == 404
+    assert state() == before
+    # and the quotas page links managers to the pools they may ask about
+    assert f'href="{url}"' in mallory.get("/quotas/").content.decode()
+    assert "what-if-links" not in page(world, "alice").get("/quotas/").content.decode()

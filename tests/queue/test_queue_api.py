@@ -82,3 +82,8 @@ def test_setting_priority_on_a_running_request_answers_409(world: World):
     running = ask(world, pool, "1g.10gb")
     response = world.client(world.mallory).post(f"/api/v1/queue/{running.pk}/priority/", {"priority": 3})
     assert response.status_code == 409
+    # said in words a manager reads (`fatia priority` prints it), not "Cannot move from active to reprioritised"
+    assert response.json()["detail"] == (
+        f"Request #{running.pk} is active: a priority orders only requests that have not started (pending, approved "
+        "or queued)."
+    )

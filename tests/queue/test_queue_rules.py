@@ -294,8 +294,8 @@ def test_a_request_no_layout_of_the_pool_could_ever_hold_fails_instead_of_waitin
     # then: failed with why, the quota given back
     assert failed.status == Status.FAILED
     assert failed.status_message == (
-        "Queue pool q1 cannot hold 2 x 7g.80gb even with every GPU free; the quota was given back. "
-        "Try fewer slices or a smaller profile."
+        "Queue pool q1 cannot hold 2 x 7g.80gb even with every GPU free: a request's slices go on one node, where at "
+        "most 1 x 7g.80gb fit; the quota was given back. Try fewer slices or a smaller profile."
     )
     assert used(world, pool) == (0, 0)
 

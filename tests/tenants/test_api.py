@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -158,6 +159,33 @@ def test_only_admins_set_quotas(world: World):
     assert bad.json()["errors"] == {"profile_caps": ["'1g.18gb' is not offered in H100 pool."]}
     quota = Quota.objects.get(tenant=world.tenant_a, pool=world.pool)
     assert (quota.compute_slices_limit, quota.profile_caps) == (70, {"7g.80gb": 2})
+
+
+def test_a_quota_names_its_pool_by_id_or_slug(world: World):
+    payload = {"tenant": world.tenant_a.pk, "compute_slices_limit": 21, "memory_slices_limit": 24}
+    root = world.client(world.root)
+    # by slug, and by id as a number or as text
+    for pool, compute in (("h100", 21), (str(world.pool.pk), 22), (world.pool.pk, 23)):
+        response = root.post(
+            "/api/v1/quotas/", {**payload, "pool": pool, "compute_slices_limit": compute}, format="json"
+        )
+        assert (response.status_code, response.json()["compute_slices_limit"]) == (200, compute), response.content
+    # neither: a 400 on the field that names both forms, and nothing changes
+    before = list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit"))
+    unknown = root.post("/api/v1/quotas/", {**payload, "pool": "no-such-pool"}, format="json")
+    assert (unknown.status_code, unknown.json()["errors"]) == (
+        400,
+        {"pool": ["No pool with the id or slug 'no-such-pool': give a pool's id or its slug."]},
+    )
+    for bad in (True, "", 0, -1, None, ["h100"], "x" * 51):
+        response = root.post("/api/v1/quotas/", {**payload, "pool": bad}, format="json")
+        assert response.status_code == 400 and list(response.json()["errors"]) == ["pool"], (bad, response.content)
+    assert root.post("/api/v1/quotas/", {**payload, "pool": 2**70}, format="json").status_code == 400
+    assert root.post("/api/v1/quotas/", {**payload, "pool": "\u00b2"}, format="json").status_code == 400
+    for text in ("h1\x0000", "\ud800"):  # what PostgreSQL cannot take is refused before it is asked
+        response = root.post("/api/v1/quotas/", json.dumps({**payload, "pool": text}), content_type="application/json")
+        assert response.status_code == 400 and list(response.json()["errors"]) == ["pool"], response.content
+    assert list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit")) == before
 
 
 def test_quota_change_flow_over_the_api(world: World):

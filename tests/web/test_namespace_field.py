@@ -40,6 +40,6 @@ def test_the_namespace_is_hidden_until_the_tenant_owns_one_then_chosen_from_its_
 def test_a_namespace_outside_the_list_is_a_field_error_on_the_page(world: World) -> None:
     assign_namespace(tenant_id=world.tenant_b.pk, name="b-only", actor=world.root)
     response = client_for(world.alice).post("/requests/new/", new_request_data(world, namespace="b-only"))
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert list(response.context["form"].errors) == ["namespace"]
     assert Allocation.objects.count() == 0

@@ -242,7 +242,7 @@ def test_service_errors_appear_next_to_their_fields_and_nothing_is_created(world
         "/requests/new/", new_request_data(world, lease_hours="1000", purpose="   x   ", profile="1g.10gb+me")
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["form"].errors == {
         "lease_hours": ["The lease must be between 1 and 168 hours for Team A."],
     }
@@ -267,7 +267,7 @@ def test_charlie_cannot_request_slices_for_alices_tenant(world: World):
     # when
     response = client_for(world.charlie).post("/requests/new/", new_request_data(world))
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["form"].errors == {
         "tenant": ["Select a valid choice. That choice is not one of the available choices."]
     }
@@ -653,7 +653,7 @@ def test_a_bad_tenant_slug_is_a_field_error(world: World):
         },
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert list(response.context["form"].errors) == ["slug"]
     assert Tenant.objects.filter(name="Team C").exists() is False
 
@@ -708,7 +708,7 @@ def test_an_auto_approve_lease_above_the_maximum_is_refused_with_the_schemas_mes
         },
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["policy_form"].non_field_errors() == [
         "The auto-approve lease bound cannot exceed the maximum lease."
     ]
@@ -743,7 +743,7 @@ def test_adding_an_unknown_user_is_a_field_error(world: World):
         f"/manage/tenants/{world.tenant_a.pk}/members/", {"username": "nobody", "role": "member"}
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["member_form"].errors == {"username": ["No user named 'nobody'."]}
 
 
@@ -786,7 +786,7 @@ def test_a_profile_of_another_gpu_model_is_a_field_error(world: World):
         {"name": "A30 pool", "slug": "a30", "gpu_model": "NVIDIA A30", "profiles": ["7g.80gb"]},
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert list(response.context["form"].errors) == ["profiles"]
     assert NodePool.objects.filter(slug="a30").exists() is False
 
@@ -908,7 +908,7 @@ def test_a_refused_token_form_shows_its_errors_and_no_secret(world: World):
     # when
     response = client_for(world.alice).post("/tokens/", {"name": "", "scope": "write"})
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["new_secret"] is None
     assert response.context["form"].errors == {"name": ["This field is required."]}
     assert ApiToken.objects.count() == 0

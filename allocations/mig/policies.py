@@ -48,8 +48,9 @@ Rank = tuple[float, ...]
 class Policy(Protocol):
     name: str
     uses_demand: bool
-    #: True for a policy that may hold a request that fits: its ranks start with 1.0 for a held placement,
-    #: and the engine answers ``None`` to an unforced request whose best rank is held.
+    #: True for a policy that may hold a request that fits: its ranks start with 1.0 for a flagged placement,
+    #: and the engine answers ``None`` to an unforced request whose best rank is flagged, unless the policy
+    #: has a ``holds(HoldContext) -> bool`` hook that declines to confirm it.
     admission: bool
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:

@@ -31,6 +31,7 @@ from allocations.mig.catalog import GpuModel
 from allocations.mig.demand import DemandLearner, DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementRequest
+from allocations.mig.policies import Policy
 from bench.placement import SHAPES, Pod, profile_of, run_online
 from bench.placement_family import dirichlet
 
@@ -66,7 +67,7 @@ def replay_held(
     model: GpuModel,
     gpus: int,
     pods: Sequence[Pod],
-    policy: str,
+    policy: str | Policy,
     wait_s: int = HOLD_WAIT_S,
     demand: DemandMix | None = None,
 ) -> Served:
@@ -123,7 +124,7 @@ def replay_held(
             if not start(k, now, False) and fits(profile_of(model, pod.shape)):
                 held[k] = None
                 heapq.heappush(events, (now + wait_s, 1, k))
-    return Served(policy, admitted, len(pods), served, offered)
+    return Served(policy if isinstance(policy, str) else policy.name, admitted, len(pods), served, offered)
 
 
 def lifetime(rng: random.Random, tail: str) -> float:

@@ -1,4 +1,7 @@
-"""``python bench/placement_hold_sweep.py [--gpus 8 64]``: how ``ours-hold``'s threshold was chosen (issue 14).
+"""``python bench/placement_hold_sweep.py [--gpus 8 64]``: how session 9's ``ours-hold`` threshold was chosen.
+
+Session 9's rule is the rank's threshold alone, without the confirmation with the counts of now that session 10
+added (``bench/placement_hold_rules.py``); :class:`_Threshold` reproduces it.
 
 Tuning draws only (H100; Dirichlet concentrations 0.5 and 2; seeds 0-39 at 8 GPUs, 0-19 at 64): the share of
 the first-fit -> optimum gap closed per sample (mean), pooled, and samples below first-fit beyond noise, for
@@ -23,7 +26,7 @@ from allocations.mig.catalog import load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
-from allocations.mig.policies import HoldingFragmentationAware  # noqa: E402
+from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
 from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
@@ -32,9 +35,14 @@ THRESHOLDS = (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 
 class _Threshold(HoldingFragmentationAware):
+    """Session 9's ``ours-hold``: hold whatever the rank flags above ``hold``, unconfirmed."""
+
     def __init__(self, hold: float) -> None:
         super().__init__()
         self.HOLD = hold
+
+    def holds(self, ctx: HoldContext) -> bool:
+        return True
 
 
 def serve(sample: Sample, hold: float, true_mix: bool = False, from_share: float = 0.0, after: int = 0) -> int:
@@ -55,7 +63,8 @@ def serve(sample: Sample, hold: float, true_mix: bool = False, from_share: float
 def serve_queued(sample: Sample, wait: int) -> int:
     """``ours-hold`` where a held request waits and is forced after ``wait`` more arrivals (if it still fits)."""
     per_node = min(8, sample.gpus)
-    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), "ours-hold", DemandLearner())
+    fleet = empty_fleet(sample.model, sample.gpus // per_node, per_node)
+    engine = PlacementEngine(fleet, _Threshold(0.3), DemandLearner())
     served = 0
     held: list[tuple[int, str]] = []
     for k, name in enumerate(sample.requests):

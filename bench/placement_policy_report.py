@@ -5,8 +5,8 @@ Hold-out discipline: the rank of ``ours`` and its constants (persistence 0.9, op
 were chosen on H100 fleets of 8 and 64 GPUs, Dirichlet concentrations 0.5 and 2, seeds 0-39 (8 GPUs) and
 0-19 (64 GPUs); the best-fit pull (0.1 per free compute slice) on departures at 16 and 32 GPUs,
 concentrations 0.5 and 2, seeds 0-2. Everything reported here is on other draws: concentrations 0.3, 1
-and 3, seeds from 1000, plus H200 and 512 GPUs, which were never used to tune. ``ours-hold``'s threshold
-(0.3 expected stranded compute slices) was chosen on the same tuning set.
+and 3, seeds from 1000, plus H200 and 512 GPUs, which were never used to tune. ``ours-hold``'s rule was
+chosen on the same tuning set plus 40 tuning draws at concentration 0.2 (``bench/placement_hold_rules.py``).
 
 At 8 GPUs the family also gets the *must-accept reference* (``bench/placement_reference.py``): the most any
 policy that places every request that fits can serve, choosing placements with hindsight (a beam search, so a
@@ -62,7 +62,9 @@ TUNING = (
     "and 0-19 (64 GPUs). Reported below: concentrations 0.3, 1 and 3, seeds from 1000, H100 and H200 "
     "(placements unconfirmed, copied from H100 in the reference), 8, 64 and 512 GPUs. Departures: tuned on H100, "
     "16 and 32 GPUs, concentrations 0.5 and 2, seeds 0-2; reported on concentrations 0.3, 1 and 3, seeds from 1000. "
-    "`ours-hold`'s threshold (0.3) was chosen on the same tuning draws (0.1-0.5 tried). `ours-rollout`'s search "
+    "`ours-hold`'s rule (flag at 0.1 under the published mix, confirmed with the counts of now plus 10 prior "
+    "pseudo-requests above 0.2 + 0.8 / GPUs) was chosen on the same tuning draws plus 40 more at concentration 0.2 "
+    "(`bench/placement_hold_rules.py`). `ours-rollout`'s search "
     "(32 sequences of at most 250 arrivals, margin 0.25 compute slices, 6 prior pseudo-requests, off above 0.1 "
     "releases per request) too: margins 0-1, 1-20 pseudo-requests, horizons 100 and 250, waiting for the "
     "learner, rollouts with simulated departures tried."
@@ -175,9 +177,11 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         "of the reference when that is larger). `ours-before`: the rank before this change (session 6). "
         "Learners start from the default prior (a new pool), except `ours-warm`'s, which first saw 500 other "
         "requests of the same mix (the portal's mix is the pool's last 500 requests). `ours-hold`: `ours` with "
-        "admission, holding a request whose every placement strands more than 0.3 compute slices in expectation "
-        "(here, with no departures, a held request is never served). `ours-rollout`: `ours` plus a search near "
-        "the end of a fill (Monte-Carlo rollouts over the learnt mix, `allocations/mig/rollout.py`), off while "
+        "admission, holding a request when every placement strands more than 0.1 compute slices in expectation "
+        "under the published mix and the counts of now (10 prior pseudo-requests) confirm more than 0.2 + 0.8 / "
+        "GPUs for its best placement (here, with no departures, a held request is never served). `ours-rollout`: "
+        "`ours` plus a search near the end of a fill (Monte-Carlo rollouts over the learnt mix, "
+        "`allocations/mig/rollout.py`), off while "
         "allocations end at more than 0.1 per request; it never holds a request that fits. `must-accept "
         "reference` (8 GPUs): what a "
         "clairvoyant placement that never refuses a request that fits serves (beam search of width "

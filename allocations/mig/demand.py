@@ -110,6 +110,11 @@ class DemandLearner:
         self._counts[profile] = self._counts.get(profile, 0.0) + count
         self._since += 1
 
+    def counts(self) -> dict[str, float]:
+        """The decayed request counts now (the published :meth:`mix` may lag them by up to
+        ``min_interval`` requests)."""
+        return dict(self._counts)
+
     def mix(self) -> DemandMix:
         current = self._published
         if self._since < self._min_interval // 10:

@@ -21,7 +21,7 @@ from .catalog import GpuModel
 from .demand import DemandLearner, DemandMix
 from .fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest, SlotChoice
 from .layout import Geometry, LayoutKey, Option, decode, geometry
-from .policies import Policy, Rank, get_policy
+from .policies import HoldContext, Policy, Rank, get_policy
 
 #: Weight of the latest request in the smoothed releases-per-request rate (:attr:`PlacementEngine.churn`).
 CHURN_SMOOTHING = 0.02
@@ -210,9 +210,35 @@ class PlacementEngine:
         self._released = 0
         mix = self._snapshot()
         decision = self._choose_one(request, mix) if request.count == 1 else self._choose_many(request, mix)
-        if decision is not None and self.policy.admission and decision.rank[0] > 0 and not request.force:
+        if decision is not None and self.policy.admission and not request.force and self._holds(decision, mix):
             return None  # held: every placement strands more than the policy accepts (see ours-hold)
         return decision
+
+    def _holds(self, decision: PlacementDecision, mix: DemandMix) -> bool:
+        """Whether a policy with admission holds its best placement: its rank flags it (first element above
+        0: every placement is a candidate to hold), and its ``holds`` hook, if it has one, confirms it for one
+        of the decision's instances with what the pool knows now (:class:`.policies.HoldContext`)."""
+        if decision.rank[0] <= 0:
+            return False
+        holds = getattr(self.policy, "holds", None)
+        if holds is None:
+            return True
+        # A learner's published snapshot lags its counts by up to its republish interval; a fixed mix is exact.
+        counts = self.demand.counts() if isinstance(self.demand, DemandLearner) else mix.counts
+        keys: dict[int, LayoutKey] = {}  # layouts as the decision's earlier instances leave them
+        for c in decision.slots:
+            slot = self._slots[self._slot_index[(c.node, c.gpu_index)]]
+            geom = slot.geom
+            key = keys.get(slot.order, slot.key)
+            i = geom.profile_index(c.profile)
+            option = next(o for o in geom.options(key, i) if (o.start, o.reuse) == (c.start, c.reuse))
+            keys[slot.order] = option.after
+            pool = self._node_pool[slot.node]
+            gpus = sum(len(b.members) for b in self._groups[(pool, id(geom))].values())
+            room = self._fit_totals[(pool, id(geom))][i]
+            if holds(HoldContext(geom, key, option, i, mix, counts, self.churn, room, gpus)):
+                return True
+        return False
 
     def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # The hot loop: one cached rank per live layout, the lowest rank wins, device order breaks ties.

@@ -19,10 +19,11 @@ can cache them per layout and the cost of a decision does not grow with the numb
   preferred on ties.
 * ``hami`` (:class:`.hami.HamiContiguity`): HAMi's 2026 scoring (largest contiguous free run), the
   benchmark's peer.
-* ``ours-hold`` (:class:`HoldingFragmentationAware`): ``ours`` with admission. A request whose every
-  placement would strand more than ``HOLD`` compute slices in expectation is held (the engine answers
-  ``None``) unless the request is forced (it waited long enough). Opt-in: the default engine policy
-  serves whatever fits.
+* ``ours-hold`` (:class:`HoldingFragmentationAware`): ``ours`` with admission. A request is held (the
+  engine answers ``None``) when every placement would strand compute in expectation under the published
+  mix, and the request counts of now, with little prior, confirm it for ``ours``' favourite placement by a
+  margin that is wider on small pools; never when the request is forced (it waited long enough). Opt-in:
+  the default engine policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from . import rollout
@@ -46,14 +48,34 @@ Rank = tuple[float, ...]
 class Policy(Protocol):
     name: str
     uses_demand: bool
-    #: True for a policy that may hold a request that fits: its ranks start with 1.0 for a held placement,
-    #: and the engine answers ``None`` to an unforced request whose best rank is held.
+    #: True for a policy that may hold a request that fits: its ranks start with 1.0 for a flagged placement,
+    #: and the engine answers ``None`` to an unforced request whose best rank is flagged, unless the policy
+    #: has a ``holds(HoldContext) -> bool`` hook that declines to confirm it.
     admission: bool
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         """Best option for one more instance of profile ``i`` on a GPU with layout ``key``, and its rank;
         ``None`` when it does not fit."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class HoldContext:
+    """What a policy with admission weighs before it holds a placement: ``option`` (one instance of profile
+    ``i``) on a GPU with layout ``key``; the demand snapshot the ranks used (``mix``) and the request counts
+    now (``counts``: a learner's snapshot lags them; a fixed mix's are its own); releases per request lately
+    (``churn``); how many more instances of the profile fit in the pool now (``room``); and the pool's GPUs
+    of that model (``gpus``)."""
+
+    geom: Geometry
+    key: LayoutKey
+    option: Option
+    i: int
+    mix: DemandMix
+    counts: Mapping[str, float]
+    churn: float
+    room: int
+    gpus: int
 
 
 class FirstFit:
@@ -128,6 +150,7 @@ class _Memo:
 
 _COMPLETION = _Memo()
 _FILL = _Memo()
+_CONFIRMED = _Memo(4)  # ours-hold's confirmations: kept apart so that they do not evict the ranks' tables
 
 
 def completion(geom: Geometry, key: LayoutKey, allowed: frozenset[int]) -> int:
@@ -274,21 +297,38 @@ class FragmentationAwareFirstSlot(FragmentationAware):
 
 
 class HoldingFragmentationAware(FragmentationAware):
-    """``ours-hold``: ``ours`` that holds a request when every placement of it would strand more than
-    ``HOLD`` compute slices in expectation (the change of expected stranded compute that ``ours`` ranks by).
+    """``ours-hold``: ``ours`` that holds a request when placing it would strand compute that the mix is
+    expected to use, on every GPU; a forced request (it waited its bound) is placed as ``ours`` would.
 
     The offline optimum of the random-mix family serves more than any policy that must take what fits:
     it refuses e.g. a 4g whose GPU the mix rarely completes, to serve a 7g later (docs/placement.md,
-    "Admission"). Holding such a request is what closes that part of the gap; the portal can afford it
-    only with a queue that bounds the wait, so a held request comes back ``forced`` and is then placed
-    like ``ours`` would. Rank: ``(held, *ours' rank)``, so a GPU that does not strand beyond ``HOLD``
-    always wins over one that does.
+    "Admission"). Holding such a request is what closes that part of the gap.
+
+    Two tests, both on the change of expected stranded compute that ``ours`` ranks by:
+
+    * the rank flags a placement that strands more than ``HOLD`` under the published mix: ``(flag, *ours'
+      rank)``, so a GPU that is not flagged always wins over one that is, and the engine asks :meth:`holds`
+      only when every placement is flagged;
+    * :meth:`holds` confirms it for that placement with the request counts of now plus only
+      ``CONFIRM_PRIOR`` pseudo-requests of the default prior (a learner publishes its mix late and with 20
+      of them: a young pool's published mix is mostly prior, and held the one profile a pool asked for, e.g.
+      the fourth 1g.20gb of a GPU when 1g.20gb was most of the mix), by more than ``CONFIRM +
+      CONFIRM_GPUS / GPUs``: on a small pool a wrong hold is a larger share of what it serves, and fewer
+      requests have taught the mix.
+
+    Chosen on the tuning draws only (docs/placement.md, "Admission"; ``bench/placement_hold_rules.py``).
     """
 
     name = "ours-hold"
     admission = True
-    #: Expected stranded compute slices above which a placement is held; tuned on the family's tuning seeds.
-    HOLD = 0.3
+    #: Expected stranded compute slices (published mix) above which the rank flags a placement.
+    HOLD = 0.1
+    #: Pseudo-requests of the default prior added to the request counts for the confirmation.
+    CONFIRM_PRIOR = 10.0
+    #: Expected stranded compute slices (counts of now) above which a flagged placement is held: this plus
+    #: ``CONFIRM_GPUS`` divided by the pool's GPUs of the model.
+    CONFIRM = 0.2
+    CONFIRM_GPUS = 0.8
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -296,8 +336,22 @@ class HoldingFragmentationAware(FragmentationAware):
             return None
         rank, chosen = found
         change = self._expected_stranded(geom, chosen.after, weights) - self._expected_stranded(geom, key, weights)
-        # Rounded as in ``ours``: float noise must not flip a placement between held and not held.
+        # Rounded as in ``ours``: float noise must not flip a placement between flagged and not.
         return (1.0 if round(change, 9) > self.HOLD else 0.0, *rank), chosen
+
+    def holds(self, ctx: HoldContext) -> bool:
+        """Whether to hold ``ctx.option``, which the rank flagged: confirmed with the counts of now."""
+        geom = ctx.geom
+        if ctx.mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): exact, nothing to learn
+            weights = ctx.mix.weights(geom.model)
+        else:
+            weights = DemandMix(ctx.counts, self.CONFIRM_PRIOR).weights(geom.model)
+        # Rounded, so that consecutive decisions (the counts move a little with every request) share a memo.
+        weights = tuple(round(w, 2) for w in weights)
+        memo = _CONFIRMED.table((id(geom), weights, self.persistence))
+        before = _fill(geom, ctx.key, weights, self.persistence, memo)
+        after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
+        return round(before - after, 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
 
 
 class RolloutFragmentationAware(FragmentationAware):

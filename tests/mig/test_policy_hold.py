@@ -1,14 +1,17 @@
 """``ours-hold``: ``ours`` with admission (issue 14). Holds only what would strand compute, never a forced
-request; ``ours`` itself never refuses a request that fits."""
+request; ``ours`` itself never refuses a request that fits. A hold that the published mix flags is confirmed
+with the request counts of now, by a wider margin on a small pool."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocations.mig.demand import DemandMix
+from allocations.mig.demand import DemandLearner, DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementRequest
+from allocations.mig.layout import geometry
+from allocations.mig.policies import HoldContext, HoldingFragmentationAware
 
 from .brute import MODELS, max_more, model, valid_layouts
 from .test_placement import H100
@@ -88,3 +91,54 @@ def test_it_is_deterministic() -> None:
         runs.append([engine.place(PlacementRequest(p), f"r{k}") for k, p in enumerate(sequence)])
     # then they take the same decisions, holds included
     assert runs[0] == runs[1]
+
+
+def _stale_learner(profile: str, n: int) -> DemandLearner:
+    """A learner that saw ``n`` requests of ``profile`` but still publishes its first snapshot (the prior), as
+    a young pool's learner does between republishing."""
+    learner = DemandLearner(min_interval=10**6)
+    for _ in range(n):
+        learner.observe(profile)
+    return learner
+
+
+def test_the_counts_of_now_decide_a_hold_that_the_published_prior_flags() -> None:
+    # given an empty H100 pool whose learner has not republished: its published mix is the default prior, under
+    # which a 1g.20gb breaks a GPU that whole-GPU requests would have taken
+    prior_only = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("1g.20gb", 0))
+    # when the pool has asked for nothing yet, then a 1g.20gb is held (nothing but the prior to go by)
+    assert prior_only.choose(PlacementRequest("1g.20gb")) is None
+    # when the pool has asked for 40 x 1g.20gb, then the next one is placed: the counts say it is what comes
+    mostly_1g = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("1g.20gb", 40))
+    assert mostly_1g.choose(PlacementRequest("1g.20gb")) is not None
+    # when it has asked for 40 whole GPUs, then a 1g.20gb is held, and placed once forced
+    whole = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("7g.80gb", 40))
+    assert whole.choose(PlacementRequest("1g.20gb")) is None
+    assert whole.choose(PlacementRequest("1g.20gb", force=True)) is not None
+
+
+def test_a_small_pool_needs_a_larger_expected_loss_to_hold() -> None:
+    # given an empty H100 GPU, a 1g.20gb at slot 4, and a pool that asked for 40 x 1g.20gb
+    geom = geometry(model(H100))
+    empty = geom.named_key(())
+    i = geom.index["1g.20gb"]
+    option = next(o for o in geom.options(empty, i) if o.start == 4)
+    policy = HoldingFragmentationAware()
+
+    def held(gpus: int) -> bool:
+        ctx = HoldContext(geom, empty, option, i, DemandMix({}, 20.0), {"1g.20gb": 40.0}, 0.0, 8, gpus)
+        return policy.holds(ctx)
+
+    # when the same placement is weighed in a pool of 64 GPUs and of 8, then only the large pool holds it
+    # (threshold 0.2 + 0.8 / GPUs compute slices: about 0.21 against 0.3)
+    assert held(64) and not held(8)
+
+
+def test_a_request_for_several_instances_is_held_and_placed_when_forced() -> None:
+    # given an empty H100 node whose mix is whole GPUs and a few 4g
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+    # when two 4g.40gb are asked for on one node, then they are held (each would strand 3 slices)
+    assert engine.choose(PlacementRequest("4g.40gb", count=2)) is None
+    # and placed, both, once forced
+    forced = engine.choose(PlacementRequest("4g.40gb", count=2, force=True))
+    assert forced is not None and len(forced.slots) == 2

@@ -1,0 +1,186 @@
+"""``python bench/placement_hold_rules.py [--gpus 8 64] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]``:
+how ``ours-hold``'s admission rule was chosen (issue 14, session 10). TUNING draws only.
+
+Family (fill-until-full, no departures; a held request is never served): H100, Dirichlet 0.5 and 2, seeds 0-39
+at 8 GPUs and 0-19 at 64 (``--alphas 0.2``: 40 more tuning draws of concentrated mixes, never reported
+elsewhere; the hold-out family uses 0.3, 1 and 3 from seed 1000). Departures (``replay_held``: held pods retried
+after each departure, forced after 15 minutes): H100, 16 and 32 GPUs, Dirichlet 0.5 and 2, seeds 0-2, lognormal
+and Pareto lifetimes, 2,000 arrivals. Prints per rule: gap closed (per-sample mean, pooled, worst sample),
+samples below a peer beyond noise, and online slice-hours against first-fit and best-fit. docs/placement.md
+("Admission") quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
+
+from allocations.mig.catalog import load_catalog  # noqa: E402
+from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
+from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
+from allocations.mig.fleet import PlacementRequest  # noqa: E402
+from allocations.mig.layout import Geometry, LayoutKey, Option  # noqa: E402
+from allocations.mig.policies import HoldContext, HoldingFragmentationAware, Rank, _fill  # noqa: E402
+from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
+from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+
+ALPHAS = (0.5, 2.0)
+SEEDS = {8: 40, 64: 20}
+ONLINE_GPUS = (16, 32)
+ONLINE_SEEDS = 3
+ONLINE_PODS = 2000
+
+
+class Rule(HoldingFragmentationAware):
+    """``ours-hold`` with the knobs tried: the rank's threshold (``hold``), one relative to the request's compute
+    (``per_compute``), the confirmation (``confirm``: ``None`` = none, as in session 9; its prior, threshold, and
+    terms per GPU and per request seen; counts of now or the published snapshot's), and gates on the release
+    rate and on the room left for the profile."""
+
+    def __init__(
+        self,
+        hold: float = HoldingFragmentationAware.HOLD,
+        per_compute: float = 0.0,
+        confirm: float | None = HoldingFragmentationAware.CONFIRM,
+        prior: float = HoldingFragmentationAware.CONFIRM_PRIOR,
+        per_gpu: float = HoldingFragmentationAware.CONFIRM_GPUS,
+        per_seen: float = 0.0,
+        published: bool = False,
+        max_churn: float = float("inf"),
+        min_room: int = 0,
+    ) -> None:
+        super().__init__()
+        self.HOLD = hold
+        self.per_compute = per_compute
+        self.confirm = confirm
+        self.prior = prior
+        self.per_gpu = per_gpu
+        self.per_seen = per_seen
+        self.published = published
+        self.max_churn = max_churn
+        self.min_room = min_room
+
+    def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
+        found = super().rank(geom, key, i, weights)
+        if found is None or not self.per_compute:
+            return found
+        (_, *rank), chosen = found
+        change = self._expected_stranded(geom, chosen.after, weights) - self._expected_stranded(geom, key, weights)
+        return (1.0 if round(change, 9) > self.HOLD + self.per_compute * geom.compute[i] else 0.0, *rank), chosen
+
+    def holds(self, ctx: HoldContext) -> bool:
+        if ctx.churn > self.max_churn or ctx.room < self.min_room:
+            return False
+        if self.confirm is None:
+            return True
+        counts = ctx.mix.counts if self.published else ctx.counts
+        w = tuple(round(x, 2) for x in DemandMix(counts, self.prior).weights(ctx.geom.model))
+        memo: dict[LayoutKey, float] = {}
+        g = ctx.geom
+        change = _fill(g, ctx.key, w, self.persistence, memo) - (
+            g.compute[ctx.i] + _fill(g, ctx.option.after, w, self.persistence, memo)
+        )
+        seen = sum(counts.values())
+        limit = self.confirm + self.per_gpu / ctx.gpus + (self.per_seen / seen if seen else float("inf"))
+        return round(change, 9) > limit
+
+
+def variants() -> dict[str, Rule | HoldingFragmentationAware]:
+    session9 = {"hold": 0.3, "confirm": None}
+    return {
+        "session 9 (HOLD 0.3, no confirmation)": Rule(**session9),
+        "session 9, threshold 0.3 + 0.1 x compute": Rule(**session9, per_compute=0.1),
+        "session 9, only while 2+ more fit": Rule(**session9, min_room=2),
+        "confirmed, published counts, 0.2 + 0.8 / GPUs": Rule(published=True),
+        "confirmed, counts now, prior 10, 0.2": Rule(per_gpu=0.0),
+        "confirmed, counts now, prior 10, 0.3": Rule(confirm=0.3, per_gpu=0.0),
+        "confirmed, counts now, prior 10, 0.2 + 1 / requests seen": Rule(per_gpu=0.0, per_seen=1.0),
+        "confirmed, counts now, prior 3, 0.2 + 0.8 / GPUs": Rule(prior=3.0),
+        "confirmed, counts now, prior 6, 0.2 + 0.8 / GPUs": Rule(prior=6.0),
+        "confirmed, counts now, prior 10, 0.2 + 1.6 / GPUs": Rule(per_gpu=1.6),
+        "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)": HoldingFragmentationAware(),
+        "kept, only while 2+ more fit": Rule(min_room=2),
+        "kept, off above 0.3 releases per request": Rule(max_churn=0.3),
+    }
+
+
+ONLINE = (
+    "session 9 (HOLD 0.3, no confirmation)",
+    "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)",
+    "kept, only while 2+ more fit",
+    "kept, off above 0.3 releases per request",
+)
+
+
+def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
+    per_node = min(8, sample.gpus)
+    learner = DemandLearner()
+    for name in sample.history if warm else ():
+        learner.observe(name)
+    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), policy, learner)
+    served = 0
+    for k, name in enumerate(sample.requests):
+        if engine.place(PlacementRequest(name), f"r{k}") is not None:
+            served += sample.model.profile(name).compute_slices
+    return served
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gpus", type=int, nargs="*", default=list(SEEDS), choices=list(SEEDS))
+    ap.add_argument("--alphas", type=float, nargs="*", default=list(ALPHAS), choices=[0.2, *ALPHAS])
+    ap.add_argument("--warm", action="store_true", help="learners first see the sample's 500-request history")
+    ap.add_argument("--skip-family", action="store_true")
+    ap.add_argument("--skip-online", action="store_true")
+    args = ap.parse_args(argv)
+    h100 = load_catalog().model("NVIDIA H100 80GB HBM3")
+    rules = variants()
+    t0 = time.perf_counter()
+    for gpus in [] if args.skip_family else args.gpus:
+        outcomes: list[Outcome] = []
+        for alpha in args.alphas:
+            for seed in range(SEEDS[gpus]):
+                sample = make_sample(h100, gpus, alpha, seed)
+                o = run_sample(sample, ["first-fit", "best-fit", "hami"])
+                o.served.update({name: serve(sample, p, args.warm) for name, p in rules.items()})
+                outcomes.append(o)
+        print(f"\n{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples", end="")
+        print(f"{', warm learner' if args.warm else ''} ({time.perf_counter() - t0:.0f} s)\n")
+        print("| rule | per sample: mean | pooled | worst | below a peer |\n|---|---:|---:|---:|---:|")
+        for name in rules:
+            s = summarise(outcomes, name)
+            print(
+                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
+                f"| {max(s.below.values())} |",
+                flush=True,
+            )
+    if args.skip_online:
+        return 0
+    print(f"\nDepartures, tuning draws ({time.perf_counter() - t0:.0f} s)\n")
+    print("| rule | lifetimes | GPUs | served of offered | vs first-fit | vs best-fit | worst run vs either |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for tail in ("lognormal", "pareto"):
+        for gpus in ONLINE_GPUS:
+            runs = [poisson_pods(h100, gpus, a, s, tail, ONLINE_PODS) for a in ALPHAS for s in range(ONLINE_SEEDS)]
+            ff = [replay(h100, gpus, p, "first-fit").share for p in runs]
+            bf = [replay(h100, gpus, p, "best-fit").share for p in runs]
+            for name in ONLINE:
+                shares = [replay_held(h100, gpus, p, rules[name]).share for p in runs]
+                mean = statistics.fmean(shares)
+                worst = min(min(a - b, a - c) for a, b, c in zip(shares, ff, bf, strict=True))
+                print(
+                    f"| {name} | {tail} | {gpus} | {100 * mean:.2f} % | {100 * (mean - statistics.fmean(ff)):+.2f} "
+                    f"| {100 * (mean - statistics.fmean(bf)):+.2f} | {100 * worst:+.2f} |",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,7 +8,7 @@ queued as one waiting for room. Idempotent: a second run finds nothing due.
 
 from __future__ import annotations
 
-from allocations.admission.services import pools_with_due_holds
+from allocations.services.admission import pools_with_due_holds
 from allocations.services.queue import admit_queued
 
 

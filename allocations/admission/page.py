@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from allocations.admission.hold import HELD_REASON
-from allocations.admission.services import MAX_HOLD_MINUTES_LIMIT
+from allocations.admission.setting import MAX_HOLD_MINUTES_LIMIT
 from allocations.models import Allocation, NodePool
 from allocations.services.pools import update_node_pool
 from tenants.errors import InvalidInput, NotAllowed

@@ -9,7 +9,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from allocations.admission.services import MAX_HOLD_MINUTES_LIMIT
+from allocations.admission.setting import MAX_HOLD_MINUTES_LIMIT
 from allocations.cohorts.config import LIMIT_FIELDS, Limits
 from allocations.costs import gpu_equivalents, gpu_model_for
 from allocations.models import (

@@ -21,7 +21,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.admission.hold import plan_or_hold, plans_forced
-from allocations.admission.services import hold_allocation
 from allocations.cluster import kube, shared_claims, shared_provisioning, static_provisioning
 from allocations.cluster import placements as cluster_placements
 from allocations.cluster.steering import decide_steering
@@ -32,6 +31,7 @@ from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, No
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
 from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
 from allocations.queue_reservation import reservation_blocker
+from allocations.services.admission import hold_allocation
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.compaction import rescue_with_moves

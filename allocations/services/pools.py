@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, transaction
 
 # A module, not a name: discovery imports services.locks, which loads this package first.
-from allocations.admission.services import apply_admission
+from allocations.admission.setting import apply_admission
 from allocations.cluster import discovery
 from allocations.cluster.labels import InvalidSelector, parse_selector
 from allocations.costs import gpu_model_for
@@ -257,7 +257,7 @@ def update_node_pool(
     _refuse_stranding_mode_change), or its kind and GPU model (MIG, time-sliced or MPS: refused the same way while
     requests hold quota, services/shared_pools.py). Locks the pool; a selector change first locks every pool in pk
     order. `admission` and `max_hold_minutes`: whether the pool holds requests that would strand room (issue 14,
-    allocations/admission/services.apply_admission; refused in static and shared pools)."""
+    allocations/admission/setting.apply_admission; refused in static and shared pools)."""
     _require_staff(actor)
     if node_selector is not None:
         # Moving nodes locks every pool, in pk order (as discovery does): take them all now, in that order.

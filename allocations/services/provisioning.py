@@ -16,11 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.admission.hold import Hold, plan_or_hold, plans_forced
-from allocations.admission.services import hold_allocation
 from allocations.cohorts.fence import place_around
 from allocations.models import Allocation
 from allocations.placement import plan_slices
 from allocations.queue_reservation import reservation_blocker
+from allocations.services.admission import hold_allocation
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
 from allocations.services.cohort_reclaim import wait_for_reclaim
 from allocations.services.compaction import rescue_with_moves

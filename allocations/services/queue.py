@@ -18,10 +18,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.admission.hold import is_due, is_held
-from allocations.admission.services import keep_hold
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
+from allocations.services.admission import keep_hold
 from allocations.services.cohort_handover import hand_over_notices
 from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again

@@ -13,11 +13,11 @@ from django.utils import timezone
 from allocations import services
 from allocations.admission.due import admit_due_holds
 from allocations.admission.hold import HELD_REASON
-from allocations.admission.services import pools_with_due_holds
 from allocations.cluster.sync import start_provisioning
 from allocations.models import Allocation, NodePool, OutboxMessage, Quota
 from allocations.placement import plan_slices, plan_slices_for_scheduler, pool_policy
 from allocations.queue_state import pool_queue
+from allocations.services.admission import pools_with_due_holds
 from allocations.services.queue import PROVISION_TASK, admit_queued
 from tenants.models import AuditEvent
 from tests.admission.helpers import hold_on, holding_pool

@@ -16,7 +16,8 @@ and admitted pods.
 ``ours-hold`` (admission) is replayed with a queue, as the portal would run it (:func:`replay_held`): a pod it
 holds waits, is retried after every departure, and is forced after ``HOLD_WAIT_S``; a held pod that no
 longer fits when retried or forced is lost, as a pod that does not fit on arrival is for every policy. A pod
-that starts late runs its whole duration from its start.
+that starts late runs its whole duration from its start. A :class:`~bench.placement_lifetimes.LifetimeLearner` passed as
+``demand`` is told when each pod starts and ends, never how long an arriving pod will run.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from allocations.mig.fleet import PlacementRequest
 from allocations.mig.policies import Policy
 from bench.placement import SHAPES, Pod, profile_of, run_online
 from bench.placement_family import dirichlet
+from bench.placement_lifetimes import LifetimeLearner
 
 LOAD = 1.3
 MEAN_LIFETIME_S = 3600.0
@@ -69,17 +71,19 @@ def replay_held(
     pods: Sequence[Pod],
     policy: str | Policy,
     wait_s: int = HOLD_WAIT_S,
-    demand: DemandMix | None = None,
+    demand: DemandMix | DemandLearner | None = None,
 ) -> Served:
     """Replay for a policy with admission: held pods queue (FIFO), are retried after each departure and
     forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size); the mix
-    is learnt unless ``demand`` fixes it."""
+    is learnt (by ``demand`` when it is a learner) unless ``demand`` fixes it."""
     nodes = math.ceil(gpus / 8)
     fleet = empty_fleet(model, nodes, 8)
     extra = nodes * 8 - gpus
     if extra:
         fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
     engine = PlacementEngine(fleet, policy, demand if demand is not None else DemandLearner())
+    # Lifetimes (bench/placement_lifetimes.py): told when each pod starts and ends, never how long it will run.
+    learner = engine.demand if isinstance(engine.demand, LifetimeLearner) else None
     # (time, kind, pod): departures (0) before deadlines (1) before arrivals (2) at equal times.
     events = [(p.created, 2, k) for k, p in enumerate(pods)]
     heapq.heapify(events)
@@ -101,13 +105,19 @@ def replay_held(
         admitted += 1
         served += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
         where[k] = (d.node, d.gpu_index, d.start)
+        if learner is not None:
+            learner.observe_start(f"pod{k}", name, now)
         heapq.heappush(events, (now + pod.deleted - pod.created, 0, k))
         return True
 
     while events:
         now, kind, k = heapq.heappop(events)
+        if learner is not None:
+            learner.advance(now)
         if kind == 0:
             engine.release(*where.pop(k))
+            if learner is not None:  # the lifetime of a pod that ended: known now, not before
+                learner.observe_end(f"pod{k}", now)
             for h in list(held):
                 name = profile_of(model, pods[h].shape)
                 if not fits(name):

@@ -1,5 +1,6 @@
-"""``python bench/placement_hold_rules.py [--gpus 8 64] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]``:
-how ``ours-hold``'s admission rule was chosen (issue 14, session 10). TUNING draws only.
+"""``python bench/placement_hold_rules.py [--gpus 8 64] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]
+[--trace-dir DIR]``: how ``ours-hold``'s admission rule was chosen (issue 14, session 10). TUNING draws only (the
+trace, with ``--trace-dir``, is the one workload the issue names; it is reported, not held out).
 
 Family (fill-until-full, no departures; a held request is never served): H100, Dirichlet 0.5 and 2, seeds 0-39
 at 8 GPUs and 0-19 at 64 (``--alphas 0.2``: 40 more tuning draws of concentrated mixes, never reported
@@ -8,6 +9,11 @@ after each departure, forced after 15 minutes): H100, 16 and 32 GPUs, Dirichlet 
 and Pareto lifetimes, 2,000 arrivals. Prints per rule: gap closed (per-sample mean, pooled, worst sample),
 samples below a peer beyond noise, and online slice-hours against first-fit and best-fit. docs/placement.md
 ("Admission") quotes it.
+
+Session 10, lifetimes (``bench/placement_lifetimes.py``, online only: with no departures nothing ends, so the
+rule is the kept one): the kept rule whose hold must also be confirmed in slice-hours (veto), with lifetimes
+learnt from ended requests plus the ages of running ones or from ended requests alone, and the rule confirming in
+slice-hours alone.
 """
 
 from __future__ import annotations
@@ -21,20 +27,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
-from allocations.mig.catalog import load_catalog  # noqa: E402
+from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.layout import Geometry, LayoutKey, Option  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware, Rank, _fill  # noqa: E402
+from bench.placement import Pod, read_trace  # noqa: E402
 from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
 from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+from bench.placement_lifetimes import LifetimeHold, LifetimeLearner  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
 SEEDS = {8: 40, 64: 20}
 ONLINE_GPUS = (16, 32)
 ONLINE_SEEDS = 3
 ONLINE_PODS = 2000
+TRACE_GPUS = (16, 24, 32)
 
 
 class Rule(HoldingFragmentationAware):
@@ -110,12 +119,28 @@ def variants() -> dict[str, Rule | HoldingFragmentationAware]:
     }
 
 
+KEPT = "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)"
+#: Online rows: session 9's and the kept rule, then the kept rule confirmed in slice-hours too (lifetimes).
+LIFETIME_RULES: dict[str, tuple[str, bool]] = {  # name -> (LifetimeHold mode, lifetimes of ended requests only)
+    "kept + slice-hours veto (ended + running ages)": ("veto", False),
+    "kept + slice-hours veto (ended requests only)": ("veto", True),
+    "kept, confirmed in slice-hours alone (ended + running ages)": ("replace", False),
+}
 ONLINE = (
     "session 9 (HOLD 0.3, no confirmation)",
-    "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)",
+    KEPT,
     "kept, only while 2+ more fit",
     "kept, off above 0.3 releases per request",
+    *LIFETIME_RULES,
 )
+
+
+def replay_rule(model: GpuModel, gpus: int, pods: Sequence[Pod], name: str) -> float:
+    if name in LIFETIME_RULES:
+        mode, ended_only = LIFETIME_RULES[name]
+        learner = LifetimeLearner(ended_only)
+        return replay_held(model, gpus, pods, LifetimeHold(learner, mode), demand=learner).share
+    return replay_held(model, gpus, pods, variants()[name]).share
 
 
 def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
@@ -138,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warm", action="store_true", help="learners first see the sample's 500-request history")
     ap.add_argument("--skip-family", action="store_true")
     ap.add_argument("--skip-online", action="store_true")
+    ap.add_argument("--trace-dir", type=Path, help="also replay the Alibaba trace (openb_pod_list_default.csv)")
     args = ap.parse_args(argv)
     h100 = load_catalog().model("NVIDIA H100 80GB HBM3")
     rules = variants()
@@ -171,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ff = [replay(h100, gpus, p, "first-fit").share for p in runs]
             bf = [replay(h100, gpus, p, "best-fit").share for p in runs]
             for name in ONLINE:
-                shares = [replay_held(h100, gpus, p, rules[name]).share for p in runs]
+                shares = [replay_rule(h100, gpus, p, name) for p in runs]
                 mean = statistics.fmean(shares)
                 worst = min(min(a - b, a - c) for a, b, c in zip(shares, ff, bf, strict=True))
                 print(
@@ -179,6 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"| {100 * (mean - statistics.fmean(bf)):+.2f} | {100 * worst:+.2f} |",
                     flush=True,
                 )
+    if args.trace_dir is not None:
+        pods, _ = read_trace(args.trace_dir / "openb_pod_list_default.csv")
+        pods.sort(key=lambda p: p.created)
+        print(f"\nAlibaba trace ({time.perf_counter() - t0:.0f} s)\n")
+        print("| rule | GPUs | served of offered | vs first-fit | vs best-fit |\n|---|---:|---:|---:|---:|")
+        for gpus in TRACE_GPUS:
+            ff, bf = (replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit"))
+            for name in ONLINE:
+                share = replay_rule(h100, gpus, pods, name)
+                print(f"| {name} | {gpus} | {100 * share:.3f} % ", end="")
+                print(f"| {100 * (share - ff):+.3f} | {100 * (share - bf):+.3f} |", flush=True)
     return 0
 
 

@@ -92,7 +92,7 @@ from allocations.mig.fleet import (  # noqa: E402
     SlotChoice,
 )
 from allocations.queue_eta import Lease, QueuedAsk, estimate_starts  # noqa: E402
-from allocations.queue_order import Waiting, fair_order  # noqa: E402
+from allocations.queue_order import Waiting, fair_order, starving_head  # noqa: E402
 from bench.fairness_premise import fitted_guarantees, overcommit  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
@@ -355,7 +355,7 @@ class Sim:
         heirs = [
             Heir(q.pk, q.tenant, PlacementRequest(q.profile))
             for q in self.in_order()
-            if math.isnan(q.start) and q.pk not in with_notices and q.pk not in self.moving_until
+            if q.within and q.pk not in with_notices and q.pk not in self.moving_until
         ]
         skip = {(node, gpu) for node, gpu, _ in self.fence.values()}
         fleet = without(self.engine.snapshot(), (), None, skip)
@@ -387,7 +387,7 @@ class Sim:
         """The queue in the portal's admission order (allocations/queue_order.py)."""
         by_pk = {r.pk: r for r in self.queue}
         order = fair_order(
-            [Waiting(r.pk, r.tenant, 0, EPOCH + timedelta(seconds=r.queued_at), r.compute) for r in self.queue],
+            [self.waiting(r) for r in self.queue],
             usage=dict(enumerate(self.usage)),
             quota=dict(enumerate(self.quota)),
         )
@@ -447,37 +447,55 @@ class Sim:
                 self.reclaim(waiting, t)
 
     def admit_fair(self, t: float) -> tuple[str | None, list[Req]]:
-        """The portal's pass; returns the reserved node and the requests still waiting, in admission order."""
+        """The portal's pass (allocations/services/queue.py `admit_queued`); returns the reserved node and the
+        requests within their guarantee still waiting (the lenders), in admission order.
+
+        As the portal: every queued request, within its guarantee or borrowing, in the fair order; one that does
+        not fit is skipped and those behind it are tried (backfill). The first request in that order past the
+        bound (allocations/queue_order.py `starving_head`, which queue_reservation.py runs) is tried first; while
+        it does not fit its node is reserved, and no other request is placed there; once it is admitted the
+        bound passes to the next one past it (the portal reads the reservation at each placement)."""
         now = EPOCH + timedelta(seconds=t)
-        order = fair_order(
-            [Waiting(r.pk, r.tenant, 0, EPOCH + timedelta(seconds=r.queued_at), r.compute) for r in self.queue],
-            usage=dict(enumerate(self.usage)),
-            quota=dict(enumerate(self.quota)),
-        )
-        by_pk = {r.pk: r for r in self.queue}
-        # As the portal: the first request in order past the bound has its node reserved while it does not fit,
-        # and no other request is placed there (allocations/queue_reservation.py).
-        head = next(
-            (by_pk[w.allocation_id] for w in order if t - by_pk[w.allocation_id].queued_at >= RESERVE_AFTER_S), None
-        )
-        reserved: str | None = None
+        order = self.in_order()
         admitted: set[int] = set()
+        reserved: str | None = None
+        head: Req | None = None
+        while True:
+            starving = starving_head(
+                [self.waiting(r) for r in order if r.pk not in admitted], now=now, reserve_after_s=RESERVE_AFTER_S
+            )
+            head = None if starving is None else self.by_pk[starving.allocation_id]
+            if head is None or not self.try_admit(head, t, None):
+                break
+            admitted.add(head.pk)
         if head is not None:
-            others = {g for g, lenders in self.planned.items() if head.pk not in lenders}
-            if self.place_lender(head, t, None, others):
-                admitted.add(head.pk)
-            else:
-                reserved = self.reservation(head, now)
-        for w in order:
-            r = by_pk[w.allocation_id]
+            reserved = self.reservation(head, now)
+        for r in order:
             if r.pk in admitted or r is head:
                 continue
-            # Room planned for a lender whose borrowed slices are being taken back is its own (borrow policy).
-            others = {g for g, lenders in self.planned.items() if r.pk not in lenders}
-            if self.place_lender(r, t, reserved, others):
+            if self.try_admit(r, t, reserved):
                 admitted.add(r.pk)
         self.queue = [r for r in self.queue if r.pk not in admitted]
-        return reserved, [by_pk[w.allocation_id] for w in order if w.allocation_id not in admitted]
+        return reserved, [r for r in order if r.pk not in admitted and r.within]
+
+    def try_admit(self, r: Req, t: float, reserved: str | None) -> bool:
+        """One queued request (the portal's `_try_admit`). A borrower borrows its part above the guarantee again
+        (services/cohorts.py `borrow_again`: measured again, it stays queued when the cohort no longer lends it)
+        and is placed as a fresh borrower is; a lender keeps the room planned for it (borrow policy)."""
+        if r.within:
+            others = {g for g, lenders in self.planned.items() if r.pk not in lenders}
+            return self.place_lender(r, t, reserved, others)
+        admission = admit_within(self.members(), r.tenant, r.borrowed[0], r.borrowed[1])
+        if admission is None or not (self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved)):
+            return False
+        self.charged[r.tenant] += r.borrowed[0]
+        self.charged_memory[r.tenant] += r.borrowed[1]
+        r.borrowed = (admission.borrowed_compute, admission.borrowed_memory)
+        return True
+
+    @staticmethod
+    def waiting(r: Req) -> Waiting:
+        return Waiting(r.pk, r.tenant, 0, EPOCH + timedelta(seconds=r.queued_at), r.compute)
 
     def reservation(self, r: Req, now: datetime) -> str | None:
         leases = [Lease(str(pk), EPOCH + timedelta(seconds=x.start + x.run_s)) for pk, x in self.running.items()]
@@ -507,14 +525,22 @@ class Sim:
             while backlog and not self.fits_within(tenant, backlog[0]):
                 r = backlog[0]
                 admission = admit_within(self.members(), tenant, r.compute, r.memory)
-                if admission is None or not (self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved)):
-                    break
+                if admission is None:
+                    break  # the cohort does not lend it (the portal refuses it): its user waits
                 backlog.popleft()
                 if math.isnan(r.submitted):
                     r.submitted = t
                 r.borrowed = (admission.borrowed_compute, admission.borrowed_memory)
-                self.charged[tenant] += r.compute
-                self.charged_memory[tenant] += r.memory
+                if self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved):
+                    self.charged[tenant] += r.compute
+                    self.charged_memory[tenant] += r.memory
+                    continue
+                # As the portal (services/queue_entry.py): it joins the pool's queue, its borrowed part given back
+                # to the cohort meanwhile (borrowed again when admitted); requests behind it go on being sent.
+                self.charged[tenant] += r.compute - r.borrowed[0]
+                self.charged_memory[tenant] += r.memory - r.borrowed[1]
+                r.queued_at = t
+                self.queue.append(r)
 
     def place_borrower(self, r: Req, t: float, reserved: str | None) -> bool:
         """Where it is cheap to take back: on a GPU with no guaranteed (not borrowed) use if one has room, so

@@ -17,12 +17,18 @@ others are bursty). The tenants' quotas are guarantees. Four policies:
 - ``fair``: the portal's queue without cohorts: fair order across tenants with decayed usage
   (allocations/queue_order.py), priority then FIFO inside a tenant, requests that do not fit skipped (backfill), and
   past the starvation bound the node where the future free layout fits the head-of-line request soonest
-  (allocations/queue_eta.py) is reserved for it.
+  (allocations/queue_eta.py) is reserved for it (allocations/queue_order.py `starving_head`: the first in
+  admission order past the bound; once it is admitted, the next one).
 - ``borrow``: ``fair``, with the three tenants in one cohort. After each admission pass, a tenant whose next request
   is past its guarantee borrows the others' unused guarantee when the cohort's accounting admits it
   (allocations/cohorts/accounting.py ``admit_within``, the module the portal runs; no borrowing or lending limits)
   and the pool has room now, on a GPU without guaranteed use where one has room (cheap to take back: its release
-  frees a layout a lender can use); borrowed requests do not queue, they wait on the tenant's side. When a request
+  frees a layout a lender can use). One the cohort lends to but that does not fit joins the pool's queue as the
+  portal's does (services/queue_entry.py): its borrowed part goes back to the cohort while it waits and is
+  borrowed again, measured again, when it is admitted (services/cohorts.py `borrow_again`); the admission pass
+  takes queued borrowers and lenders in the one fair order and goes on past any that does not fit (backfill), so
+  a tenant's next requests are not held behind its own blocked one. One the cohort does not lend to waits on the
+  tenant's side (the portal refuses it: its user sends it again later). When a request
   within its tenant's guarantee does not fit, borrowed allocations of tenants above their guarantee get a notice:
   the portal's slot-aware choice (allocations/cohorts/reclaim.py `pick_fitting`: those whose release makes it fit,
   fewest, then youngest), only as far as their tenant is above its guarantee (Kueue's reclaimWithinCohort). After
@@ -283,6 +289,7 @@ class Sim:
         self.ends = 0  # releases so far: a rescue found impossible is tried again only after one
         self.rescue_tried: dict[int, int] = {}  # request -> `ends` when no rescue plan was found for it
         self.moves = 0
+        self.no_room: tuple[object, set[str]] = (None, set())  # a pass's profiles no borrower found room for
 
     def push(self, t: float, kind: str, pk: int) -> None:
         self.seq += 1
@@ -457,6 +464,7 @@ class Sim:
         bound passes to the next one past it (the portal reads the reservation at each placement)."""
         now = EPOCH + timedelta(seconds=t)
         order = self.in_order()
+        self.no_room = (None, set())  # what freed since the last pass is not known here
         admitted: set[int] = set()
         reserved: str | None = None
         head: Req | None = None
@@ -486,7 +494,16 @@ class Sim:
             others = {g for g, lenders in self.planned.items() if r.pk not in lenders}
             return self.place_lender(r, t, reserved, others)
         admission = admit_within(self.members(), r.tenant, r.borrowed[0], r.borrowed[1])
-        if admission is None or not (self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved)):
+        if admission is None:
+            return False
+        # Speed only (a long queue of borrowers is tried at every event): a pass only adds instances, so a
+        # profile for which neither a placement nor a rescue's moves found room stays without it in this pass
+        # until a move, a fence or a planned GPU changes.
+        state = (self.moves, tuple(sorted(self.fence.items())), tuple(sorted(self.planned)), reserved)
+        if self.no_room[0] != state:
+            self.no_room = (state, set())
+        if r.profile in self.no_room[1] or not (self.place_borrower(r, t, reserved) or self.rescue(r, t, reserved)):
+            self.no_room[1].add(r.profile)
             return False
         self.charged[r.tenant] += r.borrowed[0]
         self.charged_memory[r.tenant] += r.borrowed[1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +91,11 @@ def fair_order(entries: Sequence[Waiting], *, usage: dict[int, float], quota: di
         if not heads[tenant]:
             del heads[tenant]
     return ordered
+
+
+def starving_head(order: Sequence[Waiting], *, now: datetime, reserve_after_s: float) -> Waiting | None:
+    """The request the starvation bound holds room for (queue_reservation.py): the first in admission order that
+    has waited `reserve_after_s` or longer; None when none has. Once it is admitted the bound passes to the next
+    such request, so callers ask again after each admission."""
+    bound = now - timedelta(seconds=reserve_after_s)
+    return next((w for w in order if w.queued_at <= bound), None)

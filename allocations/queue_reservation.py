@@ -18,7 +18,8 @@ from django.utils import timezone
 from allocations.models import Allocation, NodePool
 from allocations.placement import POLICY, PlannedSlice, read_pool
 from allocations.queue_eta import estimate_starts
-from allocations.queue_state import ask_of, pool_leases, queued_in_order
+from allocations.queue_order import starving_head
+from allocations.queue_state import ask_of, pool_leases, queued_in_order, waiting_of
 from allocations.services.booking_window import bookings_during, room_left_for_bookings
 
 Status = Allocation.Status
@@ -37,7 +38,13 @@ def pool_reservation(pool: NodePool) -> Reservation | None:
     bound = now - timedelta(seconds=settings.FATIA_QUEUE_RESERVE_AFTER_S)
     if pool.is_shared or not Allocation.objects.filter(pool=pool, status=Status.QUEUED, queued_at__lte=bound).exists():
         return None
-    head = next(a for a in queued_in_order(pool, now=now) if a.queued_at is not None and a.queued_at <= bound)
+    ordered = {a.pk: a for a in queued_in_order(pool, now=now) if a.queued_at is not None}
+    starving = starving_head(
+        [waiting_of(a) for a in ordered.values()], now=now, reserve_after_s=settings.FATIA_QUEUE_RESERVE_AFTER_S
+    )
+    if starving is None:
+        return None
+    head = ordered[starving.allocation_id]
     estimate = estimate_starts(
         read_pool(pool).fleet,
         leases=pool_leases(pool, now=now),

@@ -55,15 +55,19 @@ def queued_in_order(pool: NodePool, *, now: datetime | None = None) -> list[Allo
     if not queued:
         return []
     quota = dict(Quota.objects.filter(pool=pool).values_list("tenant_id", "compute_slices_limit"))
-    order = fair_order(
-        [
-            Waiting(a.pk, a.tenant_id, a.priority, a.queued_at or a.created_at, a.compute_slices)
-            for a in queued.values()
-        ],
-        usage=tenant_usage(pool, now=now),
-        quota=quota,
-    )
+    order = fair_order([waiting_of(a) for a in queued.values()], usage=tenant_usage(pool, now=now), quota=quota)
     return [queued[w.allocation_id] for w in order]
+
+
+def waiting_of(allocation: Allocation) -> Waiting:
+    """A queued request as the pure ordering rules (queue_order.py) see it."""
+    return Waiting(
+        allocation.pk,
+        allocation.tenant_id,
+        allocation.priority,
+        allocation.queued_at or allocation.created_at,
+        allocation.compute_slices,
+    )
 
 
 def pool_leases(pool: NodePool, *, now: datetime) -> list[Lease]:

@@ -92,6 +92,34 @@ def test_a_move_makes_room_for_a_lender_when_nothing_borrowed_is_in_the_way() ->
     assert starts == {"borrow": (20 * 3600, 0, 0), "moves": (3600 + PROVISION_S, 1, 0)}
 
 
+def test_a_borrower_that_does_not_fit_queues_and_the_smaller_borrower_behind_it_starts_backfill() -> None:
+    # given: nlp holds 3 x 7g.80gb (its whole guarantee) all day, and speech a 1g.10gb on each other GPU until 1 h
+    # (placed by the test); then nlp asks, past its guarantee, for a 7g.80gb (no GPU is empty) and a 1g.10gb
+    model = load_catalog().model(MODEL)
+    big, small = model.profile("7g.80gb"), model.profile("1g.10gb")
+    held = [Req(pk, 1, "7g.80gb", big.compute_slices, 0.0, 40 * 3600, memory=big.memory_slices) for pk in (1, 2, 3)]
+    held += [Req(pk, 2, "1g.10gb", 1, 0.0, 3600, memory=small.memory_slices) for pk in range(4, 9)]
+    blocked = Req(9, 1, "7g.80gb", big.compute_slices, 60.0, 3600, memory=big.memory_slices)
+    behind = Req(10, 1, "1g.10gb", small.compute_slices, 120.0, 3600, memory=small.memory_slices)
+    reqs = fresh([*held, blocked, behind])
+    sim = Sim("borrow", model, reqs, 1.0)
+    for r, gpu in zip(reqs[:8], sim.engine.snapshot().gpus(), strict=True):
+        decision = at(gpu.node, gpu.index, r.profile, 0)
+        sim.engine.commit(decision, str(r.pk))
+        sim.charged[r.tenant] += r.compute
+        sim.charged_memory[r.tenant] += r.memory
+        sim.started(r, 0.0, decision)
+    sim.reqs = reqs[8:]  # only nlp's two borrowers arrive
+    sim.run()
+    # then: as in the portal's queue, the 7g.80gb waits in the pool's queue without blocking its tenant's next
+    # request, which starts on arrival; the 7g.80gb starts when speech's 1g.10gb free whole GPUs, borrowed again
+    blocked, behind = reqs[8:]
+    assert behind.start == 120.0 and behind.borrowed == (1, 1)
+    assert blocked.start == 3600.0 and blocked.borrowed == (big.compute_slices, big.memory_slices)
+    assert not blocked.within and not sim.queue
+    assert (sim.charged[1], sim.charged_memory[1]) == (21, 24)  # both borrowers ended: nlp holds its guarantee
+
+
 def test_without_borrowing_nothing_is_lent_and_the_lender_starts_at_once() -> None:
     model = load_catalog().model(MODEL)
     big, small = model.profile("7g.80gb"), model.profile("1g.10gb")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from allocations.queue_order import Held, Waiting, decayed_usage, fair_order, within_tenant
+from allocations.queue_order import Held, Waiting, decayed_usage, fair_order, starving_head, within_tenant
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 H = 3600.0
@@ -63,3 +63,14 @@ def test_inside_a_tenant_priority_first_then_first_come_first_served():
     queue = [w(1, 1, at=3), w(2, 1, at=2, priority=5), w(3, 1, at=1, priority=5), w(4, 1, at=4, priority=-1)]
     assert [e.allocation_id for e in within_tenant(queue)] == [2, 3, 1, 4]
     assert [e.allocation_id for e in fair_order(queue, usage={}, quota={1: 1})] == [2, 3, 1, 4]
+
+
+def test_the_starvation_bound_holds_room_for_the_first_in_admission_order_that_waited_past_it():
+    # given: in admission order, one that waited 30 min, then two past the one-hour bound (the older one last)
+    order = [w(1, 1, at=0.5), w(2, 2, at=1.5), w(3, 1, at=3)]
+    # then: the first past the bound in that order, not the one that waited longest; none when none waited so long
+    assert starving_head(order, now=NOW, reserve_after_s=H) == order[1]
+    assert starving_head(order[1:], now=NOW, reserve_after_s=H) == order[1]
+    assert starving_head(order, now=NOW, reserve_after_s=1.5 * H) == order[1]  # exactly at the bound counts
+    assert starving_head(order, now=NOW, reserve_after_s=4 * H) is None
+    assert starving_head([], now=NOW, reserve_after_s=H) is None

@@ -5,6 +5,12 @@ of small requests could take every slot a large one needs as it frees. Once the 
 order that has waited FATIA_QUEUE_RESERVE_AFTER_S does not fit, the pool reserves for it the node where the
 future free layout fits it soonest (queue_eta): no other request is placed there until it is admitted. Other
 nodes stay open, so the reservation costs only the slots that would block it.
+
+A reservation for a request that borrows from its cohort (issue 15) does not block a request within its tenant's
+guarantee: the node would be held, out of capacity its lenders are guaranteed, for slices the cohort could take
+back at once, and the lender would wait past grace + provisioning for a borrower (the fairness bench, greedy
+demand, found it once borrowers queue as the portal queues them). It still holds the node against other borrowers
+and against requests of tenants outside a cohort.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ Status = Allocation.Status
 class Reservation:
     allocation_id: int
     node: str
+    #: The request it is held for borrows from its cohort: requests within their guarantee are not blocked.
+    for_borrower: bool = False
 
 
 def pool_reservation(pool: NodePool) -> Reservation | None:
@@ -53,7 +61,14 @@ def pool_reservation(pool: NodePool) -> Reservation | None:
         pool=pool.slug,
         policy=POLICY,
     ).get(head.pk)
-    return None if estimate is None else Reservation(allocation_id=head.pk, node=estimate.node)
+    if estimate is None:
+        return None
+    return Reservation(allocation_id=head.pk, node=estimate.node, for_borrower=borrows(head))
+
+
+def borrows(allocation: Allocation) -> bool:
+    """Whether the request takes (or, queued, will take again) slices its cohort lends (services/cohorts.py)."""
+    return bool(allocation.borrowed_compute_slices or allocation.borrowed_memory_slices)
 
 
 def blocks_reservation(*, pool: NodePool, allocation: Allocation, slices: list[PlannedSlice]) -> bool:
@@ -70,6 +85,7 @@ def reservation_blocker(*, pool: NodePool, allocation: Allocation, slices: list[
     if (
         reservation is not None
         and reservation.allocation_id != allocation.pk
+        and (borrows(allocation) or not reservation.for_borrower)
         and any(s.node_name == reservation.node for s in slices)
     ):
         return (

@@ -234,6 +234,20 @@ def test_past_the_starvation_bound_the_pool_reserves_room_for_the_head_of_line_r
     assert nodes_of(admitted[0]) == {"q1-node-0"}
 
 
+def test_a_node_reserved_for_a_borrower_does_not_block_a_request_within_its_guarantee(world: World, settings):
+    # given: the same starving 7g.80gb, but it borrows from its cohort (given, not a rule under test: its
+    # borrowed part recorded as the cohort accounting records it)
+    settings.FATIA_QUEUE_RESERVE_AFTER_S = 3600
+    pool, _, big = starving_setup(world)
+    Allocation.objects.filter(pk=big.pk).update(borrowed_compute_slices=7, borrowed_memory_slices=8)
+    # then: the node is reserved for it, as for a borrower
+    assert pool_reservation(pool) == Reservation(allocation_id=big.pk, node="q1-node-0", for_borrower=True)
+    # when: Team A, within its guarantee, asks for a slice that fits only on that node
+    small = ask(world, pool, "1g.10gb")
+    # then: it is placed there: guaranteed capacity is not held back for borrowed slices
+    assert small.status == Status.ACTIVE and nodes_of(small) == {"q1-node-0"}
+
+
 def test_below_the_starvation_bound_small_requests_fill_the_gaps(world: World, settings):
     # given: the same pool, but a bound of three hours
     settings.FATIA_QUEUE_RESERVE_AFTER_S = 3 * 3600

@@ -73,6 +73,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -690,17 +691,27 @@ class Sim:
         rescues: list[tuple[Req, tuple[Move, ...]]] = []
         moved: set[int] = set()  # where they are in this pass's layouts is not their `where` any more
         rest = [r for r in waiting if r.pk not in self.fence]
+        kept = False
         for r in [r for r in rest if r.pk in noticed_for] + [r for r in rest if r.pk not in noticed_for]:
+            if r.pk not in noticed_for and not kept:
+                # As the portal (services/cohort_reclaim.py `reclaim_room_for`, on the pool as it is): a lender with
+                # no notice of its own does not count on what other lenders' notices free, or its wait hangs on
+                # notices given for someone else (later than its own would be, and handed over or called off).
+                self.keep_noticed(noticed_for)
+                kept = True
             held = None
             if r.pk not in fenced_before:  # else freed above
                 if r.pk in noticed_for:  # notices without a room held: the portal's room for them, if any
                     held = self.portal_room(r, {str(x.pk) for x in noticed_for[r.pk]})
                 for x in noticed_for.get(r.pk, []):
                     self.free(x)
-            decision = held or self.engine.choose(PlacementRequest(r.profile))
+            # Without a notice of its own, on the pool without the GPUs other lenders' rooms are on (the portal's
+            # cohort_notices._choose: cohorts/fence.unfenced).
+            pool = without(self.engine.snapshot(), (), None, set(self.planned) if kept else set())
+            decision = held or choose_placement(pool, PlacementRequest(r.profile), "ours")
             fenced = r.pk in noticed_for
             if decision is None:
-                plan = self.room(r, over, {x.pk for x, _ in notices} | moved)
+                plan = self.room(r, over, {x.pk for x, _ in notices} | moved, pool)
                 if plan is None:
                     continue
                 # Reclaim alone: the room the portal holds is planned on the layouts before the release.
@@ -720,7 +731,8 @@ class Sim:
                 if plan.placement is not None:
                     decision = PlacementDecision(plan.placement.node, (plan.placement,), "rescue")
                 else:
-                    decision = held or self.engine.choose(PlacementRequest(r.profile))
+                    pool = without(self.engine.snapshot(), (), None, set(self.planned) if kept else set())
+                    decision = held or choose_placement(pool, PlacementRequest(r.profile), "ours")
                 if decision is None:  # a plan is found only if the request then fits
                     raise RuntimeError(f"request {r.pk} does not fit after its room is made")
                 fenced = plan.placement is not None or held is not None  # else the portal holds nothing
@@ -743,6 +755,14 @@ class Sim:
             r.noticed = True
             x.reclaim_at, x.reclaim_for = t + self.grace_s, r.pk
             self.push(x.reclaim_at, "reclaim", x.pk)
+
+    def keep_noticed(self, noticed_for: dict[int, list[Req]]) -> None:
+        """Put the allocations on notice back in this pass's layouts where no planned room took their slots."""
+        for xs in noticed_for.values():
+            for x in xs:
+                for node, gpu, start in x.where:
+                    with suppress(InvalidLayout):  # else a room planned for its lender lies there
+                        self.engine.commit(at(node, gpu, x.profile, start), f"noticed-{x.pk}")
 
     @staticmethod
     def moved_to(m: Move) -> PlacementDecision:
@@ -775,7 +795,7 @@ class Sim:
             self.running[int(m.owner)].where = [(m.to_node, m.to_gpu, m.to_start)]
         return True
 
-    def room(self, r: Req, over: dict[int, list[int]], noticed: set[int]) -> RoomPlan | None:
+    def room(self, r: Req, over: dict[int, list[int]], noticed: set[int], pool: Fleet) -> RoomPlan | None:
         """Policy "borrow": the borrowed allocations to take back so the request fits, the portal's choice
         (allocations/cohorts/reclaim.py `pick_fitting`: per GPU, then node, then pool; fewest, then fewest compute
         slices, then youngest), only tenants above their guarantee and only as far as they are above it (`over`
@@ -785,14 +805,14 @@ class Sim:
         candidates = [self.candidate(x) for x in self.reclaimable(r, noticed)]
         caps = {i: (max(0, c), max(0, m)) for i, (c, m) in over.items()}
         if self.policy != "moves":
-            chosen = pick_fitting(self.engine.snapshot(), PlacementRequest(r.profile), candidates, caps=caps)
+            chosen = pick_fitting(pool, PlacementRequest(r.profile), candidates, caps=caps)
             return RoomPlan(chosen) if chosen else None
         movable = {
             str(x.pk)
             for x in self.running.values()
             if math.isnan(x.reclaim_at) and x.pk not in noticed and (self.movable == "all" or x.borrowed != (0, 0))
         }
-        return plan_room(self.engine.snapshot(), PlacementRequest(r.profile), candidates, movable, caps=caps)
+        return plan_room(pool, PlacementRequest(r.profile), candidates, movable, caps=caps)
 
     @staticmethod
     def candidate(x: Req) -> Candidate:

@@ -152,3 +152,20 @@ def test_the_configured_guarantees_over_commit_the_pool_and_the_fitted_ones_fit_
         compute, memory = fitted_guarantees(model, spec.mix, share)
         # less than configured: some use of the configured guarantee does not fit the tenant's share of GPUs
         assert 0 < compute < spec.quota and 0 < memory < spec.memory_quota
+
+
+def test_a_lender_without_notices_of_its_own_does_not_count_on_another_lenders_notices() -> None:
+    # given: nlp holds the whole pool (3 x 7g.80gb within its guarantee, 5 borrowed); an hour in vision asks for a
+    # 1g.10gb (a 7g.80gb gets notice for it), ten minutes later speech asks for a 1g.10gb, within its guarantee
+    model = load_catalog().model(MODEL)
+    big, small = model.profile("7g.80gb"), model.profile("1g.10gb")
+    reqs = [Req(pk, 1, "7g.80gb", big.compute_slices, 0.0, 20 * 3600, memory=big.memory_slices) for pk in range(1, 9)]
+    reqs.append(Req(9, 0, "1g.10gb", small.compute_slices, 3600.0, 3600, memory=small.memory_slices))
+    reqs.append(Req(10, 2, "1g.10gb", small.compute_slices, 4200.0, 3600, memory=small.memory_slices))
+    # when
+    sim = Sim("borrow", model, reqs, 1.0).run()
+    # then: as in the portal (services/cohort_reclaim.py reclaim_room_for, on the pool as it is, without the GPUs
+    # other lenders' rooms are on), speech gave notice of its own instead of waiting on vision's; vision's notice
+    # freed a whole GPU, so both started when it ran out and speech's notice was called off
+    assert (reqs[8].start, reqs[9].start) == (3600 + GRACE_MIN * 60, 3600 + GRACE_MIN * 60)
+    assert (reqs[8].noticed, reqs[9].noticed, sim.reclaims) == (True, True, 1)

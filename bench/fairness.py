@@ -1172,7 +1172,13 @@ def main(argv: list[str] | None = None) -> int:
         " as free) and waits until it passes the bound itself (most such waits 60 to 65 min). The portal's rule is now"
         " that a node reserved for a borrower does not block a request within its guarantee (queue_reservation.py"
         " `for_borrower`; the bench runs the same rule): fitted, `moves`, waits past the bound 4 / 0 / 0 at"
-        " +13.3 / +9.9 / +31.0 points.",
+        " +13.3 / +9.9 / +31.0 points."
+        " The last 4 (bursty), traced: lenders with no notice of their own that the bench planned into the room other"
+        " lenders' notices would free (the portal plans such a lender on the pool as it is, without the GPUs other "
+        "lenders' rooms are on: services/cohort_reclaim.py `reclaim_room_for`, cohort_notices.py `_choose`), so their"
+        " start hung on notices given after they asked, or on notices called off or handed over when their lender was"
+        " admitted elsewhere; one (a 4g.40gb) found no room plan for 21 min meanwhile. The bench now plans them as "
+        "the portal does: fitted, `moves`, 0 / 0 / 0 at +13.3 / +9.9 / +30.9 points.",
         "- Waits within guarantee, fitted guarantees: session 9 left one past the bound under `moves` (greedy, "
         "seed 4, 40 min): two requests of one tenant (2g.20gb each) counted on the room one borrowed 4g.40gb on "
         "notice for the first would free; the first was admitted elsewhere 25 min into the grace, the notice was "

@@ -154,8 +154,11 @@ def assert_books_balance(tenant_ids: list[int]) -> None:
     for quota in Quota.objects.filter(tenant_id__in=tenant_ids):
         held = Allocation.objects.filter(tenant_id=quota.tenant_id, pool_id=quota.pool_id).holding_quota()
         totals = held.aggregate(c=Sum("compute_slices"), m=Sum("memory_slices"))
-        assert (quota.compute_slices_used, quota.memory_slices_used) == (totals["c"] or 0, totals["m"] or 0)
+        books = (quota.compute_slices_used, quota.memory_slices_used)
+        assert books == (totals["c"] or 0, totals["m"] or 0), f"quota {books} against the holding requests' {totals}"
     verbs = Counter(
         AuditEvent.objects.filter(object_type="allocation", tenant_id__in=tenant_ids).values_list("object_id", "verb")
     )
-    assert [key for key, n in verbs.items() if n > 1] == []
+    twice = [key for key, n in verbs.items() if n > 1]
+    # A helper module: pytest does not rewrite its asserts, so say what was recorded twice.
+    assert twice == [], f"audit verbs recorded more than once (allocation id, verb): {twice}"

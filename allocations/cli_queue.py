@@ -67,7 +67,7 @@ def _start(row: dict[str, Any]) -> str:
     """The estimated start; a request held by its pool's admission (issue 14) starts at the latest then."""
     if not row["estimated_start"]:
         return "no lease end frees room"
-    return cli.when(row["estimated_start"]) + (" (held, at the latest)" if row.get("held_until") else "")
+    return cli.when(row["estimated_start"]) + (" (held, at the latest)" if row.get("held") else "")
 
 
 def cmd_priority(args: argparse.Namespace, out: cli.Output) -> int:

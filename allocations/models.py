@@ -449,6 +449,12 @@ class Allocation(models.Model):
     # Admission (issue 14, allocations/admission/): held in the queue because every placement would strand room,
     # until this time at the latest; then placed wherever it fits. Set when first held, kept until it starts.
     held_until = models.DateTimeField(null=True, blank=True)
+    # Waits in the queue by the pool's choice now (admission/hold.py `is_held`): set with the hold, cleared in the
+    # same transaction as whatever ends it (placed, forced, waiting for room instead, withdrawn, failed). Not
+    # `held_until` itself: the deadline outlives the hold (a forced request that no longer fits waits for room,
+    # still planned forced, so a later pass cannot hold it anew and restart its bound). Only a QUEUED request is
+    # held (constraint below).
+    held = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -469,6 +475,11 @@ class Allocation(models.Model):
                 condition=Q(count__gte=1),
                 name="allocation_count_positive",
                 violation_error_message="Count must be at least 1.",
+            ),
+            models.CheckConstraint(
+                condition=Q(held=False) | Q(status="queued"),
+                name="allocation_held_only_queued",
+                violation_error_message="Only a queued request can be held.",
             ),
         ]
 

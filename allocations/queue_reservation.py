@@ -44,9 +44,12 @@ def pool_reservation(pool: NodePool) -> Reservation | None:
     indexed query); shared pools (no slot layout) reserve nothing."""
     now = timezone.now()
     bound = now - timedelta(seconds=settings.FATIA_QUEUE_RESERVE_AFTER_S)
-    if pool.is_shared or not Allocation.objects.filter(pool=pool, status=Status.QUEUED, queued_at__lte=bound).exists():
+    starved = Allocation.objects.filter(pool=pool, status=Status.QUEUED, held=False, queued_at__lte=bound)
+    if pool.is_shared or not starved.exists():
         return None
-    ordered = {a.pk: a for a in queued_in_order(pool, now=now) if a.queued_at is not None}
+    # A held request (issue 14) is not starving: it fits now and its own bound (`held_until`) places it, so no node
+    # is reserved for it; the bound passes to the next request that waits for room.
+    ordered = {a.pk: a for a in queued_in_order(pool, now=now) if a.queued_at is not None and not a.held}
     starving = starving_head(
         [waiting_of(a) for a in ordered.values()], now=now, reserve_after_s=settings.FATIA_QUEUE_RESERVE_AFTER_S
     )

@@ -668,13 +668,19 @@ class PoolSummary:
 
     # Time-sliced or MPS pools: the sharing mode; `fits_now` then counts shares per size ("4 GiB") and whole GPUs.
     sharing: str = ""
-    # Slices waiting in the pool's queue per profile (issue 15), every tenant's.
+    # Slices waiting in the pool's queue per profile (issue 15), every tenant's; of them, those its admission holds
+    # (issue 14: they fit now, which is why "fits now" and "queued" can both count them).
     queued: dict[str, int] = field(default_factory=dict)
+    queued_held: dict[str, int] = field(default_factory=dict)
 
     @property
-    def fits_and_queued(self) -> list[tuple[str, int, int]]:
-        """(profile, fits now, slices queued) per profile: the dashboard's table for a DynamicMIG pool."""
-        return [(profile, n, self.queued.get(profile, 0)) for profile, n in self.fits_now.items()]
+    def fits_and_queued(self) -> list[tuple[str, int, int, int]]:
+        """(profile, fits now, slices queued, of them held) per profile: the dashboard's table for a DynamicMIG
+        pool."""
+        return [
+            (profile, n, self.queued.get(profile, 0), self.queued_held.get(profile, 0))
+            for profile, n in self.fits_now.items()
+        ]
 
     @property
     def fragmentation_percent(self) -> int:
@@ -1068,14 +1074,17 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
     }
     # Queued slices per pool and profile, every tenant's (counts only, as fits-now is): one query for all the cards.
     queued: dict[int, dict[str, int]] = {}
-    for pool_id, profile, n in (
+    queued_held: dict[int, dict[str, int]] = {}
+    for pool_id, profile, n, n_held in (
         Allocation.objects.filter(status=Allocation.Status.QUEUED)
         .values("pool_id", "profile")
-        .annotate(n=Sum("count"))
+        .annotate(n=Sum("count"), h=Sum("count", filter=Q(held=True), default=0))
         .order_by()
-        .values_list("pool_id", "profile", "n")
+        .values_list("pool_id", "profile", "n", "h")
     ):
         queued.setdefault(pool_id, {})[profile] = n
+        if n_held:
+            queued_held.setdefault(pool_id, {})[profile] = n_held
     mix = requested_mix(pools)
     pool_versions = _pool_versions() if versions else {}
     outside = outside_instances()
@@ -1146,6 +1155,7 @@ def _pool_summaries(*, visible: set[int] | None, filters: DashboardFilters, vers
                 fits_after_reconfiguration=None if static is None else static.after_reconfiguration,
                 mig_mode=pool.mig_mode,
                 queued=queued.get(pool.pk, {}),
+                queued_held=queued_held.get(pool.pk, {}),
             )
         )
     return out

@@ -21,8 +21,8 @@ from allocations.mig.policies import FragmentationAware
 from allocations.models import Allocation, NodePool
 from allocations.placement import PlannedSlice, read_pool, recent_demand
 
-# Every held request's status message says this (services.hold_allocation); the beat's due-hold step and the pass
-# tell a held request from one that waits for room by it.
+# Every held request's status message starts its reason with this (services.hold_allocation), for people; the
+# code tells a held request from one that waits for room by `Allocation.held` (is_held below).
 HELD_REASON = "held to keep room for larger requests"
 
 # What the message measures stranding with: `ours`' expected stranded compute (the rule `ours-hold` holds by).
@@ -58,8 +58,10 @@ def plans_forced(pool: NodePool, allocation: Allocation, *, now: datetime | None
 
 
 def is_held(allocation: Allocation) -> bool:
-    """Waits in the queue because it was held (not for room)."""
-    return allocation.status == Allocation.Status.QUEUED and HELD_REASON in allocation.status_message
+    """Waits in the queue because it was held (not for room): `Allocation.held`, which the services that hold,
+    place, force, withdraw or fail a request set and clear with its status (a constraint keeps it to QUEUED rows).
+    Querysets filter on `held=True` the same way."""
+    return allocation.held
 
 
 def plan_or_hold(

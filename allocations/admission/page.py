@@ -12,7 +12,6 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from allocations.admission.hold import HELD_REASON
 from allocations.admission.setting import MAX_HOLD_MINUTES_LIMIT
 from allocations.models import Allocation, NodePool
 from allocations.services.pools import update_node_pool
@@ -66,11 +65,7 @@ def pool_admission(request: HttpRequest, pool_id: int) -> HttpResponse:
                 said = "places whatever fits"
             messages.success(request, f"{pool.name} now {said}.")
             return redirect("manage-pool-admission", pool_id=pool.pk)
-    held = (
-        Allocation.objects.filter(pool=pool, status=Allocation.Status.QUEUED, status_message__contains=HELD_REASON)
-        .select_related("tenant")
-        .order_by("held_until", "pk")
-    )
+    held = Allocation.objects.filter(pool=pool, held=True).select_related("tenant").order_by("held_until", "pk")
     return render(
         request,
         "allocations/manage_admission.html",

@@ -48,6 +48,10 @@ class QueueEntrySerializer(serializers.Serializer[Any]):
     estimated_start = serializers.DateTimeField(
         allow_null=True, help_text="When the leases that end before it free a layout that fits it; null: none does."
     )
+    held = serializers.BooleanField(
+        help_text="Waits because its pool's admission held it (issue 14): it fits, but every placement would strand "
+        "room larger requests need. False: it waits for room."
+    )
     held_until = serializers.DateTimeField(
         allow_null=True,
         help_text="Held: every placement would strand room (issue 14); placed at the latest then. Null: not held.",
@@ -68,6 +72,7 @@ def entry_row(entry: QueueEntry, length: int) -> dict[str, Any]:
         "position": entry.position,
         "queue_length": length,
         "estimated_start": entry.estimate.starts_at if entry.estimate else None,
+        "held": is_held(a),
         "held_until": a.held_until if is_held(a) else None,
     }
 

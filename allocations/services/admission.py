@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from allocations.admission.hold import HELD_REASON, Hold, is_held
+from allocations.admission.hold import Hold, is_held
 from allocations.models import Allocation, NodePool
 from allocations.services.queue_entry import enqueue_allocation
 from tenants.services import record_audit_event
@@ -23,32 +23,34 @@ Status = Allocation.Status
 
 
 def hold_allocation(allocation: Allocation, *, pool: NodePool, what: str, hold: Hold) -> Allocation:
-    """APPROVED -> QUEUED, held: it fits only where it would strand more than the pool's policy accepts. Keeps the
-    first hold's deadline (`held_until`), so passes do not push it back. The caller holds the allocation's and the
-    pool's locks (a placement step). Audited `hold` the first time."""
+    """APPROVED -> QUEUED, held (`Allocation.held`, saved with the status): it fits only where it would strand more
+    than the pool's policy accepts. Keeps the first hold's deadline (`held_until`), so passes do not push it back.
+    The caller holds the allocation's and the pool's locks (a placement step). Audited `hold` the first time."""
     first = allocation.held_until is None
     allocation.held_until = hold.until
     allocation.save(update_fields=["held_until"])
     if first:
         _audit_hold(allocation, pool=pool, hold=hold.until)
-    return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=hold.reason)
+    return enqueue_allocation(allocation, pool=pool, what=what, waiting_for=hold.reason, held=True)
 
 
 def keep_hold(*, queued: Allocation, tried: Allocation) -> bool:
     """After an admission pass rolled a try back (services/queue.py): keep what the try learnt about a hold, which
     the rollback undid: the deadline of a request held for the first time (else every pass would hold it anew and
-    it would never be forced) and its current reason (what it would strand, or that it now waits for room). True
-    when the try held it (then it waits by choice, not for room: no reclaim is sought for it)."""
+    it would never be forced), whether it is held now (a forced one that no longer fits waits for room instead) and
+    its current reason (what it would strand, or that it now waits for room). True when the try held it (then it
+    waits by choice, not for room: no reclaim is sought for it)."""
     if tried.held_until is None:
         return False
     now = timezone.now()
-    if (tried.held_until, tried.status_message) != (queued.held_until, queued.status_message):
+    learnt = (tried.held_until, tried.held, tried.status_message)
+    if learnt != (queued.held_until, queued.held, queued.status_message):
         Allocation.objects.filter(pk=queued.pk).update(
-            held_until=tried.held_until, status_message=tried.status_message, updated_at=now
+            held_until=tried.held_until, held=tried.held, status_message=tried.status_message, updated_at=now
         )
         if queued.held_until is None:
             _audit_hold(queued, pool=queued.pool, hold=tried.held_until)
-        queued.held_until, queued.status_message = tried.held_until, tried.status_message
+        queued.held_until, queued.held, queued.status_message = learnt
     return is_held(tried)
 
 
@@ -65,7 +67,5 @@ def _audit_hold(allocation: Allocation, *, pool: NodePool, hold: datetime) -> No
 
 def pools_with_due_holds(*, now: datetime | None = None) -> list[int]:
     """Pools where a held request has waited its bound: the beat starts their admission pass (forced there)."""
-    due = Allocation.objects.filter(
-        status=Status.QUEUED, held_until__lte=now or timezone.now(), status_message__contains=HELD_REASON
-    )
+    due = Allocation.objects.filter(held=True, held_until__lte=now or timezone.now())
     return sorted(set(due.values_list("pool_id", flat=True).order_by()))

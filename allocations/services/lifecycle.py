@@ -113,9 +113,10 @@ def fail_locked_allocation(allocation: Allocation, reason: str) -> Allocation:
         if deleted:
             request_admission(pool_id=allocation.pool_id)  # failure cleanup freed slots
     allocation.status = Status.FAILED
+    allocation.held = False  # a held request that fails waits no more (issue 14)
     allocation.status_message = reason
     allocation.ended_at = timezone.now()
-    allocation.save(update_fields=["status", "status_message", "ended_at", "updated_at"])
+    allocation.save(update_fields=["status", "held", "status_message", "ended_at", "updated_at"])
     record_audit_event(
         actor=None,
         verb="fail",

@@ -68,7 +68,8 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
 def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     """Place one queued request, or leave it exactly as it was (savepoint rolled back)."""
     savepoint = transaction.savepoint()
-    Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED)
+    # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.
+    Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED, held=False)
     if not borrow_again(allocation):  # its borrowed part, given back while queued, is no longer lent (issue 15)
         transaction.savepoint_rollback(savepoint)
         return None

@@ -20,14 +20,18 @@ from tenants.services import record_audit_event
 Status = Allocation.Status
 
 
-def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, waiting_for: str = "") -> Allocation:
+def enqueue_allocation(
+    allocation: Allocation, *, pool: NodePool, what: str, waiting_for: str = "", held: bool = False
+) -> Allocation:
     """APPROVED -> QUEUED: no layout of the pool fits the request now. The quota stays held (docs/queue.md), so
     admission never fails on quota. `queued_at` is kept when the request had waited before (a request put back
     after a failed admission keeps its place). A request that no layout of the pool could hold even with every GPU
     free is not queued for ever: it fails, its quota given back. The caller holds the allocation's and the pool's
     locks. `waiting_for` replaces "no free layout fits" in the message: room held for a booking or a starving
     request (queue_reservation.reservation_blocker), or a lender waiting for borrowed slices to come back (issue 15).
-    A request that borrowed gives its borrowed part back while it waits (services/cohorts.py)."""
+    A request that borrowed gives its borrowed part back while it waits (services/cohorts.py). `held`: it waits by
+    the pool's choice (services/admission.hold_allocation, issue 14); any other wait clears the mark, in the same
+    save as the status."""
     fleet = read_pool(pool).fleet
     if not fits_when_empty(fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
         most = _most_on_one_node(fleet, profile=allocation.profile, below=allocation.count, pool=pool.slug)
@@ -39,6 +43,7 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, wai
     previous = allocation.status
     return_borrowed_part(allocation)
     allocation.status = Status.QUEUED
+    allocation.held = held
     allocation.queued_at = allocation.queued_at or timezone.now()
     allocation.status_message = (
         f"Waiting in {pool.name}'s queue: {waiting_for or f'no free layout fits {what} right now'}. It starts as soon "
@@ -46,7 +51,7 @@ def enqueue_allocation(allocation: Allocation, *, pool: NodePool, what: str, wai
     )
     if allocation.borrowed_compute_slices or allocation.borrowed_memory_slices:
         allocation.status_message += " Its borrowed part is borrowed again from the cohort when it starts."
-    allocation.save(update_fields=["status", "queued_at", "status_message", "updated_at"])
+    allocation.save(update_fields=["status", "held", "queued_at", "status_message", "updated_at"])
     record_audit_event(
         actor=None,
         verb="queue",

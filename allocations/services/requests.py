@@ -410,6 +410,7 @@ def release_allocation(*, allocation_id: int, actor: User | None, reason: str = 
             free_quota(allocation=allocation)
             cancel_notices_for(allocation, why=f"request #{allocation.pk} it was taken back for was withdrawn")
         allocation.status = Status.WITHDRAWN
+        allocation.held = False  # withdrawn while held (issue 14): no longer waits
         allocation.ended_at = now
         allocation.status_message = "Withdrawn before any slice was created."
     elif previous in (Status.PROVISIONING, Status.ACTIVE):
@@ -420,7 +421,7 @@ def release_allocation(*, allocation_id: int, actor: User | None, reason: str = 
         _queue_teardown(allocation.pk)
     else:
         raise InvalidTransition(current=previous, target=Status.RELEASED)
-    allocation.save(update_fields=["status", "end_state", "ended_at", "status_message", "updated_at"])
+    allocation.save(update_fields=["status", "held", "end_state", "ended_at", "status_message", "updated_at"])
     record_audit_event(
         actor=actor,
         verb="release",

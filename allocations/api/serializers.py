@@ -280,8 +280,15 @@ class PoolRefField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "maxLength": 50}]})
+class TenantRefField(PoolRefField):
+    """A tenant named by id or by slug, read as a pool is; the view finds it among the caller's (visible_tenant)."""
+
+    default_error_messages = {"invalid": "A tenant's id (a number) or its slug."}
+
+
 class QuotaSetSerializer(serializers.Serializer[Any]):
-    tenant = serializers.IntegerField(min_value=1)
+    tenant = TenantRefField(help_text="The tenant's id or its slug.")
     pool = PoolRefField(help_text="The pool's id or its slug.")
     compute_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)
     memory_slices_limit = serializers.IntegerField(min_value=0, max_value=100_000)

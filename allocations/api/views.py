@@ -74,15 +74,22 @@ def created_or_replayed(data: Any, created: bool) -> Response:
     return response
 
 
-def visible_tenant(request: Request, tenant_id: int | None) -> Tenant:
-    """The tenant named in a create, resolved within what the user can see (400 otherwise)."""
+def visible_tenant(request: Request, tenant_id: int | str | None) -> Tenant:
+    """The tenant named in a create, resolved within what the user can see (400 otherwise): by id, or (where a
+    field takes either, TenantRefField) by slug."""
     tenants = Tenant.objects.for_user(request.user)
     if tenant_id is None:
         mine = list(tenants[:2])
         if len(mine) != 1:
             raise InvalidInput({"tenant": ["You belong to several tenants (or none): say which one."]})
         return mine[0]
-    tenant = tenants.filter(pk=tenant_id).first()
+    if isinstance(tenant_id, str):
+        tenant = tenants.filter(slug=tenant_id).first()
+        if tenant is None:
+            why = f"No tenant with the id or slug {tenant_id!r}: give a tenant's id or its slug."
+            raise InvalidInput({"tenant": [why]})
+        return tenant
+    tenant = tenants.filter(pk=min(tenant_id, MAX_ID)).first()
     if tenant is None:
         raise InvalidInput({"tenant": [f"Unknown tenant {tenant_id}."]})
     return tenant

@@ -188,6 +188,33 @@ def test_a_quota_names_its_pool_by_id_or_slug(world: World):
     assert list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit")) == before
 
 
+def test_a_quota_names_its_tenant_by_id_or_slug(world: World):
+    payload = {"pool": "h100", "compute_slices_limit": 21, "memory_slices_limit": 24}
+    root = world.client(world.root)
+    # by slug, and by id as a number or as text
+    for tenant, compute in (("team-a", 21), (str(world.tenant_a.pk), 22), (world.tenant_a.pk, 23)):
+        response = root.post(
+            "/api/v1/quotas/", {**payload, "tenant": tenant, "compute_slices_limit": compute}, format="json"
+        )
+        assert (response.status_code, response.json()["compute_slices_limit"]) == (200, compute), response.content
+        assert response.json()["tenant"] == world.tenant_a.pk
+    # neither: a 400 on the field that names both forms, and nothing changes
+    before = list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit"))
+    unknown = root.post("/api/v1/quotas/", {**payload, "tenant": "no-such-team"}, format="json")
+    assert (unknown.status_code, unknown.json()["errors"]) == (
+        400,
+        {"tenant": ["No tenant with the id or slug 'no-such-team': give a tenant's id or its slug."]},
+    )
+    for bad in (True, "", 0, -1, None, ["team-a"], "x" * 51, 2**70, "\u00b2"):
+        response = root.post("/api/v1/quotas/", {**payload, "tenant": bad}, format="json")
+        assert response.status_code == 400 and list(response.json()["errors"]) == ["tenant"], (bad, response.content)
+    for text in ("team\x00a", "\ud800"):
+        body = json.dumps({**payload, "tenant": text})
+        response = root.post("/api/v1/quotas/", body, content_type="application/json")
+        assert response.status_code == 400 and list(response.json()["errors"]) == ["tenant"], response.content
+    assert list(Quota.objects.order_by("pk").values_list("pk", "compute_slices_limit")) == before
+
+
 def test_quota_change_flow_over_the_api(world: World):
     payload = {
         "tenant": world.tenant_a.pk,

@@ -922,7 +922,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("login", cmd_login, "check a token against the portal and remember URL and token")
     command("logout", cmd_logout, "forget the stored URL and token")
     command("whoami", cmd_whoami, "who the token belongs to, and your tenants")
-    command("pools", cmd_pools, "node pools and the MIG profiles they offer")
+    sub = command("pools", cmd_pools, "node pools and the MIG profiles they offer")
+    # `fatia pools admission` (issue 14), platform admins. Here, not at the top: it imports this module.
+    from allocations.admission.cli import add_pool_commands
+
+    add_pool_commands(sub, common)
 
     sub = command("quota", cmd_quota, "quota balances, in slices and GPU-equivalents")
     sub.add_argument("--tenant", help="tenant slug or id")

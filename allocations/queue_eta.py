@@ -75,6 +75,32 @@ def fits_when_empty(fleet: Fleet, *, profile: str, count: int, pool: str) -> boo
     return choose_placement(empty, PlacementRequest(profile=profile, count=count, pool=pool), "first-fit") is not None
 
 
+def never_fits(fleet: Fleet, *, pool_name: str, pool: str, profile: str, count: int, what: str = "") -> str | None:
+    """Why `count` x `profile` (`what`, in words, if given) can never be placed in the pool (no node holds that many
+    even empty), or None when it may be (fits_when_empty). One wording for the request refused when it is made
+    (services/requests.py) and for one failed when the pool shrank under it after approval (services/queue_entry)."""
+    if fits_when_empty(fleet, profile=profile, count=count, pool=pool):
+        return None
+    most = _most_on_one_node(fleet, profile=profile, below=count, pool=pool)
+    return (
+        f"{pool_name} cannot hold {what or f'{count} x {profile}'} even with every GPU free: a request's slices go "
+        f"on one node, where at most {most} x {profile} fit"
+    )
+
+
+def _most_on_one_node(fleet: Fleet, *, profile: str, below: int, pool: str) -> int:
+    """The largest count under `below` that fits the empty fleet (what fits is monotone in the count): the number
+    a refused request's owner can ask for instead. A binary search, run only when a request is refused."""
+    low, high = 0, below - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits_when_empty(fleet, profile=profile, count=middle, pool=pool):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def estimate_starts(
     fleet: Fleet,
     *,

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from allocations.mig.fleet import Fleet
 from allocations.models import Allocation, NodePool
 from allocations.placement import read_pool
-from allocations.queue_eta import fits_when_empty
+from allocations.queue_eta import never_fits
 from allocations.services.cohort_reclaim import reclaim_room_for
 from allocations.services.cohorts import return_borrowed_part
 from allocations.services.lifecycle import fail_locked_allocation
@@ -33,12 +32,12 @@ def enqueue_allocation(
     the pool's choice (services/admission.hold_allocation, issue 14); any other wait clears the mark, in the same
     save as the status."""
     fleet = read_pool(pool).fleet
-    if not fits_when_empty(fleet, profile=allocation.profile, count=allocation.count, pool=pool.slug):
-        most = _most_on_one_node(fleet, profile=allocation.profile, below=allocation.count, pool=pool.slug)
+    why = never_fits(
+        fleet, pool_name=pool.name, pool=pool.slug, profile=allocation.profile, count=allocation.count, what=what
+    )
+    if why is not None:  # the pool shrank since it was approved (a request made so is refused: services/requests.py)
         return fail_locked_allocation(
-            allocation,
-            f"{pool.name} cannot hold {what} even with every GPU free: a request's slices go on one node, where at "
-            f"most {most} x {allocation.profile} fit; the quota was given back. Try fewer slices or a smaller profile.",
+            allocation, f"{why}; the quota was given back. Try fewer slices or a smaller profile."
         )
     previous = allocation.status
     return_borrowed_part(allocation)
@@ -63,16 +62,3 @@ def enqueue_allocation(
     if not waiting_for:
         reclaim_room_for(allocation)  # within guarantee: borrowed slices of its cohort make room (issue 15)
     return allocation
-
-
-def _most_on_one_node(fleet: Fleet, *, profile: str, below: int, pool: str) -> int:
-    """The largest count under `below` that fits the empty fleet (what fits is monotone in the count): the number
-    a refused request's owner can ask for instead. A binary search, run only when a request fails."""
-    low, high = 0, below - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if fits_when_empty(fleet, profile=profile, count=middle, pool=pool):
-            low = middle
-        else:
-            high = middle - 1
-    return low

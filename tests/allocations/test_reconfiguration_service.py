@@ -220,12 +220,14 @@ def test_no_gpu_with_room_even_after_a_reconfiguration_fails_the_request(
         tenant_id=world.tenant_a.pk, pool_id=world.pool.pk, compute_slices_limit=80, memory_slices_limit=80,
         actor=world.root,
     )  # fmt: skip
-    allocation = _approved(world, "7g.80gb", count=9)  # a node has 8 GPUs: 8 x 7g.80gb at most
+    allocation = _approved(world, "7g.80gb", count=8)  # a node has 8 GPUs: 8 x 7g.80gb at most
+    # given: after the approval, GPU 7 of each node left (a request no node could hold is refused when made)
+    Gpu.objects.filter(node__pool=world.pool, index=7).delete()
     failed = start_provisioning(allocation_id=allocation.pk)
     assert failed.status == "failed"
     # (not queued: no layout of the pool could ever hold it, issue 15)
-    assert "cannot hold 9 x 7g.80gb on one node even with every GPU free" in failed.status_message
-    assert "where at most 8 x 7g.80gb fit" in failed.status_message  # what its owner may ask for instead
+    assert "cannot hold 8 x 7g.80gb on one node even with every GPU free" in failed.status_message
+    assert "where at most 7 x 7g.80gb fit" in failed.status_message  # what its owner may ask for instead
     assert not MigReconfiguration.objects.exists()
 
 

@@ -291,8 +291,10 @@ def test_the_safety_sweep_admits_room_freed_without_an_event(world: World):
 
 
 def test_a_request_no_layout_of_the_pool_could_ever_hold_fails_instead_of_waiting_for_ever(world: World):
-    # given: one node with one GPU, and a request for two whole GPUs on one node, approved by the manager
+    # given: a node with one GPU and one with two, and a request for two whole GPUs on one node, approved by the
+    # manager; then the two-GPU node leaves (a request no node could hold is refused when made: test_never_fits...)
     pool = small_pool(world)
+    services.register_node(pool_id=pool.pk, name="q1-wide", gpu_count=2, actor=world.root)
     allocation, _ = services.request_allocation(
         tenant_id=world.tenant_a.pk,
         pool_id=pool.pk,
@@ -303,6 +305,7 @@ def test_a_request_no_layout_of_the_pool_could_ever_hold_fails_instead_of_waitin
         actor=world.alice,
     )
     services.approve_allocation(allocation_id=allocation.pk, actor=world.mallory)
+    Node.objects.filter(name="q1-wide").update(state=Node.State.GONE)
     # when
     failed = services.provision_allocation(allocation_id=allocation.pk)
     # then: failed with why, the quota given back

@@ -198,6 +198,25 @@ def read_pool(pool: NodePool) -> PoolLayout:
     return layout
 
 
+def empty_pool_fleet(pool: NodePool) -> Fleet:
+    """The pool's ready MIG GPUs in device order with nothing on them, in one query: what could ever be placed
+    there (queue_eta.never_fits), without reading the placements read_pool reads."""
+    pool_model = gpu_model_for(pool.gpu_model)
+    nodes: dict[str, Node] = {}
+    rows = (
+        GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY)
+        .order_by("node__name", "index")
+        .values_list("node__name", "index", "figures_id")
+    )
+    for node_name, index, figures_id in rows:
+        model = gpu_model_of(pool_model, figures_id)
+        if model is not None:  # a node that publishes no MIG device (MIG off) holds no slice
+            nodes.setdefault(node_name, Node(name=node_name, gpus=[], pool=pool.slug)).gpus.append(
+                Gpu(node_name, index, model, [])
+            )
+    return Fleet(list(nodes.values()))
+
+
 def recent_demand(pool: NodePool) -> DemandMix:
     """Profiles requested in this pool lately (approved or not: demand is what people ask for)."""
     recent = Allocation.objects.filter(pool=pool).order_by("-created_at").values_list("pk", flat=True)[:DEMAND_WINDOW]

@@ -68,11 +68,20 @@ def _free(fleet: Fleet, owner: str) -> None:
 def fits_when_empty(fleet: Fleet, *, profile: str, count: int, pool: str) -> bool:
     """Whether `count` x `profile` fits the fleet's GPUs with nothing on them: a request that does not can never
     be admitted, whatever ends (it needs more GPUs on one node than any node has). A fleet with no ready GPU at
-    all (its nodes left or are not ready) says yes: a node that comes back may hold it."""
+    all (its nodes left or are not ready) says yes: a node that comes back may hold it. A request's slices go on one
+    node, so each kind of node (its GPUs' models in order) is tried once, alone: a request is refused or queued in a
+    512-GPU pool of identical nodes without planning over all of them."""
     if not fleet.gpus():
         return True
-    empty = Fleet([Node(n.name, [Gpu(g.node, g.index, g.model, []) for g in n.gpus], n.pool) for n in fleet.nodes])
-    return choose_placement(empty, PlacementRequest(profile=profile, count=count, pool=pool), "first-fit") is not None
+    # By the models' identity (the catalog's and each published one are shared objects): hashing a model hashes its
+    # whole profile table. Equal models that are distinct objects only cost an extra try.
+    kinds = {tuple(id(g.model) for g in n.gpus): n for n in fleet.nodes if n.gpus}
+    ask = PlacementRequest(profile=profile, count=count, pool=pool)
+    for n in kinds.values():
+        empty = Fleet([Node(n.name, [Gpu(g.node, g.index, g.model, []) for g in n.gpus], n.pool)])
+        if choose_placement(empty, ask, "first-fit") is not None:
+            return True
+    return False
 
 
 def never_fits(fleet: Fleet, *, pool_name: str, pool: str, profile: str, count: int, what: str = "") -> str | None:

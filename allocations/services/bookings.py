@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from allocations.costs import Cost, UnknownProfile, slice_cost
 from allocations.models import Allocation, Booking, NodePool, Notification
-from allocations.placement import offered_profiles, plan_slices
+from allocations.placement import empty_pool_fleet, offered_profiles, plan_slices
+from allocations.queue_eta import never_fits
 from allocations.selectors import quota_shortfall
 from allocations.services import booking_window as window
 from allocations.services.locks import lock_booking, lock_pool, lock_quota
@@ -63,6 +64,11 @@ def _validate(
         errors["profile"] = [f"{profile!r} cannot be placed in {pool.name} yet: no node publishes its figures."]
     if not 1 <= count <= settings.FATIA_MAX_SLICES_PER_REQUEST:
         errors["count"] = [f"Ask for between 1 and {settings.FATIA_MAX_SLICES_PER_REQUEST} slices."]
+    elif "profile" not in errors:
+        # As a request (services/requests.py): one no node could ever hold is refused, not said to find a full pool.
+        why = never_fits(empty_pool_fleet(pool), pool_name=pool.name, pool=pool.slug, profile=profile, count=count)
+        if why is not None:
+            errors["count"] = [f"{why}. Try fewer slices or a smaller profile."]
     horizon = settings.FATIA_BOOKING_HORIZON_DAYS
     if starts_at <= now:
         errors["starts_at"] = ["A booking starts in the future; for slices now, make a request."]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from allocations.models import Allocation, NodePool
-from allocations.placement import read_pool
+from allocations.placement import empty_pool_fleet
 from allocations.queue_eta import never_fits
 from allocations.services.cohort_reclaim import reclaim_room_for
 from allocations.services.cohorts import return_borrowed_part
@@ -31,9 +31,13 @@ def enqueue_allocation(
     A request that borrowed gives its borrowed part back while it waits (services/cohorts.py). `held`: it waits by
     the pool's choice (services/admission.hold_allocation, issue 14); any other wait clears the mark, in the same
     save as the status."""
-    fleet = read_pool(pool).fleet
     why = never_fits(
-        fleet, pool_name=pool.name, pool=pool.slug, profile=allocation.profile, count=allocation.count, what=what
+        empty_pool_fleet(pool),
+        pool_name=pool.name,
+        pool=pool.slug,
+        profile=allocation.profile,
+        count=allocation.count,
+        what=what,
     )
     if why is not None:  # the pool shrank since it was approved (a request made so is refused: services/requests.py)
         return fail_locked_allocation(

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from allocations.costs import Cost, UnknownProfile, share_request_cost, slice_cost
 from allocations.models import SHARE_PROFILE, Allocation, NodePool, Notification
-from allocations.placement import offered_profiles, read_pool
+from allocations.placement import empty_pool_fleet, offered_profiles
 from allocations.queue_eta import never_fits
 from allocations.selectors import quota_shortfall
 from allocations.services.cohort_notices import cancel_notices_for
@@ -86,7 +86,7 @@ def _validate_request(
     if not pool.is_shared and "profile" not in errors and "count" not in errors:
         # A request no node could ever hold is refused now, not approved and then failed at provisioning (its
         # slices go on one node). A pool with no ready GPU takes it: a node that comes may hold it.
-        why = never_fits(read_pool(pool).fleet, pool_name=pool.name, pool=pool.slug, profile=profile, count=count)
+        why = never_fits(empty_pool_fleet(pool), pool_name=pool.name, pool=pool.slug, profile=profile, count=count)
         if why is not None:
             errors["count"] = [f"{why}. Try fewer slices or a smaller profile."]
     if errors:

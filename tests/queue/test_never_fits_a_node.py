@@ -1,6 +1,7 @@
 """A request that no node of its pool could ever hold (issue 14's users' leftovers) is refused when it is made, in
 the words its failure used to give after approval: 400 on `count` from the API, the form again with the message in
-the browser, nothing created. A pool that shrank after approval still fails it at provisioning (test_queue_rules)."""
+the browser, nothing created; a booking the same. A pool that shrank after approval still fails it at provisioning
+(test_queue_rules)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 from django.test import Client
 
 from allocations import services
-from allocations.models import Allocation, Node
+from allocations.models import Allocation, Booking, Node
 from tenants.errors import InvalidInput
+from tests.bookings.helpers import book
 from tests.conftest import World
 from tests.queue.helpers import small_pool
 
@@ -75,3 +77,11 @@ def test_the_service_refuses_it_for_every_caller(world: World):
             actor=world.alice,
         )  # fmt: skip
     assert refused.value.errors == {"count": [WHY]}
+
+
+def test_a_booking_no_node_could_hold_is_refused_in_the_same_words(world: World):
+    pool = small_pool(world)
+    with pytest.raises(InvalidInput) as refused:
+        book(world, pool, profile="7g.80gb", count=2)
+    assert refused.value.errors == {"count": [WHY]}
+    assert not Booking.objects.exists()

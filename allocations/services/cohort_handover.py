@@ -134,7 +134,9 @@ def hand_over_withdrawn(*, lender_id: int) -> int:
     Locks as an admission pass does (services/queue.admit_queued): the pool's queued requests and the lender, in pk
     order, then the pool; the borrowed allocations with SKIP LOCKED. Idempotent: a second run finds no notice left
     for the lender. A lender waiting again (it cannot: withdrawn is final) would keep its notices."""
-    pool_id = Allocation.objects.values_list("pool_id", flat=True).get(pk=lender_id)
+    pool_id = Allocation.objects.filter(pk=lender_id).values_list("pool_id", flat=True).first()
+    if pool_id is None:
+        return 0  # no such request: nothing stands for it
     queued = Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).values_list("pk", flat=True)
     locked = set(
         Allocation.objects.select_for_update(no_key=True, of=("self",))

@@ -132,8 +132,9 @@ def hand_over_withdrawn(*, lender_id: int) -> int:
     elsewhere. How many were handed over. Run by hand_over_notices_task after the withdrawal commits.
 
     Locks as an admission pass does (services/queue.admit_queued): the pool's queued requests and the lender, in pk
-    order, then the pool; the borrowed allocations with SKIP LOCKED. Idempotent: a second run finds no notice left
-    for the lender. A lender waiting again (it cannot: withdrawn is final) would keep its notices."""
+    order, then the pool; the borrowed allocations with SKIP LOCKED, all of them or nothing is done (the task runs
+    again while `notices_left`). Idempotent: a second run finds no notice left for the lender. A lender waiting
+    again (it cannot: withdrawn is final) would keep its notices."""
     pool_id = Allocation.objects.filter(pk=lender_id).values_list("pool_id", flat=True).first()
     if pool_id is None:
         return 0  # no such request: nothing stands for it
@@ -148,6 +149,20 @@ def hand_over_withdrawn(*, lender_id: int) -> int:
     lender = Allocation.objects.select_related("pool").get(pk=lender_id)
     if lender.status in (Status.APPROVED, Status.QUEUED):
         return 0
+    standing = Allocation.objects.filter(reclaimed_for=lender, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+    free = standing.select_for_update(no_key=True, of=("self",), skip_locked=True).order_by("pk").values_list("pk")
+    if len(free) < standing.count():
+        # One is held by another transaction: choosing without it could call off a notice an heir needs together
+        # with it. All or none: the task runs again (notices_left).
+        return 0
     return hand_over_notices(
         lender, why=f"request #{lender.pk} it was taken back for was withdrawn", among=locked - {lender_id}
     )
+
+
+def notices_left(lender_id: int) -> bool:
+    """Whether notices still stand for a lender that no longer waits. After `hand_over_withdrawn` they do only when
+    it found one of their allocations held by another transaction (SKIP LOCKED) and did nothing, so the task runs
+    it again rather than leave them to the due step, which would call them off."""
+    standing = Allocation.objects.filter(reclaimed_for_id=lender_id, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+    return standing.exclude(reclaimed_for__status__in=(Status.APPROVED, Status.QUEUED)).exists()

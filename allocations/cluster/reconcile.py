@@ -99,9 +99,9 @@ def reconcile_cluster() -> ReconcileReport:
 
     orphans = {key for key in claims if key not in wanted_claims}
     orphans |= {key for key in pods if key not in wanted_pods}
-    # A claim deleted already stays listed, deleting, until the DRA controller has deallocated it and removed its
-    # finalizer (seconds; longer after an API server outage). Deleting it again would change nothing, and auditing
-    # it again would record one deletion twice (tests/kube/test_api_outage_resend.py saw it once in five runs).
+    # A claim deleted already stays listed, deleting, until it is deallocated and its finalizer removed (seconds;
+    # 6-16 s after an API server outage). Deleting it again would change nothing, and auditing it again would record
+    # one deletion twice (the likely cause of a flake of tests/kube/test_api_outage_resend.py: docs/outbox.md).
     orphans = {key for key in orphans if not _on_its_way_out(claims.get(key), pods.get(key))}
     for namespace, name in sorted(orphans):
         kube.delete_holder_pod(namespace, name)

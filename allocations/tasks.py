@@ -29,6 +29,7 @@ from allocations.models import Allocation
 from allocations.placement import PoolBusy
 from allocations.services import (
     bookings,
+    cohort_handover,
     cohort_reclaim,
     compaction,
     leases,
@@ -254,6 +255,16 @@ def run_due_bookings_task() -> None:
 def reclaim_borrowed_task(allocation_id: int) -> None:
     """Cohorts (issue 15): take one borrowed allocation back if its notice is due (grace 0: queued at notice)."""
     cohort_reclaim.reclaim_borrowed(allocation_id=allocation_id)
+
+
+@shared_task(bind=True, acks_late=True, **DB_RETRY)
+def hand_over_notices_task(self: Any, allocation_id: int) -> None:
+    """Cohorts (issue 15): a withdrawn lender's notices go to waiting lenders whose room they make, else are called
+    off (services/cohort_handover.hand_over_withdrawn). A notice passed over because another transaction held its
+    allocation is tried again shortly; past the retries the outbox sends the task again."""
+    cohort_handover.hand_over_withdrawn(lender_id=allocation_id)
+    if cohort_handover.notices_left(allocation_id):
+        raise self.retry(countdown=1)
 
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60, **DB_RETRY)

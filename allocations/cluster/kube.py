@@ -719,6 +719,7 @@ class HolderPodState:
     labels: dict[str, str] = field(default_factory=dict)
     phase: str = ""
     reason: str = ""
+    deleting: bool = False  # deletionTimestamp set: on its way out
 
     @property
     def ended(self) -> bool:
@@ -751,6 +752,7 @@ def _pod_state(pod: Any) -> HolderPodState:
         labels=dict(pod.metadata.labels or {}),
         phase=(status.phase if status is not None else None) or "",
         reason=(status.reason if status is not None else None) or "",
+        deleting=pod.metadata.deletion_timestamp is not None,
     )
 
 

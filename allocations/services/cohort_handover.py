@@ -13,9 +13,15 @@ kept, the room held for the new lender (cohorts/fence.py); only the rest are cal
 Called by the admission pass (services/queue.py) for the request it just admitted: it holds the pool's queued
 requests' locks (an heir is one of them) and the pool's; the borrowed allocations are taken with SKIP LOCKED
 (services/locks.py), as cancel_notices_for does.
+
+A lender *withdrawn* hands its notices over too, but not inside the withdrawal: that holds the lender's quota row,
+and an heir's row comes before quota in the lock order. The withdrawal queues `hand_over_withdrawn` through the
+outbox (cohort_notices.hand_over_later); it takes the same locks as an admission pass, in the same order.
 """
 
 from __future__ import annotations
+
+from django.db import transaction
 
 from allocations.cohorts.fence import plan_room as room_after_release
 from allocations.cohorts.fence import pool_fences, scheduler_picks_slots, unfenced
@@ -28,15 +34,17 @@ from allocations.queue_state import queued_in_order
 from allocations.services.cohort_notices import RECLAIMABLE, cancel_notices_for
 from allocations.services.compaction import rescue_applying
 from allocations.services.lender_room import hold_room
+from allocations.services.locks import lock_pool
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
 
 
-def _heirs(placed: Allocation) -> list[Allocation]:
+def _heirs(placed: Allocation, among: set[int] | None) -> list[Allocation]:
     """The pool's queued requests, in admission order, that may take notices over: members of the placed
     request's cohort asking within their guarantee (not borrowing), with no notice of their own standing and no
-    rescue's moves applying (services/cohort_reclaim.reclaim_room_for's lender)."""
+    rescue's moves applying (services/cohort_reclaim.reclaim_room_for's lender); only those in `among` (the rows
+    the caller locked) unless it is None."""
     pool = placed.pool
     quotas = {q.tenant_id: q for q in Quota.objects.filter(pool=pool, cohort__pool_id=pool.pk)}
     mine = quotas.get(placed.tenant_id)
@@ -52,6 +60,7 @@ def _heirs(placed: Allocation) -> list[Allocation]:
         quota = quotas.get(allocation.tenant_id)
         if (
             allocation.pk == placed.pk
+            or (among is not None and allocation.pk not in among)
             or allocation.pk in noticed
             or quota is None
             or quota.cohort_id != mine.cohort_id
@@ -66,16 +75,17 @@ def _heirs(placed: Allocation) -> list[Allocation]:
     return heirs
 
 
-def hand_over_notices(placed: Allocation, *, why: str) -> int:
+def hand_over_notices(placed: Allocation, *, why: str, among: set[int] | None = None) -> int:
     """`placed` (a lender) no longer needs its notices: hand those whose release makes room for a waiting lender
-    to it, deadline kept, and call the rest off with `why`. How many were handed over."""
+    (one of `among`, when given) to it, deadline kept, and call the rest off with `why`. How many were handed
+    over."""
     pool = placed.pool
     rows = list(
         Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
         .filter(reclaimed_for=placed, status__in=RECLAIMABLE, reclaim_at__isnull=False)
         .order_by("pk")
     )
-    heirs = _heirs(placed) if rows and not pool.is_shared else []
+    heirs = _heirs(placed, among) if rows and not pool.is_shared else []
     handed: dict[int, list[Candidate]] = {}
     if heirs:
         layout = read_pool(pool)
@@ -113,3 +123,46 @@ def hand_over_notices(placed: Allocation, *, why: str) -> int:
         hold_room(heir, room_after_release(heir, [c.allocation_id for c in chosen]))  # as give_notice holds one
     cancel_notices_for(placed, why=why)  # the rest, and the placed request's room
     return count
+
+
+@transaction.atomic
+def hand_over_withdrawn(*, lender_id: int) -> int:
+    """The notices still standing for a withdrawn lender go to the waiting lenders whose room they make, deadline
+    kept, audited `reclaim_handover`; the rest are called off (`reclaim_cancel`), as when a lender is admitted
+    elsewhere. How many were handed over. Run by hand_over_notices_task after the withdrawal commits.
+
+    Locks as an admission pass does (services/queue.admit_queued): the pool's queued requests and the lender, in pk
+    order, then the pool; the borrowed allocations with SKIP LOCKED, all of them or nothing is done (the task runs
+    again while `notices_left`). Idempotent: a second run finds no notice left for the lender. A lender waiting
+    again (it cannot: withdrawn is final) would keep its notices."""
+    pool_id = Allocation.objects.filter(pk=lender_id).values_list("pool_id", flat=True).first()
+    if pool_id is None:
+        return 0  # no such request: nothing stands for it
+    queued = Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).values_list("pk", flat=True)
+    locked = set(
+        Allocation.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=[lender_id, *queued])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    lock_pool(pool_id=pool_id)
+    lender = Allocation.objects.select_related("pool").get(pk=lender_id)
+    if lender.status in (Status.APPROVED, Status.QUEUED):
+        return 0
+    standing = Allocation.objects.filter(reclaimed_for=lender, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+    free = standing.select_for_update(no_key=True, of=("self",), skip_locked=True).order_by("pk").values_list("pk")
+    if len(free) < standing.count():
+        # One is held by another transaction: choosing without it could call off a notice an heir needs together
+        # with it. All or none: the task runs again (notices_left).
+        return 0
+    return hand_over_notices(
+        lender, why=f"request #{lender.pk} it was taken back for was withdrawn", among=locked - {lender_id}
+    )
+
+
+def notices_left(lender_id: int) -> bool:
+    """Whether notices still stand for a lender that no longer waits. After `hand_over_withdrawn` they do only when
+    it found one of their allocations held by another transaction (SKIP LOCKED) and did nothing, so the task runs
+    it again rather than leave them to the due step, which would call them off."""
+    standing = Allocation.objects.filter(reclaimed_for_id=lender_id, status__in=RECLAIMABLE, reclaim_at__isnull=False)
+    return standing.exclude(reclaimed_for__status__in=(Status.APPROVED, Status.QUEUED)).exists()

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 Status = Allocation.Status
 RECLAIM_TASK = "allocations.tasks.reclaim_borrowed_task"
+# A withdrawn lender's notices are handed over (or called off) by this task: services/cohort_handover.py.
+HANDOVER_TASK = "allocations.tasks.hand_over_notices_task"
 # Only slices that run can be taken back; queued ones hold no borrowed part (services/cohorts.py).
 RECLAIMABLE = (Status.PROVISIONING, Status.ACTIVE)
 USE_WINDOW = timedelta(hours=1)
@@ -234,6 +236,17 @@ def cancel_notices_for(lender: Allocation, *, why: str) -> int:
         clear_notice(allocation, why=why)
     drop_room(lender)  # the fence ends with the wait
     return len(rows)
+
+
+def hand_over_later(lender: Allocation) -> None:
+    """The lender's request was withdrawn: its fence ends now, and its notices are handed to waiting lenders whose
+    room they make, or called off, by HANDOVER_TASK after commit (cohort_handover.hand_over_withdrawn). Not here:
+    the withdrawal holds the lender's quota row, and the waiting lenders' rows come before quota in the lock order
+    (services/locks.py). Until the task runs the notices stand; the due step leaves them to it. Caller holds the
+    lender's lock."""
+    drop_room(lender)
+    if Allocation.objects.filter(reclaimed_for=lender, status__in=RECLAIMABLE, reclaim_at__isnull=False).exists():
+        enqueue_task(HANDOVER_TASK, lender.pk)
 
 
 def drop_room(lender: Allocation) -> None:

@@ -15,9 +15,10 @@
   admission pass; the lender is admitted by that pass, once (services/queue.py locks), ahead of the rest of the
   queue (`lenders_first`).
 
-A lender withdrawn, failed or admitted otherwise calls off its notices (cohort_notices.cancel_notices_for; once
-admitted, those a waiting lender's room needs are handed to it first, deadline kept: cohort_handover.py); the
-due step checks the lender again under the lock, so a notice it could not clear is never carried out.
+A lender withdrawn or admitted otherwise hands the notices a waiting lender's room needs to it, deadline kept, and
+calls off the rest (cohort_handover.py; withdrawn: by a task after commit, which the due step leaves them to); a
+lender failed calls them off; the due step checks the lender again under the lock, so a notice for a lender that
+no longer waits is never carried out.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from django.utils import timezone
 from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
 from allocations.cohorts.members import member_state
 from allocations.models import Allocation, Quota
-from allocations.services.cohort_notices import RECLAIMABLE, clear_notice, drop_room, give_notice
+from allocations.services.cohort_notices import HANDOVER_TASK, RECLAIMABLE, clear_notice, drop_room, give_notice
 from allocations.services.cohorts import held_quota
 from allocations.services.compaction import rescue_applying
 from allocations.services.locks import lock_allocation, lock_quota
+from allocations.services.outbox import has_open_message
 from allocations.services.requests import release_allocation
 from tenants.services import record_audit_event
 
@@ -131,6 +133,8 @@ def reclaim_borrowed(*, allocation_id: int, now: datetime | None = None) -> str:
     if allocation.reclaim_at is None or allocation.status not in RECLAIMABLE:
         return "unchanged"
     lender = allocation.reclaimed_for
+    if lender is not None and lender.status not in LENDER_WAITING and has_open_message(HANDOVER_TASK, lender.pk):
+        return "unchanged"  # withdrawn: its notices are handed over to a waiting lender that needs them, or called off
     if lender is None or lender.status not in LENDER_WAITING:
         clear_notice(allocation, why="the request it was taken back for no longer waits")
         return "cancelled"

@@ -20,7 +20,7 @@ from allocations.models import SHARE_PROFILE, Allocation, NodePool, Notification
 from allocations.placement import empty_pool_fleet, offered_profiles
 from allocations.queue_eta import never_fits
 from allocations.selectors import quota_shortfall
-from allocations.services.cohort_notices import cancel_notices_for
+from allocations.services.cohort_notices import hand_over_later
 from allocations.services.extensions import cancel_pending_extensions
 from allocations.services.locks import lock_allocation, lock_quota
 from allocations.services.notifications import notify_users, tenant_manager_ids
@@ -415,7 +415,7 @@ def release_allocation(*, allocation_id: int, actor: User | None, reason: str = 
     if previous in (Status.PENDING, Status.APPROVED, Status.QUEUED):
         if previous in (Status.APPROVED, Status.QUEUED):
             free_quota(allocation=allocation)
-            cancel_notices_for(allocation, why=f"request #{allocation.pk} it was taken back for was withdrawn")
+            hand_over_later(allocation)  # its notices go to waiting lenders that need them, else are called off
         allocation.status = Status.WITHDRAWN
         allocation.held = False  # withdrawn while held (issue 14): no longer waits
         allocation.ended_at = now

@@ -10,6 +10,7 @@ from allocations import services
 from allocations.cohorts.fence import Fence, HeldSlot, fence_hit, plan_room, pool_fences
 from allocations.models import Allocation, Node, SlicePlacement
 from allocations.placement import PlannedSlice
+from allocations.services.cohort_handover import hand_over_withdrawn
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.queue import admit_queued
 from tests.cohorts.helpers import ask_c, lender_waits, verbs
@@ -73,8 +74,12 @@ def test_a_withdrawn_lender_frees_its_room(world: World):
     lender, _, team_c = lender_waits(world)
     # when: the lender's request is withdrawn
     services.release_allocation(allocation_id=lender.pk, actor=world.alice)
-    # then: its notices are called off and the room is no longer held: Team C's 2g.20gb goes there
+    # then: the room is no longer held, at once; its notices are called off by the hand-over task (no lender waits)
+    lender.refresh_from_db()
+    assert lender.reclaim_room == []
+    assert hand_over_withdrawn(lender_id=lender.pk) == 0
     assert not Allocation.objects.filter(reclaimed_for=lender, reclaim_at__isnull=False).exists()
+    # and: Team C's 2g.20gb goes there
     other_lender = ask_c(world, team_c, "2g.20gb")
     assert other_lender.status == Status.ACTIVE, other_lender.status_message
     assert list(other_lender.placements.values_list("gpu__node__name", "start")) == [("q1-node-1", 2)]

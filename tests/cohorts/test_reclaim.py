@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, Cohort, Notification
-from allocations.services.cohort_notices import RECLAIM_TASK
+from allocations.services.cohort_handover import hand_over_withdrawn
+from allocations.services.cohort_notices import HANDOVER_TASK, RECLAIM_TASK
 from allocations.services.cohort_reclaim import reclaim_borrowed, reclaim_due_borrowed
 from allocations.services.queue import admit_queued
 from tests.cohorts.helpers import cohort_pool, sent, used, verbs
@@ -130,13 +131,21 @@ def test_grace_zero_takes_the_borrowed_slices_back_at_once_through_the_outbox(
     assert reclaim_borrowed(allocation_id=younger.pk) == "reclaimed"
 
 
-def test_withdrawing_the_lender_calls_the_notice_off_and_tells_the_owner(world: World):
+def test_withdrawing_the_lender_calls_the_notice_off_and_tells_the_owner(
+    world: World, django_capture_on_commit_callbacks
+):
     _, younger, a_first = lent_out(world)
     lender = ask(world, a_first.pool, "1g.10gb")
     younger.refresh_from_db()
     deadline = younger.reclaim_at
     # when: the lender's request is withdrawn
-    services.release_allocation(allocation_id=lender.pk, actor=world.alice)
+    with django_capture_on_commit_callbacks() as callbacks:
+        services.release_allocation(allocation_id=lender.pk, actor=world.alice)
+    # then: the hand-over task is queued through the outbox; until it runs, the due step leaves the notice to it
+    assert HANDOVER_TASK in sent(callbacks)
+    assert reclaim_due_borrowed(now=deadline + timedelta(minutes=1)) == {"unchanged": 1}
+    # when: it runs; no other lender waits
+    assert hand_over_withdrawn(lender_id=lender.pk) == 0
     # then: the notice is cleared, audited, and the owner told
     younger.refresh_from_db()
     assert (younger.reclaim_at, younger.reclaim_notice_at, younger.reclaimed_for_id) == (None, None, None)

@@ -9,14 +9,16 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, SlicePlacement
+from allocations.services.cohort_handover import hand_over_withdrawn, notices_left
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.provisioning import provision_allocation, teardown_allocation
 from allocations.services.queue import admit_queued
+from allocations.tasks import hand_over_notices_task
 from tenants.models import AuditEvent
 from tests.cohorts.helpers import cohort_pool, lender_waits
 from tests.conftest import World
@@ -101,3 +103,74 @@ def test_concurrent_releases_of_the_reclaimed_slices_admit_the_lender_once_into_
     assert list(SlicePlacement.objects.filter(allocation=lender).values_list("gpu__node__name", "start")) == [
         ("q1-node-1", 0)
     ]
+
+
+def test_a_withdrawn_lenders_hand_over_runs_beside_an_admission_pass_and_a_due_sweep_and_hands_over_once(
+    world: World,
+):
+    # given: a lender whose two borrowed slices are on notice, and a second lender waiting with none of its own
+    lender, borrowed, _ = lender_waits(world)
+    second = ask(world, lender.pool, "4g.40gb")
+    assert second.status == Status.QUEUED
+    # and: the first lender is withdrawn (its hand-over is queued through the outbox)
+    services.release_allocation(allocation_id=lender.pk, actor=world.alice)
+    # when: two copies of the hand-over task, an admission pass and a due sweep run at once
+    outcomes = at_once(
+        [
+            lambda: hand_over_withdrawn(lender_id=lender.pk),
+            lambda: hand_over_withdrawn(lender_id=lender.pk),
+            lambda: admit_queued(pool_id=lender.pool_id),
+            lambda: reclaim_due_borrowed(),
+        ]
+    )
+    # then: no deadlock (they take their locks in one order)
+    assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
+    # when: the task runs again while a notice is left (one the due sweep held was passed over: SKIP LOCKED)
+    tries = 0
+    while notices_left(lender.pk) and tries < 3:
+        hand_over_withdrawn(lender_id=lender.pk)
+        tries += 1
+    # then: each notice went to the second lender, once
+    assert not notices_left(lender.pk)
+    handed = Counter(AuditEvent.objects.filter(verb="reclaim_handover").values_list("object_id", flat=True))
+    assert handed == Counter({str(b.pk): 1 for b in borrowed})
+    assert set(Allocation.objects.filter(pk__in=[b.pk for b in borrowed]).values_list("reclaimed_for", flat=True)) == {
+        second.pk
+    }
+
+
+def test_the_hand_over_task_runs_again_while_a_notice_it_passed_over_is_left(world: World):
+    # given: a withdrawn lender's two notices, a second lender waiting, and one borrowed allocation held by another
+    # transaction (a due sweep, say) while the hand-over task runs
+    lender, borrowed, _ = lender_waits(world)
+    second = ask(world, lender.pool, "4g.40gb")
+    services.release_allocation(allocation_id=lender.pk, actor=world.alice)
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Allocation.objects.select_for_update().filter(pk=borrowed[0].pk).get()
+                held.set()
+                done.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(timeout=30)
+    try:
+        # when: the task runs: without the held one, the free one alone makes no room, and calling it off would
+        # leave the second lender a notice short; so it changes nothing and does not end while a notice is left
+        result = hand_over_notices_task.apply(args=[lender.pk])
+    finally:
+        done.set()
+        holder.join()
+    assert result.failed()
+    assert {Allocation.objects.get(pk=b.pk).reclaimed_for_id for b in borrowed} == {lender.pk}
+    assert notices_left(lender.pk)
+    # when: it runs again once the other transaction is done (the outbox sends it again)
+    assert hand_over_notices_task.apply(args=[lender.pk]).successful()
+    # then: both notices are the second lender's
+    assert not notices_left(lender.pk)
+    assert {Allocation.objects.get(pk=b.pk).reclaimed_for_id for b in borrowed} == {second.pk}

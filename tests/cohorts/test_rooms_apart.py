@@ -8,10 +8,13 @@ from datetime import timedelta
 
 from allocations import services
 from allocations.cohorts.fence import pool_fences
-from allocations.models import Allocation, MovePlan
+from allocations.models import Allocation, MovePlan, SlicePlacement
+from allocations.services.cohort_handover import hand_over_withdrawn
+from allocations.services.cohort_notices import HANDOVER_TASK
 from allocations.services.cohort_reclaim import reclaim_due_borrowed
 from allocations.services.moves import advance_move_plan
 from allocations.services.queue import admit_queued
+from tests.cohorts.helpers import sent
 from tests.cohorts.layout import cohort_node, put
 from tests.compaction.world import where
 from tests.conftest import World
@@ -94,3 +97,40 @@ def test_the_second_lender_s_rescue_moves_no_slice_into_the_first_lender_s_room(
     while plan.status == MovePlan.Status.APPLYING:
         plan = advance_move_plan(plan_id=plan.pk)
     assert plan.status == MovePlan.Status.DONE and where(lone)[0][0] == 3
+
+
+def test_two_lenders_without_notices_of_their_own_are_handed_rooms_on_different_gpus(
+    world: World, django_capture_on_commit_callbacks
+):
+    # given: two H100s, each with Team A's 3g.40gb at start 4 and Team B's borrowed 1g.10gb at start 0
+    pool = cohort_node(world, slug="ah", gpus=2, a=(21, 28), b=(0, 0))
+    put(pool, ask(world, pool, "3g.40gb"), 0, 4)
+    put(pool, ask(world, pool, "3g.40gb"), 1, 4)
+    borrowed = [put(pool, ask(world, pool, "1g.10gb", b=True), gpu, 0) for gpu in (0, 1)]
+    # and: A asks for two 3g.40gb at once: both borrowed slices get notice for it, its room is slots 0-3 of each GPU
+    first = ask(world, pool, "3g.40gb", count=2)
+    assert first.status == Status.QUEUED and noticed_for(first) == sorted(b.pk for b in borrowed)
+    deadline = Allocation.objects.get(pk=borrowed[0].pk).reclaim_at
+    # and: A asks for two more 3g.40gb, one by one: both wait for the same room, with no notice of their own to give
+    # (every borrowed slice is on notice already), so the portal plans no room for either
+    waiting = [ask(world, pool, "3g.40gb") for _ in range(2)]
+    for lender in waiting:
+        lender.refresh_from_db()
+        assert lender.status == Status.QUEUED and noticed_for(lender) == [] and lender.reclaim_room == []
+    # when: the first lender is withdrawn and its notices are handed over (the task queued after commit)
+    with django_capture_on_commit_callbacks() as callbacks:
+        services.release_allocation(allocation_id=first.pk, actor=world.alice)
+    assert HANDOVER_TASK in sent(callbacks)
+    assert hand_over_withdrawn(lender_id=first.pk) == 2
+    # then: each waiting lender is handed one notice, deadline kept, and a room on the GPU that notice frees: the
+    # rooms are on different GPUs (the second is planned without the GPU the first one's room is on)
+    rooms = []
+    for lender in waiting:
+        lender.refresh_from_db()
+        [noticed] = noticed_for(lender)
+        assert Allocation.objects.get(pk=noticed).reclaim_at == deadline
+        gpu = SlicePlacement.objects.filter(allocation_id=noticed).values_list("gpu__index", flat=True).get()
+        assert [(s["index"], s["start"], s["size"]) for s in lender.reclaim_room] == [(gpu, 0, 4)]
+        rooms.append(gpu)
+    assert sorted(rooms) == [0, 1]
+    assert {f.lender_id for f in pool_fences(pool.pk)} == {w.pk for w in waiting}

@@ -25,6 +25,10 @@ class FakeKube:
     calls: Counter[str] = field(default_factory=Counter)
     # function name -> the error it raises on its next call
     fail_on: dict[str, kube.KubeError] = field(default_factory=dict)
+    # True: a deleted claim stays listed, deleting, until `finalize` (the DRA controller's finalizer, which it removes
+    # once the claim is deallocated); False: it is gone at once.
+    finalizers: bool = False
+    deleting: set[Key] = field(default_factory=set)
 
     def _call(self, name: str) -> None:
         self.calls[name] += 1
@@ -60,6 +64,7 @@ class FakeKube:
             name=name,
             labels={kube.LABEL_ALLOCATION: spec.allocation_uuid},
             allocation=self.allocated.get((namespace, name)),
+            deleting=(namespace, name) in self.deleting,
             selectors=kube.claim_selectors(spec),
         )
 
@@ -69,8 +74,18 @@ class FakeKube:
 
     def delete_resource_claim(self, namespace: str, name: str) -> None:
         self._call("delete_resource_claim")
+        if self.finalizers and (namespace, name) in self.claims:
+            self.deleting.add((namespace, name))
+            return
         self.claims.pop((namespace, name), None)
         self.allocated.pop((namespace, name), None)
+
+    def finalize(self) -> None:
+        """The DRA controller deallocates the claims being deleted and removes their finalizer: they are gone."""
+        for key in self.deleting:
+            self.claims.pop(key, None)
+            self.allocated.pop(key, None)
+        self.deleting.clear()
 
     def list_claims(self, label_selector: str) -> list[kube.ClaimState]:
         self._call("list_claims")

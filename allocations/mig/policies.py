@@ -65,7 +65,9 @@ class HoldContext:
     ``i``) on a GPU with layout ``key``; the demand snapshot the ranks used (``mix``) and the request counts
     now (``counts``: a learner's snapshot lags them; a fixed mix's are its own); releases per request lately
     (``churn``); how many more instances of the profile fit in the pool now (``room``); and the pool's GPUs
-    of that model (``gpus``)."""
+    of that model (``gpus``); how the pool's earlier holds of the profile ended lately (``held_ended``, of which
+    ``held_lost`` no longer fit when retried or forced and ``held_forced`` were placed at their deadline; decayed
+    counts, all 0 until a held request comes back, i.e. where no allocation ends)."""
 
     geom: Geometry
     key: LayoutKey
@@ -76,6 +78,9 @@ class HoldContext:
     churn: float
     room: int
     gpus: int
+    held_ended: float = 0.0
+    held_lost: float = 0.0
+    held_forced: float = 0.0
 
 
 class FirstFit:
@@ -329,6 +334,9 @@ class HoldingFragmentationAware(FragmentationAware):
     #: ``CONFIRM_GPUS`` divided by the pool's GPUs of the model.
     CONFIRM = 0.2
     CONFIRM_GPUS = 0.8
+    #: Pseudo-outcomes (placed on a retry) that the price of a hold starts from (:meth:`priced`): a profile's
+    #: first lost or forced holds do not stop its holds at once. Tuned on the departures' tuning draws.
+    OUTCOME_PRIOR = 4.0
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -351,7 +359,16 @@ class HoldingFragmentationAware(FragmentationAware):
         memo = _CONFIRMED.table((id(geom), weights, self.persistence))
         before = _fill(geom, ctx.key, weights, self.persistence, memo)
         after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
-        return round(before - after, 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+        return round(self.priced(ctx, before - after), 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+
+    def priced(self, ctx: HoldContext, change: float) -> float:
+        """What holding is worth (compute slices) once held requests come back, i.e. where allocations end: the
+        expected stranding ``change`` it avoids, unless the request is placed forced at its deadline anyway (the
+        stranding happens, later), less the request's compute times the chance that it is lost (no longer fits
+        when retried or forced). Chances from how the pool's recent holds of the profile ended, shrunk towards 0
+        by ``OUTCOME_PRIOR`` pseudo-outcomes; none ended (nothing ends, e.g. fill-until-full): ``change``."""
+        n = ctx.held_ended + self.OUTCOME_PRIOR
+        return change * (1.0 - ctx.held_forced / n) - ctx.held_lost / n * ctx.geom.compute[ctx.i]
 
 
 class RolloutFragmentationAware(FragmentationAware):

@@ -37,22 +37,23 @@ TRACE_GPUS = (16, 24, 32)
 
 
 class Priced(HoldingFragmentationAware):
-    """``ours-hold`` with another price of a hold, from ``prior`` pseudo-outcomes: ``"lost"`` leaves out the forced
-    share (a forced placement counted as if it avoided the stranding), ``"forced"`` the lost requests' compute (a
-    lost request counted as a refusal, whose room the mix takes: the fill model's own view)."""
+    """``ours-hold`` with another price of a hold, from ``prior`` pseudo-outcomes: ``"lost"`` (the kept price, with
+    the kept prior by default) the lost share times the request's compute; ``"forced"`` the stranding discounted by
+    the share placed only when forced (a lost request counted as a refusal whose room the mix takes: the fill
+    model's own view); ``"both"`` both."""
 
-    def __init__(self, prior: float = HoldingFragmentationAware.OUTCOME_PRIOR, only: str = "") -> None:
+    def __init__(self, prior: float = HoldingFragmentationAware.OUTCOME_PRIOR, price: str = "lost") -> None:
         super().__init__()
         self.OUTCOME_PRIOR = prior
-        self.only = only
+        self.price = price
 
     def priced(self, ctx: HoldContext, change: float) -> float:
         n = ctx.held_ended + self.OUTCOME_PRIOR
-        if self.only == "lost":
-            return change - ctx.held_lost / n * ctx.geom.compute[ctx.i]
-        if self.only == "forced":
-            return change * (1.0 - ctx.held_forced / n)
-        return super().priced(ctx, change)
+        if self.price in ("forced", "both"):
+            change *= 1.0 - ctx.held_forced / n
+        if self.price in ("lost", "both"):
+            change -= ctx.held_lost / n * ctx.geom.compute[ctx.i]
+        return change
 
 
 class Unpriced(HoldingFragmentationAware):
@@ -63,11 +64,11 @@ class Unpriced(HoldingFragmentationAware):
 def rules() -> dict[str, HoldingFragmentationAware]:
     return {
         "session 10 (no price)": Unpriced(),
-        "lost share, prior 1": Priced(1.0, "lost"),
-        "lost share, prior 4": Priced(4.0, "lost"),
+        "lost share, prior 1 (kept)": HoldingFragmentationAware(),
+        "lost share, prior 4": Priced(4.0),
         "forced share, prior 4": Priced(4.0, "forced"),
-        "lost and forced shares, prior 1": Priced(1.0),
-        "lost and forced shares, prior 4 (kept)": HoldingFragmentationAware(),
+        "lost and forced shares, prior 1": Priced(1.0, "both"),
+        "lost and forced shares, prior 4": Priced(4.0, "both"),
     }
 
 

@@ -168,8 +168,8 @@ def test_a_profile_whose_holds_were_lost_lately_is_placed_and_one_whose_holds_ca
     assert other.choose(PlacementRequest("4g.40gb")) is None
 
 
-def test_holds_placed_only_when_forced_avoid_no_stranding_and_stop_the_holds() -> None:
-    # given an H100 GPU, a 4g at slot 0, under whole GPUs and a few 4g (about 2.7 compute slices stranded)
+def test_a_hold_is_priced_by_the_share_of_the_profiles_holds_that_were_lost() -> None:
+    # given an H100 GPU, a 4g at slot 0, under whole GPUs and a few 4g (2.7 compute slices stranded in expectation)
     geom = geometry(model(H100))
     empty = geom.named_key(())
     i = geom.index["4g.40gb"]
@@ -183,11 +183,10 @@ def test_holds_placed_only_when_forced_avoid_no_stranding_and_stop_the_holds() -
 
     # then with no hold ended (nothing departs: fill-until-full) it is held, as before any outcome was known
     assert held(0.0, 0.0, 0.0)
-    # and held while the holds come back placed on a retry, not once nearly all were placed only when forced
-    assert held(40.0, 0.0, 0.0)
-    assert not held(40.0, 0.0, 40.0)
-    # and a share of lost holds costs the request's 4 compute slices each
+    # and a lost share costs the request's 4 compute slices: 4 of 40 lost (0.4) is held, 30 of 40 (2.9) is not
     assert held(40.0, 4.0, 0.0) and not held(40.0, 30.0, 0.0)
+    # and holds that were all placed, even all when forced, do not stop it
+    assert held(40.0, 0.0, 40.0)
 
 
 def test_the_outcomes_of_holds_fade_as_requests_pass() -> None:
@@ -197,7 +196,8 @@ def test_the_outcomes_of_holds_fade_as_requests_pass() -> None:
         engine.hold_ended("4g.40gb", placed=False)
     ended, lost, forced = engine.held_outcomes("4g.40gb")
     assert (ended, lost, forced) == (20.0, 20.0, 0.0)
-    # when 2,000 requests pass (four half-lives), then those outcomes weigh a sixteenth, and a 4g is held again
+    # when 2,000 requests pass (four half-lives), then those outcomes weigh a sixteenth (lost share 1.25 / 2.25), and
+    # a 4g is held again
     for _ in range(2000):
         engine.choose(PlacementRequest("7g.80gb"))
     assert engine.held_outcomes("4g.40gb") == pytest.approx((1.25, 1.25, 0.0))

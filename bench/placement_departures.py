@@ -58,11 +58,13 @@ class Served:
         return self.slice_hours / self.offered_slice_hours if self.offered_slice_hours else math.nan
 
 
-def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str) -> Served:
-    if policy == "ours-hold":
+def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Served:
+    """A policy with admission replays with a queue (:func:`replay_held`); the others place on arrival or drop."""
+    if policy == "ours-hold" or getattr(policy, "admission", False):
         return replay_held(model, gpus, pods, policy)
-    r = run_online(model, gpus, pods, policy, 0)
-    return Served(policy, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
+    name = policy if isinstance(policy, str) else policy.name
+    r = run_online(model, gpus, pods, policy, 0)  # type: ignore[arg-type]  # run_online takes a name or a policy
+    return Served(name, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
 
 
 def replay_held(

@@ -57,6 +57,10 @@ class Priced(HoldingFragmentationAware):
 
 
 class Unpriced(HoldingFragmentationAware):
+    """Session 10's ``ours-hold``: a hold is not priced by how earlier holds ended."""
+
+    name = "ours-hold (session 10)"
+
     def priced(self, ctx: HoldContext, change: float) -> float:
         return change
 

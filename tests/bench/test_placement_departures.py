@@ -5,19 +5,13 @@ from __future__ import annotations
 
 from allocations.mig.catalog import load_catalog
 from allocations.mig.demand import DemandMix
-from allocations.mig.policies import HoldContext, HoldingFragmentationAware
+from allocations.mig.policies import HoldingFragmentationAware
 from bench.placement import Pod
 from bench.placement_departures import replay_held
+from bench.placement_hold_outcomes import Unpriced
 
 H100 = load_catalog().model("NVIDIA H100 80GB HBM3")
 WHOLE_AND_4G = DemandMix.from_shares({"7g.80gb": 0.9, "4g.40gb": 0.1})
-
-
-class Unpriced(HoldingFragmentationAware):
-    """Session 10's ``ours-hold``: a hold is not priced by how earlier holds ended."""
-
-    def priced(self, ctx: HoldContext, change: float) -> float:
-        return change
 
 
 def test_a_long_request_that_its_holds_keep_losing_to_short_whole_gpus_is_placed_instead() -> None:

@@ -3,7 +3,8 @@
 
 Usage::
 
-    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH] [--static | --shared | --policy]
+    python bench/placement.py [--trace-dir DIR] [--quick] [--seeds N] [--out PATH]
+        [--static | --shared | --policy | --departures]
 
 Without ``--trace-dir`` only the synthetic mixes run. With it, the Alibaba GPU-sharing trace (the
 ``openb_pod_list_*.csv`` files of cluster-trace-gpu-v2023) is replayed, mapped to MIG. The trace is
@@ -511,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write a separate file instead of docs/benchmarks.md")
     ap.add_argument("--static", action="store_true", help="only static MIG against DynamicMIG (issue 12)")
     ap.add_argument("--shared", action="store_true", help="only pools of whole GPUs shared without MIG (issue 13)")
-    ap.add_argument("--policy", action="store_true", help="only the random-mix family and departures (issue 14)")
+    ap.add_argument("--policy", action="store_true", help="only the random-mix family (issue 14)")
+    ap.add_argument("--departures", action="store_true", help="only online with departures (issue 14)")
     args = ap.parse_args(argv)
     if args.shared:
         from bench.shared_report import main as shared_main  # the shared-pool section has its own module and section
@@ -521,6 +523,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.placement_policy_report import main as policy_main  # its own module and section
 
         return policy_main(args, argv)
+    if args.departures:
+        from bench.placement_departures_report import main as departures_main  # its own module and section
+
+        return departures_main(args, argv)
     if args.static:
         from bench.static_report import main as static_main  # the static section has its own module and section
 

@@ -58,11 +58,13 @@ class Served:
         return self.slice_hours / self.offered_slice_hours if self.offered_slice_hours else math.nan
 
 
-def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str) -> Served:
-    if policy == "ours-hold":
+def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Served:
+    """A policy with admission replays with a queue (:func:`replay_held`); the others place on arrival or drop."""
+    if policy == "ours-hold" or getattr(policy, "admission", False):
         return replay_held(model, gpus, pods, policy)
-    r = run_online(model, gpus, pods, policy, 0)
-    return Served(policy, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
+    name = policy if isinstance(policy, str) else policy.name
+    r = run_online(model, gpus, pods, policy, 0)  # type: ignore[arg-type]  # run_online takes a name or a policy
+    return Served(name, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
 
 
 def replay_held(
@@ -122,12 +124,14 @@ def replay_held(
                 name = profile_of(model, pods[h].shape)
                 if not fits(name):
                     del held[h]  # lost, as a pod that does not fit on arrival
+                    engine.hold_ended(name, placed=False)
                 elif start(h, now, False):
                     del held[h]
+                    engine.hold_ended(name, placed=True)
         elif kind == 1:
             if k in held:
                 del held[k]
-                start(k, now, True)
+                engine.hold_ended(profile_of(model, pods[k].shape), placed=start(k, now, True), forced=True)
         else:
             pod = pods[k]
             offered += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
@@ -137,27 +141,30 @@ def replay_held(
     return Served(policy if isinstance(policy, str) else policy.name, admitted, len(pods), served, offered)
 
 
-def lifetime(rng: random.Random, tail: str) -> float:
-    """A duration in seconds with mean MEAN_LIFETIME_S and a heavy tail."""
+def lifetime(rng: random.Random, tail: str, mean_s: float = MEAN_LIFETIME_S) -> float:
+    """A duration in seconds with mean ``mean_s`` and a heavy tail."""
     if tail == "lognormal":
-        mu = math.log(MEAN_LIFETIME_S) - LOGNORMAL_SIGMA**2 / 2
+        mu = math.log(mean_s) - LOGNORMAL_SIGMA**2 / 2
         return rng.lognormvariate(mu, LOGNORMAL_SIGMA)
     if tail == "pareto":
-        scale = MEAN_LIFETIME_S * (PARETO_SHAPE - 1) / PARETO_SHAPE
+        scale = mean_s * (PARETO_SHAPE - 1) / PARETO_SHAPE
         return scale * rng.paretovariate(PARETO_SHAPE)
     raise ValueError(f"unknown tail {tail!r}")
 
 
-def poisson_pods(model: GpuModel, gpus: int, alpha: float, seed: int, tail: str, n: int) -> list[Pod]:
-    """``n`` Poisson arrivals from a Dirichlet(alpha) mix over the plain shapes, heavy-tailed lifetimes."""
+def poisson_pods(
+    model: GpuModel, gpus: int, alpha: float, seed: int, tail: str, n: int, mean_s: float = MEAN_LIFETIME_S
+) -> list[Pod]:
+    """``n`` Poisson arrivals from a Dirichlet(alpha) mix over the plain shapes, heavy-tailed lifetimes of mean
+    ``mean_s`` (the arrival rate offers the same load whatever the mean)."""
     rng = random.Random(f"departures/{model.name}/{gpus}/{alpha}/{seed}/{tail}")
     shapes = list(SHAPES)
     weights = dirichlet(rng, alpha, len(shapes))
     mean_c = sum(SHAPES[s][0] * w for s, w in zip(shapes, weights, strict=True))
-    rate = LOAD * model.compute_slices * gpus / (mean_c * MEAN_LIFETIME_S)
+    rate = LOAD * model.compute_slices * gpus / (mean_c * mean_s)
     now = 0.0
     pods = []
     for _ in range(n):
         now += rng.expovariate(rate)
-        pods.append(Pod(rng.choices(shapes, weights)[0], int(now), int(now + lifetime(rng, tail))))
+        pods.append(Pod(rng.choices(shapes, weights)[0], int(now), int(now + lifetime(rng, tail, mean_s))))
     return pods

@@ -1,5 +1,6 @@
-"""``python bench/placement.py --policy [--trace-dir DIR] [--quick]``: issue 14's "a policy that generalises"
-and "online with departures", written to the ``placement-policy`` section of docs/benchmarks.md.
+"""``python bench/placement.py --policy [--quick]``: issue 14's "a policy that generalises", written to the
+``placement-policy`` section of docs/benchmarks.md ("online with departures" is ``--departures``' own section,
+``bench/placement_departures_report.py``).
 
 Hold-out discipline: the rank of ``ours`` and its constants (persistence 0.9, opening cost 1.6 / GPUs)
 were chosen on H100 fleets of 8 and 64 GPUs, Dirichlet concentrations 0.5 and 2, seeds 0-39 (8 GPUs) and
@@ -25,7 +26,6 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from allocations.mig.catalog import GpuModel, load_catalog
 from allocations.mig.demand import DemandLearner
@@ -33,8 +33,7 @@ from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementRequest
 from allocations.mig.layout import Geometry, LayoutKey, Option
 from allocations.mig.policies import FragmentationAware, Rank, stranded
-from bench.placement import load_average, read_trace
-from bench.placement_departures import poisson_pods, replay
+from bench.placement import load_average
 from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise
 from bench.placement_reference import must_accept_optimum, true_weights
 from bench.report import command_line, write_section
@@ -53,7 +52,6 @@ POLICIES = (
     "ours-rollout",
     "ours-rollout-warm",
 )
-ONLINE = ("first-fit", "best-fit", "hami", "ours-before", "ours", "ours-hold", "ours-rollout")
 #: The must-accept reference's row in the family tables (8 GPUs only: its search grows with the fleet).
 MUST_ACCEPT = "must-accept reference"
 MUST_ACCEPT_BEAM = 1000
@@ -235,70 +233,6 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     emit(["Targets: at least 60 % of the gap closed on average at 64 GPUs, 50 % at 8, never below a peer:", *summary])
     emit(["Decision time at 512 GPUs:", *latency])
 
-    # Online with departures.
-    lines = [
-        "## Online with departures (H100)",
-        "",
-        "Slice-hours served (compute slices x hours of admitted pods) as a share of offered, and admitted pods. "
-        "`ours-hold` runs with a queue, as the portal would: a held pod is retried after every departure and forced "
-        "after 15 minutes; one that no longer fits by then is lost, as a pod that does not fit on arrival is for "
-        "every policy (`bench/placement_departures.py`, `replay_held`).",
-        "",
-        "| workload | GPUs | " + " | ".join(ONLINE) + " |",
-        "|---|---:|" + "---:|" * len(ONLINE),
-    ]
-    verdicts: list[str] = []
-    if args.trace_dir is not None:
-        pods, _ = read_trace(Path(args.trace_dir) / "openb_pod_list_default.csv")
-        pods.sort(key=lambda p: p.created)
-        for gpus in (16, 24, 32):
-            served = {p if isinstance(p, str) else p.name: replay(h100, gpus, pods, p) for p in policies(ONLINE)}
-            lines.append(
-                f"| trace-default | {gpus} | "
-                + " | ".join(f"{pct(r.share)} ({r.admitted} pods)" for r in served.values())
-                + " |"
-            )
-            for mine in ("ours", "ours-hold", "ours-rollout"):
-                ours = served[mine]
-                ok = all(ours.slice_hours >= served[p].slice_hours for p in ("first-fit", "best-fit"))
-                verdicts.append(
-                    f"- trace-default, {gpus} GPUs: {mine} {pct(ours.share)} vs first-fit "
-                    f"{pct(served['first-fit'].share)}, best-fit {pct(served['best-fit'].share)} "
-                    f"({'met' if ok else 'NOT met'}: at least both); admitted {ours.admitted} vs "
-                    f"{served['first-fit'].admitted} and {served['best-fit'].admitted}"
-                )
-    n_pods = 1500 if args.quick else 5000
-    online_seeds = 2 if args.quick else 6
-    for tail in ("lognormal", "pareto"):
-        for gpus in (16, 32):
-            shares: dict[str, list[float]] = {p: [] for p in ONLINE}
-            admitted: dict[str, list[int]] = {p: [] for p in ONLINE}
-            for alpha in ALPHAS:
-                for seed in range(online_seeds):
-                    pods = poisson_pods(h100, gpus, alpha, FIRST_SEED + seed, tail, n_pods)
-                    for p in policies(ONLINE):
-                        name = p if isinstance(p, str) else p.name
-                        r = replay(h100, gpus, pods, p)
-                        shares[name].append(r.share)
-                        admitted[name].append(r.admitted)
-            lines.append(
-                f"| Poisson, {tail} durations, mean over {len(shares['ours'])} runs | {gpus} | "
-                + " | ".join(
-                    f"{pct(statistics.fmean(shares[p]))} ({statistics.fmean(admitted[p]):.0f} pods)" for p in ONLINE
-                )
-                + " |"
-            )
-            for mine in ("ours", "ours-hold", "ours-rollout"):
-                for peer in ("first-fit", "best-fit"):
-                    wins = sum(1 for a, b in zip(shares[mine], shares[peer], strict=True) if a >= b)
-                    worst = min(a - b for a, b in zip(shares[mine], shares[peer], strict=True))
-                    mean_ok = statistics.fmean(shares[mine]) >= statistics.fmean(shares[peer])
-                    verdicts.append(
-                        f"- Poisson {tail}, {gpus} GPUs: {mine} >= {peer} on {wins} of {len(shares[mine])} runs, "
-                        f"on average {'met' if mean_ok else 'NOT met'} ({pct(statistics.fmean(shares[mine]))} vs "
-                        f"{pct(statistics.fmean(shares[peer]))}); worst run {100 * worst:+.2f} points"
-                    )
-    emit([*lines, "", *verdicts])
     md.append(f"Total run time: {time.perf_counter() - started:.0f} s; load average at the end: {load_average()}.")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,9 @@ from .policies import HoldContext, Policy, Rank, get_policy
 
 #: Weight of the latest request in the smoothed releases-per-request rate (:attr:`PlacementEngine.churn`).
 CHURN_SMOOTHING = 0.02
+#: Requests after which an ended hold's outcome weighs half (:meth:`PlacementEngine.hold_ended`): the demand
+#: learner's half-life, so a hold is priced by outcomes as recent as the mix it protects.
+HOLD_OUTCOME_HALF_LIFE = 500.0
 
 
 class InvalidLayout(ValueError):
@@ -95,6 +98,9 @@ class PlacementEngine:
         # Releases per request, smoothed (a search policy simulates departures at this rate).
         self.churn = 0.0
         self._released = 0
+        # Profile -> (ended, lost, forced) outcomes of held requests, decayed to request number ``_seen``.
+        self._held_outcomes: dict[str, tuple[float, float, float, int]] = {}
+        self._seen = 0
         for node in fleet.nodes:
             self._add_node(node)
         # A policy whose rank depends on the fleet's size (``ours``: the cost of opening a GPU) is sized
@@ -207,6 +213,7 @@ class PlacementEngine:
         if isinstance(self.demand, DemandLearner):
             self.demand.observe(request.profile, request.count)
         self.churn += CHURN_SMOOTHING * (self._released - self.churn)
+        self._seen += 1
         self._released = 0
         mix = self._snapshot()
         decision = self._choose_one(request, mix) if request.count == 1 else self._choose_many(request, mix)
@@ -236,9 +243,27 @@ class PlacementEngine:
             pool = self._node_pool[slot.node]
             gpus = sum(len(b.members) for b in self._groups[(pool, id(geom))].values())
             room = self._fit_totals[(pool, id(geom))][i]
-            if holds(HoldContext(geom, key, option, i, mix, counts, self.churn, room, gpus)):
+            ended, lost, forced = self.held_outcomes(c.profile)
+            if holds(HoldContext(geom, key, option, i, mix, counts, self.churn, room, gpus, ended, lost, forced)):
                 return True
         return False
+
+    def hold_ended(self, profile: str, *, placed: bool, forced: bool = False) -> None:
+        """A request of ``profile`` that this engine held has left the queue: ``placed`` later (``forced`` at its
+        deadline, or on a retry) or lost (it no longer fit). A policy with admission prices later holds of the
+        profile by these outcomes (:attr:`.policies.HoldContext.held_lost`); where nothing ends, no held request
+        comes back and nothing is recorded."""
+        ended, lost, was_forced = self.held_outcomes(profile)
+        self._held_outcomes[profile] = (ended + 1, lost + (not placed), was_forced + (placed and forced), self._seen)
+
+    def held_outcomes(self, profile: str) -> tuple[float, float, float]:
+        """``(ended, lost, forced)``: held requests of ``profile`` that left the queue, decayed by requests seen
+        since (half-life :data:`HOLD_OUTCOME_HALF_LIFE`)."""
+        found = self._held_outcomes.get(profile)
+        if found is None:
+            return 0.0, 0.0, 0.0
+        decay = 0.5 ** ((self._seen - found[3]) / HOLD_OUTCOME_HALF_LIFE)
+        return found[0] * decay, found[1] * decay, found[2] * decay
 
     def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # The hot loop: one cached rank per live layout, the lowest rank wins, device order breaks ties.

@@ -22,8 +22,9 @@ can cache them per layout and the cost of a decision does not grow with the numb
 * ``ours-hold`` (:class:`HoldingFragmentationAware`): ``ours`` with admission. A request is held (the
   engine answers ``None``) when every placement would strand compute in expectation under the published
   mix, and the request counts of now, with little prior, confirm it for ``ours``' favourite placement by a
-  margin that is wider on small pools; never when the request is forced (it waited long enough). Opt-in:
-  the default engine policy serves whatever fits.
+  margin that is wider on small pools; never when the request is forced (it waited long enough). Where
+  allocations end, held requests come back, and a hold is priced by how the pool's recent holds of the profile
+  ended (:meth:`HoldingFragmentationAware.priced`). Opt-in: the default engine policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -65,7 +66,9 @@ class HoldContext:
     ``i``) on a GPU with layout ``key``; the demand snapshot the ranks used (``mix``) and the request counts
     now (``counts``: a learner's snapshot lags them; a fixed mix's are its own); releases per request lately
     (``churn``); how many more instances of the profile fit in the pool now (``room``); and the pool's GPUs
-    of that model (``gpus``)."""
+    of that model (``gpus``); how the pool's earlier holds of the profile ended lately (``held_ended``, of which
+    ``held_lost`` no longer fit when retried or forced and ``held_forced`` were placed at their deadline; decayed
+    counts, all 0 until a held request comes back, i.e. where no allocation ends)."""
 
     geom: Geometry
     key: LayoutKey
@@ -76,6 +79,9 @@ class HoldContext:
     churn: float
     room: int
     gpus: int
+    held_ended: float = 0.0
+    held_lost: float = 0.0
+    held_forced: float = 0.0
 
 
 class FirstFit:
@@ -316,7 +322,13 @@ class HoldingFragmentationAware(FragmentationAware):
       CONFIRM_GPUS / GPUs``: on a small pool a wrong hold is a larger share of what it serves, and fewer
       requests have taught the mix.
 
-    Chosen on the tuning draws only (docs/placement.md, "Admission"; ``bench/placement_hold_rules.py``).
+    Where allocations end, a held request comes back (retried after departures, forced at its deadline) and the
+    engine tells how it ended (:meth:`.engine.PlacementEngine.hold_ended`): the confirmed change is then priced by
+    those outcomes (:meth:`priced`). With nothing ended (no departures, e.g. fill-until-full) the price is the
+    change itself, so that rule is unchanged.
+
+    Chosen on the tuning draws only (docs/placement.md, "Admission"; ``bench/placement_hold_rules.py``, and
+    ``bench/placement_hold_outcomes.py`` for the price).
     """
 
     name = "ours-hold"
@@ -329,6 +341,9 @@ class HoldingFragmentationAware(FragmentationAware):
     #: ``CONFIRM_GPUS`` divided by the pool's GPUs of the model.
     CONFIRM = 0.2
     CONFIRM_GPUS = 0.8
+    #: Pseudo-outcomes (placed) that the price of a hold starts from (:meth:`priced`): one lost hold alone prices
+    #: the next at half the request's compute. Chosen on the departures' tuning draws (1 against 4).
+    OUTCOME_PRIOR = 1.0
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -351,7 +366,17 @@ class HoldingFragmentationAware(FragmentationAware):
         memo = _CONFIRMED.table((id(geom), weights, self.persistence))
         before = _fill(geom, ctx.key, weights, self.persistence, memo)
         after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
-        return round(before - after, 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+        return round(self.priced(ctx, before - after), 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+
+    def priced(self, ctx: HoldContext, change: float) -> float:
+        """What holding is worth (compute slices) once held requests come back, i.e. where allocations end: the
+        expected stranding ``change`` it avoids, less the request's compute times the chance that it is lost (no
+        longer fits when retried or forced): a certain loss, against room whose use is only expected. The chance
+        is the share of the pool's recent holds of the profile that were lost, shrunk towards 0 by
+        ``OUTCOME_PRIOR`` pseudo-outcomes; none ended (nothing ends, e.g. fill-until-full): ``change``.
+        Holds placed only when forced are not priced: on the tuning draws that did not pay
+        (``bench/placement_hold_outcomes.py``)."""
+        return change - ctx.held_lost / (ctx.held_ended + self.OUTCOME_PRIOR) * ctx.geom.compute[ctx.i]
 
 
 class RolloutFragmentationAware(FragmentationAware):

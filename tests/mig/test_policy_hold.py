@@ -4,6 +4,7 @@ with the request counts of now, by a wider margin on a small pool."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,62 @@ def test_a_request_for_several_instances_is_held_and_placed_when_forced() -> Non
     # and placed, both, once forced
     forced = engine.choose(PlacementRequest("4g.40gb", count=2, force=True))
     assert forced is not None and len(forced.slots) == 2
+
+
+def test_a_profile_whose_holds_were_lost_lately_is_placed_and_one_whose_holds_came_back_is_still_held() -> None:
+    # given an empty H100 node whose mix is whole GPUs and a few 4g: a 4g is held (see above)
+    def engine() -> PlacementEngine:
+        return PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+
+    lost = engine()
+    assert lost.choose(PlacementRequest("4g.40gb")) is None
+    # when the pool's held 4g came back and no longer fit, 20 times, then holding one is priced as losing it
+    for _ in range(20):
+        lost.hold_ended("4g.40gb", placed=False)
+    assert lost.choose(PlacementRequest("4g.40gb")) is not None
+    # when instead they were placed on a retry after a departure, then the 4g is still held
+    retried = engine()
+    for _ in range(20):
+        retried.hold_ended("4g.40gb", placed=True)
+    assert retried.choose(PlacementRequest("4g.40gb")) is None
+    # and outcomes of another profile's holds do not price this one's
+    other = engine()
+    for _ in range(20):
+        other.hold_ended("3g.40gb", placed=False)
+    assert other.choose(PlacementRequest("4g.40gb")) is None
+
+
+def test_a_hold_is_priced_by_the_share_of_the_profiles_holds_that_were_lost() -> None:
+    # given an H100 GPU, a 4g at slot 0, under whole GPUs and a few 4g (2.7 compute slices stranded in expectation)
+    geom = geometry(model(H100))
+    empty = geom.named_key(())
+    i = geom.index["4g.40gb"]
+    option = next(o for o in geom.options(empty, i) if o.start == 0)
+    policy = HoldingFragmentationAware()
+
+    def held(ended: float, lost: float, forced: float) -> bool:
+        counts = dict(WHOLE_AND_4G.counts)
+        ctx = HoldContext(geom, empty, option, i, WHOLE_AND_4G, counts, 0.5, 8, 8, ended, lost, forced)
+        return policy.holds(ctx)
+
+    # then with no hold ended (nothing departs: fill-until-full) it is held, as before any outcome was known
+    assert held(0.0, 0.0, 0.0)
+    # and a lost share costs the request's 4 compute slices: 4 of 40 lost (0.4) is held, 30 of 40 (2.9) is not
+    assert held(40.0, 4.0, 0.0) and not held(40.0, 30.0, 0.0)
+    # and holds that were all placed, even all when forced, do not stop it
+    assert held(40.0, 0.0, 40.0)
+
+
+def test_the_outcomes_of_holds_fade_as_requests_pass() -> None:
+    # given a pool whose held 4g were all lost lately
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+    for _ in range(20):
+        engine.hold_ended("4g.40gb", placed=False)
+    ended, lost, forced = engine.held_outcomes("4g.40gb")
+    assert (ended, lost, forced) == (20.0, 20.0, 0.0)
+    # when 2,000 requests pass (four half-lives), then those outcomes weigh a sixteenth (lost share 1.25 / 2.25), and
+    # a 4g is held again
+    for _ in range(2000):
+        engine.choose(PlacementRequest("7g.80gb"))
+    assert engine.held_outcomes("4g.40gb") == pytest.approx((1.25, 1.25, 0.0))
+    assert engine.choose(PlacementRequest("4g.40gb")) is None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import rollout
@@ -76,6 +76,11 @@ class HoldContext:
     churn: float
     room: int
     gpus: int
+    #: GPUs per layout of the pool's model (``{}`` from a caller that knows only the one GPU: then the hold is
+    #: weighed on that GPU alone).
+    layouts: Mapping[LayoutKey, int] = field(default_factory=dict)
+    #: Compute slices of the requests the engine held since it last saw a release.
+    held: float = 0.0
 
 
 class FirstFit:
@@ -329,6 +334,12 @@ class HoldingFragmentationAware(FragmentationAware):
     #: ``CONFIRM_GPUS`` divided by the pool's GPUs of the model.
     CONFIRM = 0.2
     CONFIRM_GPUS = 0.8
+    #: Until the pool sees a release: compute of the requests held since, at most this share of the pool's compute.
+    HOLD_BUDGET = 0.4
+    #: Requests the counts of now must hold before the rollouts (:func:`.rollout.hold_gain`) may veto a hold.
+    VETO_SEEN = 100.0
+    #: Compute slices a hold must gain in the rollouts (mean over the futures) not to be vetoed.
+    VETO_MARGIN = 0.0
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -340,7 +351,25 @@ class HoldingFragmentationAware(FragmentationAware):
         return (1.0 if round(change, 9) > self.HOLD else 0.0, *rank), chosen
 
     def holds(self, ctx: HoldContext) -> bool:
-        """Whether to hold ``ctx.option``, which the rank flagged: confirmed with the counts of now."""
+        """Whether to hold ``ctx.option``, which the rank flagged: confirmed with the counts of now; then, until the
+        pool has seen a release (a fill), only within the budget and unless the rollouts veto it."""
+        if not self.strands(ctx):
+            return False
+        if ctx.churn > 0:  # allocations end: the budget and the rollouts model a fill, which this is not
+            return True
+        geom = ctx.geom
+        if ctx.held + geom.compute[ctx.i] > self.HOLD_BUDGET * geom.model.compute_slices * ctx.gpus:
+            return False
+        fixed = ctx.mix.prior_weight <= 0
+        if not ctx.layouts or (not fixed and sum(ctx.counts.values()) < self.VETO_SEEN):
+            return True
+        mix = ctx.mix if fixed else DemandMix(ctx.counts, ctx.mix.prior_weight)
+        ours = FragmentationAware(self.persistence, self.open_cost)
+        gain = rollout.hold_gain(ours, geom, ctx.key, ctx.option, ctx.i, mix, ctx.layouts)
+        return gain is None or gain > self.VETO_MARGIN
+
+    def strands(self, ctx: HoldContext) -> bool:
+        """Whether ``ctx.option`` strands more than ``CONFIRM + CONFIRM_GPUS / GPUs`` with the counts of now."""
         geom = ctx.geom
         if ctx.mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): exact, nothing to learn
             weights = ctx.mix.weights(geom.model)
@@ -352,6 +381,12 @@ class HoldingFragmentationAware(FragmentationAware):
         before = _fill(geom, ctx.key, weights, self.persistence, memo)
         after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
         return round(before - after, 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+
+    def unflags(self, ctx: HoldContext) -> bool:
+        """Whether the engine may place ``ctx.option``, flagged and preferred by ``ours``' rank, instead of an
+        unflagged placement that the flag put first: the counts of now do not confirm the flag (the published mix
+        of a young pool is mostly prior), and no allocation has ended yet."""
+        return ctx.churn <= 0 and not self.strands(ctx)
 
 
 class RolloutFragmentationAware(FragmentationAware):

@@ -334,7 +334,8 @@ class HoldingFragmentationAware(FragmentationAware):
     #: ``CONFIRM_GPUS`` divided by the pool's GPUs of the model.
     CONFIRM = 0.2
     CONFIRM_GPUS = 0.8
-    #: Until the pool sees a release: compute of the requests held since, at most this share of the pool's compute.
+    #: Until the pool sees a release, the compute held since (this request's included, the first hold excepted) stays
+    #: within this share of the pool's compute.
     HOLD_BUDGET = 0.4
     #: Requests the counts of now must hold before the rollouts (:func:`.rollout.hold_gain`) may veto a hold.
     VETO_SEEN = 100.0
@@ -358,7 +359,8 @@ class HoldingFragmentationAware(FragmentationAware):
         if ctx.churn > 0:  # allocations end: the budget and the rollouts model a fill, which this is not
             return True
         geom = ctx.geom
-        if ctx.held + geom.compute[ctx.i] > self.HOLD_BUDGET * geom.model.compute_slices * ctx.gpus:
+        budget = self.HOLD_BUDGET * geom.model.compute_slices * ctx.gpus
+        if ctx.held and ctx.held + geom.compute[ctx.i] > budget:  # the first hold is free: a 1-GPU pool may hold a 4g
             return False
         fixed = ctx.mix.prior_weight <= 0
         if not ctx.layouts or (not fixed and sum(ctx.counts.values()) < self.VETO_SEEN):

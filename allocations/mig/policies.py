@@ -22,8 +22,9 @@ can cache them per layout and the cost of a decision does not grow with the numb
 * ``ours-hold`` (:class:`HoldingFragmentationAware`): ``ours`` with admission. A request is held (the
   engine answers ``None``) when every placement would strand compute in expectation under the published
   mix, and the request counts of now, with little prior, confirm it for ``ours``' favourite placement by a
-  margin that is wider on small pools; never when the request is forced (it waited long enough). Opt-in:
-  the default engine policy serves whatever fits.
+  margin that is wider on small pools; in a fill, within a budget of held compute and unless rollouts over
+  the fleet veto it; never when the request is forced (it waited long enough). Opt-in: the default engine
+  policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -320,6 +321,16 @@ class HoldingFragmentationAware(FragmentationAware):
       the fourth 1g.20gb of a GPU when 1g.20gb was most of the mix), by more than ``CONFIRM +
       CONFIRM_GPUS / GPUs``: on a small pool a wrong hold is a larger share of what it serves, and fewer
       requests have taught the mix.
+
+    Until the pool sees a release (a fill: the per-GPU value assumes requests keep coming to use the room a hold
+    keeps, and a fill ends), two more terms (session 11): the compute held since stays within ``HOLD_BUDGET`` of
+    the pool's (a warm learner that trusts its mix held a 3g for every 7g to come, and fewer came), and on pools
+    of up to ``VETO_GPUS`` GPUs whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's
+    layouts (:func:`.rollout.hold_gain`) veto a hold that serves less than placing (a 4g held to keep a GPU
+    whole where the 3g that come would complete it). Also until a release, :meth:`unflags` lets the engine take
+    ``ours``' favourite when the flag alone put another GPU first and the counts of now do not confirm it: a
+    young pool's published mix is mostly prior, under which pairing two 3g strands a slice, so the flag opened
+    a GPU per 3g in a pool that asked for nothing else.
 
     Chosen on the tuning draws only (docs/placement.md, "Admission"; ``bench/placement_hold_rules.py``).
     """

@@ -66,7 +66,8 @@ class Rule(HoldingFragmentationAware):
     terms per GPU and per request seen; counts of now or the published snapshot's), gates on the release rate and
     on the room left for the profile; and session 11's, in a fill only: budgets of held compute (of the pool's
     compute, of its free compute; the first hold is free), a rollout veto (margin, requests the counts must hold
-    first) and "unflag" (``ours``' favourite where the counts of now do not confirm the flag)."""
+    first) and "unflag" (``ours``' favourite where the counts of now do not confirm a hold, ``"confirm"``, or would
+    not flag it, ``"flag"``)."""
 
     def __init__(
         self,
@@ -83,7 +84,7 @@ class Rule(HoldingFragmentationAware):
         free_budget: float | None = None,
         veto: float | None = None,
         veto_seen: float = 0.0,
-        unflag: bool = False,
+        unflag: str | None = None,
     ) -> None:
         super().__init__()
         self.HOLD = hold
@@ -129,7 +130,9 @@ class Rule(HoldingFragmentationAware):
         return gain is None or gain > self.veto
 
     def unflags(self, ctx: HoldContext) -> bool:
-        return self.unflag and ctx.churn <= 0 and not self.confirmed(ctx)
+        if self.unflag is None or ctx.churn > 0:
+            return False
+        return not self.confirmed(ctx) if self.unflag == "confirm" else self.stranded_now(ctx) <= self.HOLD
 
     def confirmed(self, ctx: HoldContext) -> bool:
         if self.confirm is None:
@@ -147,7 +150,7 @@ class Rule(HoldingFragmentationAware):
 
 
 SESSION10 = "session 10 (counts now, prior 10, 0.2 + 0.8 / GPUs)"
-KEPT = "ours-hold (kept: s10 + unflag + budget 0.4 + veto once 100 requests, up to 64 GPUs)"
+KEPT = "ours-hold (kept: s10 + unflag (flag) + budget 0.4 + veto once 100 requests, up to 64 GPUs)"
 
 
 def variants() -> dict[str, Rule | HoldingFragmentationAware]:
@@ -167,7 +170,8 @@ def variants() -> dict[str, Rule | HoldingFragmentationAware]:
         "kept, only while 2+ more fit": Rule(min_room=2),
         "kept, off above 0.3 releases per request": Rule(max_churn=0.3),
         # Session 11: session 10's rule plus, in a fill, ...
-        "s10 + unflag": Rule(unflag=True),
+        "s10 + unflag (confirm)": Rule(unflag="confirm"),
+        "s10 + unflag (flag)": Rule(unflag="flag"),
         "s10 + held compute within 0.3 of the pool's": Rule(budget=0.3),
         "s10 + held compute within 0.4 of the pool's": Rule(budget=0.4),
         "s10 + held compute within 0.5 of the pool's": Rule(budget=0.5),
@@ -176,8 +180,11 @@ def variants() -> dict[str, Rule | HoldingFragmentationAware]:
         "s10 + rollout veto (margin 0)": Rule(veto=0.0),
         "s10 + rollout veto (margin 0.25)": Rule(veto=0.25),
         "s10 + budget 0.4 + rollout veto once 100 requests": Rule(budget=0.4, veto=0.0, veto_seen=100.0),
-        "s10 + unflag + budget 0.4": Rule(budget=0.4, unflag=True),
-        "s10 + unflag + budget 0.4 + veto once 50 requests": Rule(budget=0.4, veto=0.0, veto_seen=50.0, unflag=True),
+        "s10 + unflag (confirm) + budget 0.4": Rule(budget=0.4, unflag="confirm"),
+        "s10 + unflag (confirm) + budget 0.4 + veto once 100 requests": Rule(
+            budget=0.4, veto=0.0, veto_seen=100.0, unflag="confirm"
+        ),
+        "s10 + unflag (flag) + budget 0.4": Rule(budget=0.4, unflag="flag"),
         KEPT: HoldingFragmentationAware(),
     }
 

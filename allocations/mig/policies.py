@@ -328,7 +328,7 @@ class HoldingFragmentationAware(FragmentationAware):
     of up to ``VETO_GPUS`` GPUs whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's
     layouts (:func:`.rollout.hold_gain`) veto a hold that serves less than placing (a 4g held to keep a GPU
     whole where the 3g that come would complete it). Also until a release, :meth:`unflags` lets the engine take
-    ``ours``' favourite when the flag alone put another GPU first and the counts of now do not confirm it: a
+    ``ours``' favourite when the flag alone put another GPU first and the counts of now would not flag it: a
     young pool's published mix is mostly prior, under which pairing two 3g strands a slice, so the flag opened
     a GPU per 3g in a pool that asked for nothing else.
 
@@ -386,6 +386,17 @@ class HoldingFragmentationAware(FragmentationAware):
 
     def strands(self, ctx: HoldContext) -> bool:
         """Whether ``ctx.option`` strands more than ``CONFIRM + CONFIRM_GPUS / GPUs`` with the counts of now."""
+        return self.stranded_now(ctx) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+
+    def unflags(self, ctx: HoldContext) -> bool:
+        """Whether the engine may place ``ctx.option``, flagged and preferred by ``ours``' rank, instead of an
+        unflagged placement that the flag put first: with the counts of now it would not be flagged (the published
+        mix of a young pool is mostly prior), and no allocation has ended yet."""
+        return ctx.churn <= 0 and self.stranded_now(ctx) <= self.HOLD
+
+    def stranded_now(self, ctx: HoldContext) -> float:
+        """The change of expected stranded compute ``ctx.option`` makes, with the request counts of now plus
+        ``CONFIRM_PRIOR`` pseudo-requests of the prior (a fixed mix: its own weights)."""
         geom = ctx.geom
         if ctx.mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): exact, nothing to learn
             weights = ctx.mix.weights(geom.model)
@@ -396,13 +407,7 @@ class HoldingFragmentationAware(FragmentationAware):
         memo = _CONFIRMED.table((id(geom), weights, self.persistence))
         before = _fill(geom, ctx.key, weights, self.persistence, memo)
         after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
-        return round(before - after, 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
-
-    def unflags(self, ctx: HoldContext) -> bool:
-        """Whether the engine may place ``ctx.option``, flagged and preferred by ``ours``' rank, instead of an
-        unflagged placement that the flag put first: the counts of now do not confirm the flag (the published mix
-        of a young pool is mostly prior), and no allocation has ended yet."""
-        return ctx.churn <= 0 and not self.strands(ctx)
+        return round(before - after, 9)
 
 
 class RolloutFragmentationAware(FragmentationAware):

@@ -178,7 +178,7 @@ def test_rollouts_over_the_fleet_veto_a_hold_that_the_gpu_alone_favours() -> Non
     assert decision.rank[0] == 1.0
 
 
-def test_a_flag_that_the_counts_of_now_do_not_confirm_does_not_open_a_gpu() -> None:
+def test_a_flag_that_the_counts_of_now_would_not_set_does_not_open_a_gpu_in_a_fill() -> None:
     # given a pool of 8 H100 GPUs with a 3g.40gb at slot 4 on the first, whose learner has seen 30 x 3g.40gb but
     # still publishes the prior, under which pairing two 3g strands a slice that 1g and 2g would have used
     engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("3g.40gb", 30))
@@ -196,3 +196,15 @@ def test_a_flag_that_the_counts_of_now_do_not_confirm_does_not_open_a_gpu() -> N
     opened = policy.rank(geom, geom.named_key(()), i, prior)
     assert paired is not None and opened is not None
     assert paired[0][0] == 1.0 and opened[0][0] == 0.0
+
+
+def test_once_allocations_end_the_flag_orders_placement_again() -> None:
+    # given the same pool, where an allocation has ended since (the release rate is no longer zero)
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("3g.40gb", 30))
+    first = engine.place(PlacementRequest("3g.40gb", force=True), "a")
+    gone = engine.place(PlacementRequest("1g.10gb", force=True), "b")
+    assert first is not None and gone is not None
+    engine.release(gone.node, gone.gpu_index, gone.start)
+    # when the next 3g.40gb arrives, then the unflagged GPU wins again (session 10's rule, for departures)
+    d = engine.choose(PlacementRequest("3g.40gb"))
+    assert d is not None and (d.gpu_index, d.start) != (first.gpu_index, 0) and d.rank[0] == 0.0

@@ -1,6 +1,6 @@
 """``python bench/placement_hold_rules.py [--gpus 8 64] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]
-[--trace-dir DIR]``: how ``ours-hold``'s admission rule was chosen (issue 14, session 10). TUNING draws only (the
-trace, with ``--trace-dir``, is the one workload the issue names; it is reported, not held out).
+[--trace-dir DIR]``: how ``ours-hold``'s admission rule was chosen (issue 14, sessions 10 and 11). TUNING draws only
+(the trace, with ``--trace-dir``, is the one workload the issue names; it is reported, not held out).
 
 Family (fill-until-full, no departures; a held request is never served): H100, Dirichlet 0.5 and 2, seeds 0-39
 at 8 GPUs and 0-19 at 64 (``--alphas 0.2``: 40 more tuning draws of concentrated mixes, never reported
@@ -9,6 +9,13 @@ after each departure, forced after 15 minutes): H100, 16 and 32 GPUs, Dirichlet 
 and Pareto lifetimes, 2,000 arrivals. Prints per rule: gap closed (per-sample mean, pooled, worst sample),
 samples below a peer beyond noise, and online slice-hours against first-fit and best-fit. docs/placement.md
 ("Admission") quotes it.
+
+Session 11 (family only: the new terms apply until the pool sees a release, so they leave the departures alone):
+a budget of held compute (a share of the pool's compute, or of its free compute), a veto by rollouts over the
+fleet's layouts (``allocations/mig/rollout.py``, ``hold_gain``: futures drawn around the counts of now, served by
+``ours``), applied once the counts hold some requests, and ``ours``' favourite where the counts of now do not
+confirm the flag that put an unflagged GPU first ("unflag"). Run it with and without ``--warm``, and with
+``--alphas 0.2``.
 
 Session 10, lifetimes (``bench/placement_lifetimes.py``, online only: with no departures nothing ends, so the
 rule is the kept one): the kept rule whose hold must also be confirmed in slice-hours (veto), with lifetimes
@@ -27,12 +34,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
+from allocations.mig import rollout  # noqa: E402
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.layout import Geometry, LayoutKey, Option  # noqa: E402
-from allocations.mig.policies import HoldContext, HoldingFragmentationAware, Rank, _fill  # noqa: E402
+from allocations.mig.policies import (  # noqa: E402
+    FragmentationAware,
+    HoldContext,
+    HoldingFragmentationAware,
+    Rank,
+    _fill,
+)
 from bench.placement import Pod, read_trace  # noqa: E402
 from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
 from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
@@ -49,8 +63,11 @@ TRACE_GPUS = (16, 24, 32)
 class Rule(HoldingFragmentationAware):
     """``ours-hold`` with the knobs tried: the rank's threshold (``hold``), one relative to the request's compute
     (``per_compute``), the confirmation (``confirm``: ``None`` = none, as in session 9; its prior, threshold, and
-    terms per GPU and per request seen; counts of now or the published snapshot's), and gates on the release
-    rate and on the room left for the profile."""
+    terms per GPU and per request seen; counts of now or the published snapshot's), gates on the release rate and
+    on the room left for the profile; and session 11's, in a fill only: budgets of held compute (of the pool's
+    compute, of its free compute; the first hold is free), a rollout veto (margin, requests the counts must hold
+    first) and "unflag" (``ours``' favourite where the counts of now do not confirm a hold, ``"confirm"``, or would
+    not flag it, ``"flag"``)."""
 
     def __init__(
         self,
@@ -63,6 +80,11 @@ class Rule(HoldingFragmentationAware):
         published: bool = False,
         max_churn: float = float("inf"),
         min_room: int = 0,
+        budget: float | None = None,
+        free_budget: float | None = None,
+        veto: float | None = None,
+        veto_seen: float = 0.0,
+        unflag: str | None = None,
     ) -> None:
         super().__init__()
         self.HOLD = hold
@@ -74,6 +96,11 @@ class Rule(HoldingFragmentationAware):
         self.published = published
         self.max_churn = max_churn
         self.min_room = min_room
+        self.budget = budget
+        self.free_budget = free_budget
+        self.veto = veto
+        self.veto_seen = veto_seen
+        self.unflag = unflag
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -84,8 +111,30 @@ class Rule(HoldingFragmentationAware):
         return (1.0 if round(change, 9) > self.HOLD + self.per_compute * geom.compute[i] else 0.0, *rank), chosen
 
     def holds(self, ctx: HoldContext) -> bool:
-        if ctx.churn > self.max_churn or ctx.room < self.min_room:
+        if ctx.churn > self.max_churn or ctx.room < self.min_room or not self.confirmed(ctx):
             return False
+        if ctx.churn > 0:
+            return True
+        g = ctx.geom
+        after = ctx.held + g.compute[ctx.i]
+        if ctx.held and self.budget is not None and after > self.budget * g.model.compute_slices * ctx.gpus:
+            return False
+        free = sum(n * (g.model.compute_slices - g.info(k).allocated_compute) for k, n in ctx.layouts.items())
+        if ctx.held and self.free_budget is not None and after > self.free_budget * free:
+            return False
+        if self.veto is None or not ctx.layouts or sum(ctx.counts.values()) < self.veto_seen:
+            return True
+        mix = DemandMix(ctx.counts, ctx.mix.prior_weight)
+        ours = FragmentationAware(self.persistence, self.open_cost)
+        gain = rollout.hold_gain(ours, g, ctx.key, ctx.option, ctx.i, mix, ctx.layouts)
+        return gain is None or gain > self.veto
+
+    def unflags(self, ctx: HoldContext) -> bool:
+        if self.unflag is None or ctx.churn > 0:
+            return False
+        return not self.confirmed(ctx) if self.unflag == "confirm" else self.stranded_now(ctx) <= self.HOLD
+
+    def confirmed(self, ctx: HoldContext) -> bool:
         if self.confirm is None:
             return True
         counts = ctx.mix.counts if self.published else ctx.counts
@@ -98,6 +147,10 @@ class Rule(HoldingFragmentationAware):
         seen = sum(counts.values())
         limit = self.confirm + self.per_gpu / ctx.gpus + (self.per_seen / seen if seen else float("inf"))
         return round(change, 9) > limit
+
+
+SESSION10 = "session 10 (counts now, prior 10, 0.2 + 0.8 / GPUs)"
+KEPT = "ours-hold (kept: s10 + unflag (flag) + budget 0.4 + veto once 100 requests, up to 64 GPUs)"
 
 
 def variants() -> dict[str, Rule | HoldingFragmentationAware]:
@@ -113,13 +166,29 @@ def variants() -> dict[str, Rule | HoldingFragmentationAware]:
         "confirmed, counts now, prior 3, 0.2 + 0.8 / GPUs": Rule(prior=3.0),
         "confirmed, counts now, prior 6, 0.2 + 0.8 / GPUs": Rule(prior=6.0),
         "confirmed, counts now, prior 10, 0.2 + 1.6 / GPUs": Rule(per_gpu=1.6),
-        "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)": HoldingFragmentationAware(),
+        SESSION10: Rule(),
         "kept, only while 2+ more fit": Rule(min_room=2),
         "kept, off above 0.3 releases per request": Rule(max_churn=0.3),
+        # Session 11: session 10's rule plus, in a fill, ...
+        "s10 + unflag (confirm)": Rule(unflag="confirm"),
+        "s10 + unflag (flag)": Rule(unflag="flag"),
+        "s10 + held compute within 0.3 of the pool's": Rule(budget=0.3),
+        "s10 + held compute within 0.4 of the pool's": Rule(budget=0.4),
+        "s10 + held compute within 0.5 of the pool's": Rule(budget=0.5),
+        "s10 + held compute within 0.5 of the free compute": Rule(free_budget=0.5),
+        "s10 + held compute within 0.7 of the free compute": Rule(free_budget=0.7),
+        "s10 + rollout veto (margin 0)": Rule(veto=0.0),
+        "s10 + rollout veto (margin 0.25)": Rule(veto=0.25),
+        "s10 + budget 0.4 + rollout veto once 100 requests": Rule(budget=0.4, veto=0.0, veto_seen=100.0),
+        "s10 + unflag (confirm) + budget 0.4": Rule(budget=0.4, unflag="confirm"),
+        "s10 + unflag (confirm) + budget 0.4 + veto once 100 requests": Rule(
+            budget=0.4, veto=0.0, veto_seen=100.0, unflag="confirm"
+        ),
+        "s10 + unflag (flag) + budget 0.4": Rule(budget=0.4, unflag="flag"),
+        KEPT: HoldingFragmentationAware(),
     }
 
 
-KEPT = "ours-hold (kept: counts now, prior 10, 0.2 + 0.8 / GPUs)"
 #: Online rows: session 9's and the kept rule, then the kept rule confirmed in slice-hours too (lifetimes).
 LIFETIME_RULES: dict[str, tuple[str, bool]] = {  # name -> (LifetimeHold mode, lifetimes of ended requests only)
     "kept + slice-hours veto (ended + running ages)": ("veto", False),
@@ -128,6 +197,7 @@ LIFETIME_RULES: dict[str, tuple[str, bool]] = {  # name -> (LifetimeHold mode, l
 }
 ONLINE = (
     "session 9 (HOLD 0.3, no confirmation)",
+    SESSION10,
     KEPT,
     "kept, only while 2+ more fit",
     "kept, off above 0.3 releases per request",

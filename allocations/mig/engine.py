@@ -101,6 +101,9 @@ class PlacementEngine:
         # Profile -> (ended, lost, forced) outcomes of held requests, decayed to request number ``_seen``.
         self._held_outcomes: dict[str, tuple[float, float, float, int]] = {}
         self._seen = 0
+        # Compute slices of the requests this engine held since it last saw a release (``ours-hold`` budgets them; a
+        # release makes room, and the portal retries held requests then).
+        self.held = 0.0
         for node in fleet.nodes:
             self._add_node(node)
         # A policy whose rank depends on the fleet's size (``ours``: the cost of opening a GPU) is sized
@@ -218,6 +221,8 @@ class PlacementEngine:
         mix = self._snapshot()
         decision = self._choose_one(request, mix) if request.count == 1 else self._choose_many(request, mix)
         if decision is not None and self.policy.admission and not request.force and self._holds(decision, mix):
+            slot = self._slots[self._slot_index[(decision.slots[0].node, decision.slots[0].gpu_index)]]
+            self.held += request.count * slot.geom.model.profile(request.profile).compute_slices
             return None  # held: every placement strands more than the policy accepts (see ours-hold)
         return decision
 
@@ -230,9 +235,8 @@ class PlacementEngine:
         holds = getattr(self.policy, "holds", None)
         if holds is None:
             return True
-        # A learner's published snapshot lags its counts by up to its republish interval; a fixed mix is exact.
-        counts = self.demand.counts() if isinstance(self.demand, DemandLearner) else mix.counts
         keys: dict[int, LayoutKey] = {}  # layouts as the decision's earlier instances leave them
+        layouts: dict[tuple[str, int], dict[LayoutKey, int]] = {}  # GPUs per layout, likewise
         for c in decision.slots:
             slot = self._slots[self._slot_index[(c.node, c.gpu_index)]]
             geom = slot.geom
@@ -241,11 +245,14 @@ class PlacementEngine:
             option = next(o for o in geom.options(key, i) if (o.start, o.reuse) == (c.start, c.reuse))
             keys[slot.order] = option.after
             pool = self._node_pool[slot.node]
-            gpus = sum(len(b.members) for b in self._groups[(pool, id(geom))].values())
-            room = self._fit_totals[(pool, id(geom))][i]
-            ended, lost, forced = self.held_outcomes(c.profile)
-            if holds(HoldContext(geom, key, option, i, mix, counts, self.churn, room, gpus, ended, lost, forced)):
+            group = self._groups[(pool, id(geom))]
+            fleet = layouts.setdefault((pool, id(geom)), {k: len(b.members) for k, b in group.items()})
+            if holds(self._hold_context(geom, key, option, i, mix, pool, dict(fleet))):
                 return True
+            fleet[key] -= 1
+            if not fleet[key]:
+                del fleet[key]
+            fleet[option.after] = fleet.get(option.after, 0) + 1
         return False
 
     def hold_ended(self, profile: str, *, placed: bool, forced: bool = False) -> None:
@@ -264,6 +271,38 @@ class PlacementEngine:
             return 0.0, 0.0, 0.0
         decay = 0.5 ** ((self._seen - found[3]) / HOLD_OUTCOME_HALF_LIFE)
         return found[0] * decay, found[1] * decay, found[2] * decay
+
+    def _hold_context(
+        self,
+        geom: Geometry,
+        key: LayoutKey,
+        option: Option,
+        i: int,
+        mix: DemandMix,
+        pool: str,
+        layouts: dict[LayoutKey, int],
+    ) -> HoldContext:
+        # A learner's published snapshot lags its counts by up to its republish interval; a fixed mix is exact.
+        counts = self.demand.counts() if isinstance(self.demand, DemandLearner) else mix.counts
+        room = self._fit_totals[(pool, id(geom))][i]
+        gpus = sum(layouts.values())
+        ended, lost, forced = self.held_outcomes(geom.profiles[i].name)
+        return HoldContext(
+            geom,
+            key,
+            option,
+            i,
+            mix,
+            counts,
+            self.churn,
+            room,
+            gpus,
+            ended,
+            lost,
+            forced,
+            layouts=layouts,
+            held=self.held,
+        )
 
     def _choose_one(self, request: PlacementRequest, mix: DemandMix) -> PlacementDecision | None:
         # The hot loop: one cached rank per live layout, the lowest rank wins, device order breaks ties.
@@ -294,10 +333,42 @@ class PlacementEngine:
                         best_order, best_option = order, r[1]
         if best_option is None:
             return None
+        if self.policy.admission and best_rank and best_rank[0] <= 0:
+            unflagged = self._unflag(groups, mix, best_rank)
+            if unflagged is not None:
+                best_rank, best_order, best_option = unflagged
         slot = self._slots[best_order]
         node = self._nodes[slot.node].name
         choice = SlotChoice(node, slot.index, request.profile, best_option.start, best_option.reuse)
         return PlacementDecision(node, (choice,), self.policy.name, best_rank or ())
+
+    def _unflag(
+        self, groups: list[tuple[str, Geometry, int, _Group]], mix: DemandMix, best: Rank
+    ) -> tuple[Rank, int, Option] | None:
+        """A policy with admission ranks every flagged placement after every unflagged one. When the rest of the rank
+        prefers a flagged one to the unflagged winner, its ``unflags`` hook may take it back (``ours-hold``: the flag
+        came from a young pool's published mix and the counts of now do not confirm it). Returns the placement as
+        ``(rank with flag 0, device order, option)``, or ``None`` to keep the winner."""
+        unflags = getattr(self.policy, "unflags", None)
+        if unflags is None:
+            return None
+        favourite: tuple[Rank, int, Geometry, int, LayoutKey, Option, _Group] | None = None
+        for _pool, geom, i, group in groups:
+            table = self._rank_table(geom, i)
+            for key, bucket in group.items():
+                r = table.get(key)
+                if r is None or r[0][0] <= 0:
+                    continue
+                order = bucket.first()
+                if favourite is None or (r[0][1:], order) < favourite[:2]:
+                    favourite = (r[0][1:], order, geom, i, key, r[1], group)
+        if favourite is None or favourite[0] >= best[1:]:
+            return None
+        rank, order, geom, i, key, option, group = favourite
+        pool = self._node_pool[self._slots[order].node]
+        layouts = {k: len(b.members) for k, b in group.items()}
+        ctx = self._hold_context(geom, key, option, i, mix, pool, layouts)
+        return ((0.0, *rank), order, option) if unflags(ctx) else None
 
     def _search(
         self, request: PlacementRequest, groups: list[tuple[str, Geometry, int, _Group]], mix: DemandMix
@@ -399,6 +470,7 @@ class PlacementEngine:
         slot.owners.pop(start, None)
         self._move(slot, tuple(sorted(rest)))
         self._released += 1
+        self.held = 0.0
 
     def set_idle(self, node: str, gpu_index: int, start: int, idle: bool = True) -> None:
         slot = self._slots[self._slot_index[(node, gpu_index)]]

@@ -22,9 +22,10 @@ can cache them per layout and the cost of a decision does not grow with the numb
 * ``ours-hold`` (:class:`HoldingFragmentationAware`): ``ours`` with admission. A request is held (the
   engine answers ``None``) when every placement would strand compute in expectation under the published
   mix, and the request counts of now, with little prior, confirm it for ``ours``' favourite placement by a
-  margin that is wider on small pools; never when the request is forced (it waited long enough). Where
-  allocations end, held requests come back, and a hold is priced by how the pool's recent holds of the profile
-  ended (:meth:`HoldingFragmentationAware.priced`). Opt-in: the default engine policy serves whatever fits.
+  margin that is wider on small pools; in a fill, within a budget of held compute and unless rollouts over
+  the fleet veto it; never when the request is forced (it waited long enough). Where allocations end, held
+  requests come back, and a hold is priced by how the pool's recent holds of the profile ended
+  (:meth:`HoldingFragmentationAware.priced`). Opt-in: the default engine policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import rollout
@@ -82,6 +83,11 @@ class HoldContext:
     held_ended: float = 0.0
     held_lost: float = 0.0
     held_forced: float = 0.0
+    #: GPUs per layout of the pool's model (``{}`` from a caller that knows only the one GPU: then the hold is
+    #: weighed on that GPU alone).
+    layouts: Mapping[LayoutKey, int] = field(default_factory=dict)
+    #: Compute slices of the requests the engine held since it last saw a release.
+    held: float = 0.0
 
 
 class FirstFit:
@@ -322,6 +328,16 @@ class HoldingFragmentationAware(FragmentationAware):
       CONFIRM_GPUS / GPUs``: on a small pool a wrong hold is a larger share of what it serves, and fewer
       requests have taught the mix.
 
+    Until the pool sees a release (a fill: the per-GPU value assumes requests keep coming to use the room a hold
+    keeps, and a fill ends), two more terms (session 11): the compute held since stays within ``HOLD_BUDGET`` of
+    the pool's (a warm learner that trusts its mix held a 3g for every 7g to come, and fewer came), and on pools
+    of up to ``VETO_GPUS`` GPUs whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's
+    layouts (:func:`.rollout.hold_gain`) veto a hold that serves less than placing (a 4g held to keep a GPU
+    whole where the 3g that come would complete it). Also until a release, :meth:`unflags` lets the engine take
+    ``ours``' favourite when the flag alone put another GPU first and the counts of now would not flag it: a
+    young pool's published mix is mostly prior, under which pairing two 3g strands a slice, so the flag opened
+    a GPU per 3g in a pool that asked for nothing else.
+
     Where allocations end, a held request comes back (retried after departures, forced at its deadline) and the
     engine tells how it ended (:meth:`.engine.PlacementEngine.hold_ended`): the confirmed change is then priced by
     those outcomes (:meth:`priced`). With nothing ended (no departures, e.g. fill-until-full) the price is the
@@ -344,6 +360,16 @@ class HoldingFragmentationAware(FragmentationAware):
     #: Pseudo-outcomes (placed) that the price of a hold starts from (:meth:`priced`): one lost hold alone prices
     #: the next at half the request's compute. Chosen on the departures' tuning draws (1 against 4).
     OUTCOME_PRIOR = 1.0
+    #: Until the pool sees a release, the compute held since (this request's included, the first hold excepted) stays
+    #: within this share of the pool's compute.
+    HOLD_BUDGET = 0.4
+    #: Requests the counts of now must hold before the rollouts (:func:`.rollout.hold_gain`) may veto a hold.
+    VETO_SEEN = 100.0
+    #: Compute slices a hold must gain in the rollouts (mean over the futures) not to be vetoed.
+    VETO_MARGIN = 0.0
+    #: Pools of more GPUs of the model get no veto: near the end of their fill the rollouts walk hundreds of distinct
+    #: layouts (at 512 GPUs they doubled the mean decision time and tripled its p99), and none was tuned there.
+    VETO_GPUS = 64
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -355,18 +381,28 @@ class HoldingFragmentationAware(FragmentationAware):
         return (1.0 if round(change, 9) > self.HOLD else 0.0, *rank), chosen
 
     def holds(self, ctx: HoldContext) -> bool:
-        """Whether to hold ``ctx.option``, which the rank flagged: confirmed with the counts of now."""
+        """Whether to hold ``ctx.option``, which the rank flagged: confirmed with the counts of now; then, until the
+        pool has seen a release (a fill), only within the budget and unless the rollouts veto it."""
+        if not self.strands(ctx):
+            return False
+        if ctx.churn > 0:  # allocations end: the budget and the rollouts model a fill, which this is not
+            return True
         geom = ctx.geom
-        if ctx.mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): exact, nothing to learn
-            weights = ctx.mix.weights(geom.model)
-        else:
-            weights = DemandMix(ctx.counts, self.CONFIRM_PRIOR).weights(geom.model)
-        # Rounded, so that consecutive decisions (the counts move a little with every request) share a memo.
-        weights = tuple(round(w, 2) for w in weights)
-        memo = _CONFIRMED.table((id(geom), weights, self.persistence))
-        before = _fill(geom, ctx.key, weights, self.persistence, memo)
-        after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
-        return round(self.priced(ctx, before - after), 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+        budget = self.HOLD_BUDGET * geom.model.compute_slices * ctx.gpus
+        if ctx.held and ctx.held + geom.compute[ctx.i] > budget:  # the first hold is free: a 1-GPU pool may hold a 4g
+            return False
+        fixed = ctx.mix.prior_weight <= 0
+        if not ctx.layouts or ctx.gpus > self.VETO_GPUS or (not fixed and sum(ctx.counts.values()) < self.VETO_SEEN):
+            return True
+        mix = ctx.mix if fixed else DemandMix(ctx.counts, ctx.mix.prior_weight)
+        ours = FragmentationAware(self.persistence, self.open_cost)
+        gain = rollout.hold_gain(ours, geom, ctx.key, ctx.option, ctx.i, mix, ctx.layouts)
+        return gain is None or gain > self.VETO_MARGIN
+
+    def strands(self, ctx: HoldContext) -> bool:
+        """Whether ``ctx.option`` strands more than ``CONFIRM + CONFIRM_GPUS / GPUs`` with the counts of now, priced
+        by how the pool's recent holds of the profile ended (:meth:`priced`)."""
+        return round(self.priced(ctx, self.stranded_now(ctx)), 9) > self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
 
     def priced(self, ctx: HoldContext, change: float) -> float:
         """What holding is worth (compute slices) once held requests come back, i.e. where allocations end: the
@@ -377,6 +413,27 @@ class HoldingFragmentationAware(FragmentationAware):
         Holds placed only when forced are not priced: on the tuning draws that did not pay
         (``bench/placement_hold_outcomes.py``)."""
         return change - ctx.held_lost / (ctx.held_ended + self.OUTCOME_PRIOR) * ctx.geom.compute[ctx.i]
+
+    def unflags(self, ctx: HoldContext) -> bool:
+        """Whether the engine may place ``ctx.option``, flagged and preferred by ``ours``' rank, instead of an
+        unflagged placement that the flag put first: with the counts of now it would not be flagged (the published
+        mix of a young pool is mostly prior), and no allocation has ended yet."""
+        return ctx.churn <= 0 and self.stranded_now(ctx) <= self.HOLD
+
+    def stranded_now(self, ctx: HoldContext) -> float:
+        """The change of expected stranded compute ``ctx.option`` makes, with the request counts of now plus
+        ``CONFIRM_PRIOR`` pseudo-requests of the prior (a fixed mix: its own weights)."""
+        geom = ctx.geom
+        if ctx.mix.prior_weight <= 0:  # a fixed mix (DemandMix.from_shares): exact, nothing to learn
+            weights = ctx.mix.weights(geom.model)
+        else:
+            weights = DemandMix(ctx.counts, self.CONFIRM_PRIOR).weights(geom.model)
+        # Rounded, so that consecutive decisions (the counts move a little with every request) share a memo.
+        weights = tuple(round(w, 2) for w in weights)
+        memo = _CONFIRMED.table((id(geom), weights, self.persistence))
+        before = _fill(geom, ctx.key, weights, self.persistence, memo)
+        after = geom.compute[ctx.i] + _fill(geom, ctx.option.after, weights, self.persistence, memo)
+        return round(before - after, 9)
 
 
 class RolloutFragmentationAware(FragmentationAware):

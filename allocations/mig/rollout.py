@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -169,3 +170,51 @@ def _serve(
             served += geom.compute[q]
             _move(state, best[0], best[1].after)
     return served
+
+
+#: Rank tables of :func:`hold_gain`'s rollouts, per (geometry, weights, opening cost, profile); a few recent ones.
+_HOLD_RANKS: OrderedDict[tuple[int, tuple[float, ...], float, int], RankTable] = OrderedDict()
+
+
+def hold_gain(
+    policy: FragmentationAware,
+    geom: Geometry,
+    key: LayoutKey,
+    option: Option,
+    i: int,
+    mix: DemandMix,
+    counts: Mapping[LayoutKey, int],
+) -> float | None:
+    """Compute slices a pool is expected to serve more if it holds one instance of profile ``i`` (``option`` on a
+    GPU with layout ``key``) than if it places it; negative when placing pays. The same future arrivals (drawn as in
+    :func:`search`, around ``mix``: a learner's counts plus ``PSEUDO`` of the prior, or a fixed mix as exact) are
+    served by ``policy`` ranking under ``mix`` (``ours``, not a holding policy: the rollouts hold nothing), on the
+    fleet's layouts (``counts``: GPUs per layout) after the placement and without it. The fill ends after
+    ``LOAD`` x the free compute is offered: a hold that the per-GPU value of ``ours`` favours can still lose when
+    the requests that would use the kept room are too few for all the GPUs that keep it. ``None`` when that is
+    more than ``HORIZON`` arrivals (a large pool: long rollouts, and the per-GPU value tells as much there)."""
+    weights = tuple(round(w, 2) for w in mix.weights(geom.model))
+    mean_compute = sum(w * c for w, c in zip(weights, geom.compute, strict=True))
+    free = sum(n * (geom.model.compute_slices - geom.info(k).allocated_compute) for k, n in counts.items())
+    arrivals = math.ceil(LOAD * free / mean_compute) if mean_compute else 0
+    if not 0 < arrivals <= HORIZON:
+        return None
+
+    def ranks(q: int) -> RankTable:
+        table_key = (id(geom), weights, policy.open_cost, q)
+        table = _HOLD_RANKS.get(table_key)
+        if table is None:
+            table = _HOLD_RANKS[table_key] = {}
+            while len(_HOLD_RANKS) > 64:
+                _HOLD_RANKS.popitem(last=False)
+        return table
+
+    sequences = max(4, min(SEQUENCES, WORK // (2 * arrivals * len(counts))))
+    gain = 0
+    for seq in _futures(geom, mix, arrivals, sequences):
+        held = dict(counts)
+        placed = dict(counts)
+        _move(placed, key, option.after)
+        gain += _serve(policy, geom, held, seq, weights, ranks)
+        gain -= geom.compute[i] + _serve(policy, geom, placed, seq, weights, ranks)
+    return gain / sequences

@@ -1,6 +1,8 @@
 """``ours-hold``: ``ours`` with admission (issue 14). Holds only what would strand compute, never a forced
 request; ``ours`` itself never refuses a request that fits. A hold that the published mix flags is confirmed
-with the request counts of now, by a wider margin on a small pool."""
+with the request counts of now, by a wider margin on a small pool; until the pool sees a release, holds stay
+within a budget of the pool's compute and rollouts over the fleet may veto them, and a flag the counts of now
+do not confirm does not push a request onto a worse GPU."""
 
 from __future__ import annotations
 
@@ -202,3 +204,67 @@ def test_the_outcomes_of_holds_fade_as_requests_pass() -> None:
         engine.choose(PlacementRequest("7g.80gb"))
     assert engine.held_outcomes("4g.40gb") == pytest.approx((1.25, 1.25, 0.0))
     assert engine.choose(PlacementRequest("4g.40gb")) is None
+
+
+def test_holds_stay_within_a_budget_of_the_pools_compute_until_a_release() -> None:
+    # given an empty pool of 2 H100 GPUs (14 compute slices) whose mix is whole GPUs and a few 4g
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 2), "ours-hold", WHOLE_AND_4G)
+    # when a 4g.40gb arrives, then it is held (4 slices, within 0.4 x 14)
+    assert engine.choose(PlacementRequest("4g.40gb")) is None
+    # when another arrives, then it is placed: 8 slices held would pass the budget
+    placed = engine.place(PlacementRequest("4g.40gb"), "a")
+    assert placed is not None
+    # when an allocation ends, then the budget starts again and the next 4g.40gb is held
+    engine.release(placed.node, placed.gpu_index, placed.start)
+    assert engine.choose(PlacementRequest("4g.40gb")) is None
+
+
+def test_rollouts_over_the_fleet_veto_a_hold_that_the_gpu_alone_favours() -> None:
+    # given an empty pool of 4 H100 GPUs whose tenants ask for whole GPUs and 1g.10gb, half and half
+    mix = DemandMix.from_shares({"7g.80gb": 0.5, "1g.10gb": 0.5})
+    geom = geometry(model(H100))
+    empty = geom.named_key(())
+    i = geom.index["1g.10gb"]
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 4), "ours-hold", mix)
+    decision = engine.choose(PlacementRequest("1g.10gb"))
+    # when a 1g.10gb arrives, then on its GPU alone it strands more than the pool accepts (a whole GPU would take
+    # the GPU it breaks)
+    assert decision is not None
+    option = next(o for o in geom.options(empty, i) if o.start == decision.start)
+    alone = HoldContext(geom, empty, option, i, mix, mix.counts, 0.0, 28, 4)
+    assert HoldingFragmentationAware().holds(alone)
+    # but the pool places it: over the fleet, the 1g.10gb that come fill the GPU it opens, and the whole GPUs that
+    # come are too few to need it
+    assert decision.rank[0] == 1.0
+
+
+def test_a_flag_that_the_counts_of_now_would_not_set_does_not_open_a_gpu_in_a_fill() -> None:
+    # given a pool of 8 H100 GPUs with a 3g.40gb at slot 4 on the first, whose learner has seen 30 x 3g.40gb but
+    # still publishes the prior, under which pairing two 3g strands a slice that 1g and 2g would have used
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("3g.40gb", 30))
+    first = engine.place(PlacementRequest("3g.40gb", force=True), "a")
+    assert first is not None and first.start == 4
+    # when the next 3g.40gb arrives, then it pairs with the first, as ``ours`` ranks it, instead of opening a GPU
+    d = engine.choose(PlacementRequest("3g.40gb"))
+    assert d is not None and (d.gpu_index, d.start) == (first.gpu_index, 0) and d.rank[0] == 0.0
+    # and the flag alone would have opened a GPU: under the published prior, pairing is flagged and an empty GPU not
+    geom = geometry(model(H100))
+    i = geom.index["3g.40gb"]
+    prior = DemandMix({}, 20.0).weights(model(H100))
+    policy = HoldingFragmentationAware().sized_for(8)
+    paired = policy.rank(geom, geom.named_key((("3g.40gb", 4, False),)), i, prior)
+    opened = policy.rank(geom, geom.named_key(()), i, prior)
+    assert paired is not None and opened is not None
+    assert paired[0][0] == 1.0 and opened[0][0] == 0.0
+
+
+def test_once_allocations_end_the_flag_orders_placement_again() -> None:
+    # given the same pool, where an allocation has ended since (the release rate is no longer zero)
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", _stale_learner("3g.40gb", 30))
+    first = engine.place(PlacementRequest("3g.40gb", force=True), "a")
+    gone = engine.place(PlacementRequest("1g.10gb", force=True), "b")
+    assert first is not None and gone is not None
+    engine.release(gone.node, gone.gpu_index, gone.start)
+    # when the next 3g.40gb arrives, then the unflagged GPU wins again (session 10's rule, for departures)
+    d = engine.choose(PlacementRequest("3g.40gb"))
+    assert d is not None and (d.gpu_index, d.start) != (first.gpu_index, 0) and d.rank[0] == 0.0

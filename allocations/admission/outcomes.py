@@ -10,10 +10,7 @@ demand learner's; placement.recent_demand reads the pool's last DEMAND_WINDOW re
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from django.db.models import Count, OuterRef, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db import connection
 
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import HOLD_OUTCOME_HALF_LIFE, PlacementEngine
@@ -30,23 +27,38 @@ OUTCOME_WINDOW = int(8 * HOLD_OUTCOME_HALF_LIFE)
 Outcomes = dict[str, tuple[float, float, float]]
 
 
+# The pool's last `window` requests and its holds that ended since the oldest of them, in one time line, newest
+# first; each end counts the requests created after it (an end sorts before a request created at the same instant,
+# which is not after it). One statement: a window function over both, not a count per hold (a count per hold reads
+# the window once per hold: 0.8 s for 400 holds). Indexes: (pool, created_at) and the pool's ended holds.
+_SINCE_SQL = """
+WITH recent AS (
+    SELECT created_at FROM {table} WHERE pool_id = %(pool)s ORDER BY created_at DESC LIMIT %(window)s
+), line AS (
+    SELECT created_at AS at, NULL AS profile, NULL AS outcome FROM recent
+    UNION ALL
+    SELECT hold_ended_at, profile, hold_outcome FROM {table}
+    WHERE pool_id = %(pool)s AND hold_ended_at IS NOT NULL
+        AND hold_ended_at >= (SELECT coalesce(min(created_at), '-infinity') FROM recent)
+)
+SELECT profile, outcome, since FROM (
+    SELECT profile, outcome, count(*) FILTER (WHERE profile IS NULL)
+        OVER (ORDER BY at DESC, profile IS NULL ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS since
+    FROM line
+) timeline WHERE profile IS NOT NULL
+"""
+
+
 def recent_hold_outcomes(pool: NodePool) -> Outcomes:
     """Per profile, the pool's holds that ended within its last OUTCOME_WINDOW requests: how many (`ended`), of
     which `lost` (no longer fit when retried or forced: they wait for room) and `forced` (placed at the deadline),
-    each weighed 0.5 ** (the pool's requests created since it ended / half-life). One query: the window's start
-    and each hold's requests-since are subqueries (indexes on (pool, created_at) and the pool's ended holds)."""
-    requests = Allocation.objects.filter(pool_id=pool.pk).order_by()
-    oldest = requests.order_by("-created_at").values("created_at")[OUTCOME_WINDOW - 1 : OUTCOME_WINDOW]
-    since = (
-        requests.filter(created_at__gt=OuterRef("hold_ended_at")).values("pool_id").annotate(n=Count("pk")).values("n")
-    )
-    ended = (
-        requests.filter(hold_ended_at__isnull=False)
-        .exclude(hold_outcome="")
-        .filter(hold_ended_at__gte=Coalesce(Subquery(oldest), Value(datetime.min.replace(tzinfo=UTC))))
-        .annotate(since=Coalesce(Subquery(since), 0))
-        .values_list("profile", "hold_outcome", "since")
-    )
+    each weighed 0.5 ** (the pool's requests created since it ended / half-life). One query (_SINCE_SQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SINCE_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
+            {"pool": pool.pk, "window": OUTCOME_WINDOW},
+        )
+        ended = cursor.fetchall()
     out: Outcomes = {}
     for profile, outcome, n in ended:
         weight = 0.5 ** (n / HOLD_OUTCOME_HALF_LIFE)

@@ -93,7 +93,7 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     now = timezone.now()
     waited = (now - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
     forced = {"forced_after_hold": True} if is_due(allocation, now=now) else {}  # held its bound (issue 14)
-    end_hold(allocation, outcome=HoldOutcome.FORCED if forced else HoldOutcome.PLACED, now=now)  # if it was held
+    end_hold(placed, outcome=HoldOutcome.FORCED if forced else HoldOutcome.PLACED, now=now)  # if it was held
     record_audit_event(
         actor=None,
         verb="admit",

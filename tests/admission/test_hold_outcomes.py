@@ -4,7 +4,7 @@ decayed by the pool's requests since, and the placement steps (simulated and Kub
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -25,7 +25,9 @@ Status = Allocation.Status
 Outcome = Allocation.HoldOutcome
 
 
-def ended_holds(world: World, pool: NodePool, profile: str, outcomes: list[str], *, at=None) -> list[Allocation]:
+def ended_holds(
+    world: World, pool: NodePool, profile: str, outcomes: list[str], *, at: datetime | None = None
+) -> list[Allocation]:
     """Given, not a rule under test: requests of `profile` in the pool's history whose holds ended so at `at`
     (released; a blank outcome: never held)."""
     at = at or timezone.now()

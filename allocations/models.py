@@ -455,6 +455,17 @@ class Allocation(models.Model):
     # still planned forced, so a later pass cannot hold it anew and restart its bound). Only a QUEUED request is
     # held (constraint below).
     held = models.BooleanField(default=False, db_default=False)
+
+    class HoldOutcome(models.TextChoices):
+        PLACED = "placed", "placed on a retry"
+        FORCED = "forced", "placed forced at its deadline"
+        LOST = "lost", "no longer fit: waits for room"
+
+    # How its hold ended, and when (issue 14): set once, in the transaction that ends it (services/admission.py
+    # `end_hold`); blank and null while held or never held. The pool's hold policy prices its next holds of the
+    # profile by these (allocations/admission/outcomes.py); a withdrawn or failed hold records nothing.
+    hold_outcome = models.CharField(max_length=8, choices=HoldOutcome.choices, blank=True, default="", db_default="")
+    hold_ended_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -465,6 +476,14 @@ class Allocation(models.Model):
         indexes = [
             # A tenant's newest requests first: the list endpoint's page query.
             models.Index(fields=["tenant", "-created_at", "-id"], name="allocation_tenant_recent_idx"),
+            # A pool's requests since a hold ended (admission/outcomes.py: the decay of its outcome, per decision).
+            models.Index(fields=["pool", "created_at"], name="allocation_pool_recent_idx"),
+            # The pool's ended holds (few rows).
+            models.Index(
+                fields=["pool", "hold_ended_at"],
+                name="allocation_pool_hold_end_idx",
+                condition=Q(hold_ended_at__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

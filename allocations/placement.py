@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from django.conf import settings
 from django.db.models import Sum
 
+from allocations.admission.outcomes import choose_priced, hold_history
 from allocations.admission.policy import HOLD_POLICY, SCHEDULER_HOLD_POLICY
 from allocations.costs import gpu_model_for
 from allocations.mig import counters, scheduler
@@ -242,7 +243,9 @@ def plan_slices(
             [Node(n.name, [g for g in n.gpus if (n.name, g.index) not in avoid], n.pool) for n in fleet.nodes]
         )
     request = PlacementRequest(profile=profile, count=count, pool=pool.slug, force=force)
-    decision = choose_placement(fleet, request, pool_policy(pool), recent_demand(pool))
+    # A plan that may hold knows how the pool's recent holds ended and how often its allocations end (issue 14,
+    # admission/outcomes.py).
+    decision = choose_priced(fleet, request, pool_policy(pool), recent_demand(pool), hold_history(pool, force=force))
     return None if decision is None else _planned(layout, profile, decision)
 
 
@@ -276,6 +279,7 @@ def plan_slices_for_scheduler(
     request = PlacementRequest(profile=profile, count=count, pool=pool.slug, force=force)
     policy, scheduler_policy = pool_policy(pool), pool_policy(pool, scheduler=True)
     demand = recent_demand(pool)
+    history = hold_history(pool, force=force)  # how its recent holds ended, its churn (issue 14): read once per plan
 
     def geom_at(position: tuple[str, int]) -> Geometry:
         return geometry(layout.models[position])
@@ -296,7 +300,7 @@ def plan_slices_for_scheduler(
     steered_rank: tuple[float, ...] = ()
     if steer and count == 1:
         quiet = set(layout.by_position) - set(layout.waiting) - avoid
-        decision = choose_placement(only(quiet), request, policy, demand)
+        decision = choose_priced(only(quiet), request, policy, demand, history)
         if decision is not None:
             [slot] = decision.slots
             position = (slot.node, slot.gpu_index)
@@ -328,7 +332,7 @@ def plan_slices_for_scheduler(
     refused: set[tuple[str, int]] = set(avoid)  # the counters say no (or held): not a candidate, not worth waiting for
     for _ in range(len(layout.by_position) + 1):
         candidates = only(set(layout.by_position) - busy - refused)
-        decision = choose_placement(candidates, request, scheduler_policy, demand)
+        decision = choose_priced(candidates, request, scheduler_policy, demand, history)
         if steered is not None and (decision is None or steered_rank < decision.rank):
             # Steering wins only where it is better than first fit next to the claims in flight: in a burst,
             # a GPU in use with a claim waiting usually beats breaking a fresh one (both rank alike).

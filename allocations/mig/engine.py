@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .catalog import GpuModel
@@ -271,6 +271,13 @@ class PlacementEngine:
             return 0.0, 0.0, 0.0
         decay = 0.5 ** ((self._seen - found[3]) / HOLD_OUTCOME_HALF_LIFE)
         return found[0] * decay, found[1] * decay, found[2] * decay
+
+    def seed_hold_outcomes(self, outcomes: Mapping[str, tuple[float, float, float]]) -> None:
+        """Per profile, ``(ended, lost, forced)`` of holds that ended before this engine was built, already decayed
+        to now: the portal builds an engine per decision and reads them from its database
+        (allocations/admission/outcomes.py). Replaces what :meth:`hold_ended` recorded for those profiles."""
+        for profile, (ended, lost, forced) in outcomes.items():
+            self._held_outcomes[profile] = (ended, lost, forced, self._seen)
 
     def _hold_context(
         self,

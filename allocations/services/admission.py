@@ -1,4 +1,4 @@
-"""Admission's state changes (issue 14): a request held, a hold kept across the pass's rollback,
+"""Admission's state changes (issue 14): a request held, a hold kept across the pass's rollback, how a hold ended,
 and which pools hold a request that has waited its bound (due.py starts their passes).
 
 Lock order (services/locks.py): the admission pass locks the pool's queued requests, then the pool; the placement
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 Status = Allocation.Status
+HoldOutcome = Allocation.HoldOutcome
 
 
 def hold_allocation(allocation: Allocation, *, pool: NodePool, what: str, hold: Hold) -> Allocation:
@@ -45,6 +46,8 @@ def keep_hold(*, queued: Allocation, tried: Allocation) -> bool:
     now = timezone.now()
     learnt = (tried.held_until, tried.held, tried.status_message)
     if learnt != (queued.held_until, queued.held, queued.status_message):
+        if queued.held and not tried.held:  # retried or forced, it no longer fits: waits for room from now
+            end_hold(queued, outcome=HoldOutcome.LOST, now=now)
         Allocation.objects.filter(pk=queued.pk).update(
             held_until=tried.held_until, held=tried.held, status_message=tried.status_message, updated_at=now
         )
@@ -52,6 +55,17 @@ def keep_hold(*, queued: Allocation, tried: Allocation) -> bool:
             _audit_hold(queued, pool=queued.pool, hold=tried.held_until)
         queued.held_until, queued.held, queued.status_message = learnt
     return is_held(tried)
+
+
+def end_hold(allocation: Allocation, *, outcome: HoldOutcome, now: datetime) -> None:
+    """Record how a held request's hold ended (`hold_outcome`, `hold_ended_at`), in the transaction that ends it:
+    placed on a retry, placed forced at its deadline, or lost (it no longer fits and waits for room: with no room
+    to wait for, the bench's held request is lost). The first end only: a lost request placed later stays lost.
+    The pool's hold policy prices its next holds of the profile by these (allocations/admission/outcomes.py)."""
+    if allocation.held_until is None or allocation.hold_outcome:
+        return
+    Allocation.objects.filter(pk=allocation.pk, hold_outcome="").update(hold_outcome=outcome, hold_ended_at=now)
+    allocation.hold_outcome, allocation.hold_ended_at = outcome, now
 
 
 def _audit_hold(allocation: Allocation, *, pool: NodePool, hold: datetime) -> None:

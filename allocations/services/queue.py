@@ -21,7 +21,7 @@ from allocations.admission.hold import is_due, is_held
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
-from allocations.services.admission import keep_hold
+from allocations.services.admission import end_hold, keep_hold
 from allocations.services.cohort_handover import hand_over_notices
 from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again
@@ -31,6 +31,7 @@ from allocations.services.provisioning import start_allocation
 from tenants.services import record_audit_event
 
 Status = Allocation.Status
+HoldOutcome = Allocation.HoldOutcome
 
 PROVISION_TASK = "allocations.tasks.provision_allocation_task"
 
@@ -92,6 +93,7 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
     now = timezone.now()
     waited = (now - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
     forced = {"forced_after_hold": True} if is_due(allocation, now=now) else {}  # held its bound (issue 14)
+    end_hold(placed, outcome=HoldOutcome.FORCED if forced else HoldOutcome.PLACED, now=now)  # if it was held
     record_audit_event(
         actor=None,
         verb="admit",

@@ -113,6 +113,8 @@ def test_a_release_that_makes_a_good_place_admits_the_held_request_in_the_pass(w
     held.refresh_from_db()
     assert held.status == Status.ACTIVE and nodes_of(held) == {"hold-node-0"}
     assert verbs(held).count("admit") == 1
+    # and: its hold ended placed on a retry (what the pool's next holds are priced by)
+    assert held.hold_outcome == Allocation.HoldOutcome.PLACED and held.hold_ended_at is not None
 
 
 def test_a_request_that_first_waited_for_room_is_held_from_the_pass_that_finds_only_a_stranding_place(world: World):
@@ -158,6 +160,7 @@ def test_past_its_bound_the_minute_step_places_it_forced_and_a_second_run_does_n
     held.refresh_from_db()
     assert held.status == Status.ACTIVE and nodes_of(held) == {"hold-node-0"}
     assert verbs(held).count("admit") == 1
+    assert held.hold_outcome == Allocation.HoldOutcome.FORCED
     # and: a second run finds nothing due
     assert admit_due_holds() == {}
 

@@ -1,0 +1,154 @@
+"""What pricing holds by their outcomes costs a decision in the portal (issue 14): the time of
+`admission/outcomes.recent_hold_outcomes` (one query) and of an unforced plan against a forced one (the forced plan
+reads no outcomes), in a pool with many requests and ended holds.
+
+    python bench/hold_outcomes_read.py                 # python: a venv with `pip install -e ".[dev]"`
+    python bench/hold_outcomes_read.py --no-write      # docs left alone
+
+1. A database as bench/api.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on the
+   DATABASE_URL server, removed on exit; migrated.
+2. Data: one H100 pool with admission on (one node, one GPU: placement itself stays small) and --requests
+   released requests (bulk-inserted, one per second of history), every --every-th of them held and ended
+   (lost or placed, alternately), plus a second pool of as many requests (the index must keep them apart).
+3. Mean over --runs after two warm-up runs; then the "hold-outcomes" section of docs/benchmarks.md rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.api import _on_signal, fresh_database_on, log, run_cleanups, start_private_postgres  # noqa: E402
+
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="requests in the pool's history")
+    parser.add_argument("--every", type=int, default=10, help="one request in this many was held and ended")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--explain", action="store_true", help="print the read's EXPLAIN ANALYZE")
+    return parser.parse_args(argv)
+
+
+def mean_ms(fn: Callable[[], object], runs: int) -> float:
+    for _ in range(2):
+        fn()
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return (time.perf_counter() - start) / runs * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    atexit.register(run_cleanups)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    from bench.report import command_line, write_section
+
+    given = os.environ.get("DATABASE_URL")
+    command = command_line(["bench/hold_outcomes_read.py", *(argv if argv is not None else sys.argv[1:])])
+    database_url = fresh_database_on(given) if given else start_private_postgres()
+    os.environ.update(
+        {
+            "DATABASE_URL": database_url,
+            "DEBUG": "False",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "CELERY_BROKER_URL": "memory://",
+            "FATIA_DATA_DIR": tempfile.mkdtemp(prefix="fatia-bench-data-"),
+            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from allocations import services
+    from allocations.admission.outcomes import recent_hold_outcomes
+    from allocations.models import Allocation, NodePool
+    from allocations.placement import plan_slices
+    from tenants.models import Tenant
+
+    call_command("migrate", verbosity=0)
+    root = User.objects.create_superuser("bench-root", "root@example.com", secrets.token_urlsafe(16))
+    tenant = Tenant.objects.create(name="Bench", slug="bench")
+    pools = []
+    for slug in ("held", "other"):
+        pool = services.create_node_pool(name=f"Bench {slug}", slug=slug, gpu_model=GPU_MODEL, actor=root)
+        services.register_node(pool_id=pool.pk, name=f"{slug}-node-0", gpu_count=1, actor=root)
+        pools.append(pool)
+    pool = services.update_node_pool(pool_id=pools[0].pk, admission=NodePool.Admission.HOLD, actor=root)
+    now = timezone.now()
+    log(f"inserting {2 * args.requests} requests")
+    for target, holds in ((pool, True), (pools[1], False)):
+        rows = []
+        for k in range(args.requests):
+            at = now - timedelta(seconds=args.requests - k)
+            ended = holds and k % args.every == 0
+            outcome = ("lost" if k % (2 * args.every) == 0 else "placed") if ended else ""
+            rows.append(
+                Allocation(
+                    tenant=tenant, pool=target, requested_by=root, profile="1g.10gb", count=1, lease_hours=1,
+                    purpose="bench", compute_slices=1, memory_slices=1, status=Allocation.Status.RELEASED,
+                    held_until=at if ended else None, hold_outcome=outcome,
+                    hold_ended_at=at + timedelta(seconds=args.every / 2) if ended else None,
+                )
+            )  # fmt: skip
+        made = Allocation.objects.bulk_create(rows, batch_size=5000)
+        with connection.cursor() as cursor:  # auto_now_add stamped them all now: spread them over the history
+            cursor.execute(
+                "UPDATE allocations_allocation SET created_at = %s - make_interval(secs => %s - (id - %s)) "
+                "WHERE pool_id = %s",
+                [now, args.requests, made[0].pk, target.pk],
+            )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE allocations_allocation")
+    read = mean_ms(lambda: recent_hold_outcomes(pool), args.runs)
+    if args.explain:
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as queries:
+            recent_hold_outcomes(pool)
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN ANALYZE " + queries.captured_queries[-1]["sql"])
+            print("\n".join(row[0] for row in cursor.fetchall()))
+    holds = len([1 for k in range(args.requests) if k % args.every == 0])
+    forced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1), args.runs)
+    unforced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1, force=False), args.runs)
+    body = (
+        f"Command: `{command}`\n\n"
+        f"A pool with admission on, {args.requests:,} requests of which {holds:,} held and ended (the read sees those\n"
+        f"within the last 4,000 requests), next to a pool of as many; mean of {args.runs} runs.\n\n"
+        "| What | ms |\n|---|---:|\n"
+        f"| `recent_hold_outcomes` (one query) | {read:.1f} |\n"
+        f"| `plan_slices`, forced (reads no outcomes) | {forced:.1f} |\n"
+        f"| `plan_slices`, unforced (reads them) | {unforced:.1f} |\n"
+    )
+    print(body)
+    if not args.no_write:
+        write_section("hold-outcomes", body, title="Hold outcomes read per decision (issue 14)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,6 @@
 """The platform admin's admission page, /manage/pools/<id>/admission/ (issue 14): whether the pool holds requests
-that would strand room, the longest hold, and the requests it holds now. Bad input is answered 400 with the
+that would strand room, the longest hold, the requests it holds now, and how its recent holds ended (what the hold
+policy prices the next hold of a profile by, admission/outcomes.py). Bad input is answered 400 with the
 errors next to the fields; static and shared pools show why the setting does not apply."""
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from allocations.admission.outcomes import Outcomes, recent_hold_outcomes
 from allocations.admission.setting import MAX_HOLD_MINUTES_LIMIT
+from allocations.mig.policies import HoldingFragmentationAware
 from allocations.models import Allocation, NodePool
 from allocations.services.pools import update_node_pool
 from tenants.errors import InvalidInput, NotAllowed
@@ -69,6 +72,24 @@ def pool_admission(request: HttpRequest, pool_id: int) -> HttpResponse:
     return render(
         request,
         "allocations/manage_admission.html",
-        {"pool": pool, "form": form, "held": held},
+        {"pool": pool, "form": form, "held": held, "outcomes": outcome_rows(recent_hold_outcomes(pool))},
         status=400 if request.method == "POST" else 200,
     )
+
+
+def outcome_rows(outcomes: Outcomes) -> list[dict[str, object]]:
+    """Per profile, how the pool's recent holds ended, as the hold policy weighs them (recent ones weigh more), and
+    the share of them it counts as lost when it prices the next hold (`HoldingFragmentationAware.priced`: lost over
+    ended plus its placed pseudo-outcome)."""
+    prior = HoldingFragmentationAware.OUTCOME_PRIOR
+    return [
+        {
+            "profile": profile,
+            "ended": ended,
+            "retried": max(0.0, ended - lost - forced),
+            "forced": forced,
+            "lost": lost,
+            "lost_share": lost / (ended + prior),
+        }
+        for profile, (ended, lost, forced) in sorted(outcomes.items())
+    ]

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -157,3 +158,27 @@ def test_the_pools_churn_counts_allocations_that_ran_and_ended_since_its_last_re
     # and: a forced plan, or a pool that does not hold, reads nothing and tells the engine nothing
     assert hold_history(pool, force=True).churn == 0.0
     assert recent_churn(holding_pool(world, slug="fresh", hold=False)) == 0.0
+
+
+def test_the_admission_page_shows_how_the_pools_recent_holds_ended(world: World):
+    # given: a pool whose three recent 1g.10gb holds ended lost, lost and forced
+    pool = holding_pool(world)
+    client = Client()
+    client.force_login(world.root)
+    url = f"/manage/pools/{pool.pk}/admission/"
+    assert 'id="outcomes-none"' in client.get(url).content.decode()
+    ended_holds(world, pool, "1g.10gb", [Outcome.LOST, Outcome.LOST, Outcome.FORCED])
+    # when
+    page = client.get(url).content.decode()
+    # then: one row, as the price weighs them (2 lost of 3 ended plus the placed pseudo-outcome: 50 %)
+    row = page[page.index('id="hold-outcomes"') :]
+    cells = [
+        '<td data-label="Profile">1g.10gb</td>',
+        '<td data-label="Ended">3.0</td>',
+        '<td data-label="Placed after a release">0.0</td>',
+        '<td data-label="Placed at the deadline">1.0</td>',
+        '<td data-label="Lost">2.0</td>',
+        '<td data-label="Counted as lost">50 %</td>',
+    ]
+    for cell in cells:
+        assert cell in row

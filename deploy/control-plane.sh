@@ -283,7 +283,16 @@ failed() {
   tail -n 25 "$DIR/logs/$name.log" >&2 || true
   exit 1  # the EXIT trap stops the rest
 }
-alive() { pid_of "$1" >/dev/null || failed "$1"; }
+# Whether a component this run spawned still runs. Not pid_of: /proc/PID/cmdline can read empty while the child
+# execs, and on a loaded machine that called a component still starting dead ("etcd failed to start" with an empty
+# log, then started at the second try: twice in two CI runs). The pid is this script's own child, so it cannot be
+# reused before this shell reaps it; a child that ended is gone or a zombie (state Z).
+alive() {
+  local pid state
+  pid=$(cat "$DIR/$1.pid" 2>/dev/null) || failed "$1"
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+  [ -n "$state" ] && [ "$state" != Z ] || failed "$1"
+}
 # Whatever makes start fail from here on (a signal, a failing command) stops what it started.
 STARTED=0
 trap 'exit 1' INT TERM

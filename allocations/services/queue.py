@@ -43,22 +43,33 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     commit) for every queued request of the pool that fits now, in admission order; the admitted, in that order.
 
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
-    passes run one after the other and the second finds the first's admissions no longer QUEUED.
+    passes run one after the other and the second finds the first's admissions no longer QUEUED. It tries only the
+    requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
+    withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
     """
-    ids = list(Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).values_list("pk", flat=True))
-    if not ids:
-        return []
-    list(
+    locked = set(
         Allocation.objects.select_for_update(no_key=True, of=("self",))
-        .filter(pk__in=ids)
+        .filter(pool_id=pool_id, status=Status.QUEUED)  # the status read under the lock (re-checked after a wait)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+    if not locked:
+        return []
     pool = lock_pool(pool_id=pool_id)
+    # Queued since: after the pool, out of the documented order, so SKIP LOCKED (never waits: cannot deadlock). One that
+    # another transaction holds is not tried: unlocked, a withdrawal could commit before its try, which would then
+    # update the withdrawn row back to APPROVED and admit it (a try's update is by pk alone).
+    locked |= set(
+        Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
+        .filter(pool_id=pool_id, status=Status.QUEUED)
+        .exclude(pk__in=locked)
+        .values_list("pk", flat=True)
+    )
+    queued = [a for a in queued_in_order(pool) if a.pk in locked]  # read under the locks: only what is still QUEUED
     admitted = []
     # The pool's hold outcomes, churn and held requests: read once for the pass's tries, kept current by it (issue 14).
     with read_once_per_pass(pool) as history:
-        for allocation in lenders_first(queued_in_order(pool)):  # read under the locks: only what is still QUEUED
+        for allocation in lenders_first(queued):
             if wait_for_reclaim(allocation):
                 continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
             placed = _try_admit(allocation, pool, history)

@@ -145,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     forced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1), args.runs)
     unforced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1, force=False), args.runs)
     per_pass, per_try, queries = admission_pass(pool, root, tenant, args)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     body = (
-        f"Command: `{command}`\n\n"
+        f"Command: `{command}`\n\nLoad average when it ended (1 / 5 / 15 min): {load}; other jobs share the cores, so\n"
+        "compare the rows of one run, not runs.\n\n"
         f"A pool with admission on, {args.requests:,} requests of which {holds:,} held and ended (the read sees those\n"
         f"within the last 4,000 requests), next to a pool of as many; mean of {args.runs} runs.\n\n"
         "| What | ms |\n|---|---:|\n"

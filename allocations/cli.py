@@ -382,6 +382,7 @@ def describe_allocation(a: JsonObject, *, full: bool) -> str:
         ("active since", when(a.get("activated_at"))),
         ("lease expires", when(a.get("lease_expires_at"))),
         *_borrowed_pairs(a),
+        *_hold_pairs(a),
         ("ended", when(a.get("ended_at"))),
     ]
     lines.append(fields(pairs))
@@ -659,6 +660,27 @@ def _borrowed_pairs(a: JsonObject) -> list[tuple[str, object]]:
     if a.get("reclaim_at"):
         pairs.append(("reclaim at", when(a["reclaim_at"])))
     return pairs
+
+
+# How a request's hold ended (issue 14), as its page says it (allocations/admission/outcome_text.py).
+_HOLD_ENDS = {"placed": "placed after a release", "forced": "placed at the deadline", "lost": "then it no longer fit"}
+
+
+def _hold_pairs(a: JsonObject) -> list[tuple[str, object]]:
+    """One "hold" line once its hold ended: how long (from its first `hold` event in the timeline), how, when."""
+    outcome, ended = a.get("hold_outcome"), a.get("hold_ended_at")
+    if not outcome or not ended:
+        return []
+    began = next((e["created_at"] for e in a.get("timeline") or [] if e.get("verb") == "hold"), None)
+    held = "held"
+    if began:
+        seconds = (datetime.fromisoformat(str(ended)) - datetime.fromisoformat(str(began))).total_seconds()
+        hours, minutes = divmod(max(int(seconds // 60), 0), 60)
+        held += f" {hours} h {minutes} min" if hours else f" {minutes} min" if minutes else " under a minute"
+    how = _HOLD_ENDS.get(str(outcome), str(outcome))
+    if outcome == "lost":
+        how += ": waiting for room" if a.get("status") == "queued" else ", waited for room"
+    return [("hold", f"{held}, {how} ({when(ended)})")]
 
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:

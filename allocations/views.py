@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations import selectors, services
+from allocations.admission.outcome_text import hold_began, hold_ended_text
 from allocations.cluster.report import fleet_report
 from allocations.forms import (
     DecisionForm,
@@ -166,17 +167,19 @@ def request_new(request: HttpRequest) -> HttpResponse:
 def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
     user = signed_in_user(request)
     allocation = _allocation_or_404(user, allocation_id)
+    timeline = selectors.allocation_timeline(allocation)
     return render(
         request,
         "allocations/request_detail.html",
         {
             "allocation": allocation,
+            "hold_ended": hold_ended_text(allocation, began=hold_began(timeline)),  # issue 14
             "namespace": allocation.namespace,
             "gpu_equivalents": selectors.gpu_equivalents_of(allocation),
             "placements": selectors.placements_of(allocation),
             "share": share_summary(allocation),
             "over_share": over_share_of(allocation),
-            "timeline": selectors.allocation_timeline(allocation),
+            "timeline": timeline,
             "actions": selectors.allocation_actions(user, allocation),
             "used": selectors.allocation_used(allocation),
             "extend_form": ExtendForm(),

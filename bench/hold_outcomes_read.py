@@ -11,6 +11,10 @@ reads no outcomes), in a pool with many requests and ended holds.
    released requests (bulk-inserted, one per second of history), every --every-th of them held and ended
    (lost or placed, alternately), plus a second pool of as many requests (the index must keep them apart).
 3. Mean over --runs after two warm-up runs; then the "hold-outcomes" section of docs/benchmarks.md rewritten.
+4. An admission pass (session 12): the pool's GPU taken whole, --queued 1g.10gb requests waiting for room (each try
+   plans unforced, so it may hold); the pass's time and queries, as it runs (the pool's hold history read once per
+   pass, services/queue.py) and as it ran before (read per try: the bench alone swaps the pass's read-once block
+   for one that registers nothing, so every plan reads the database as session 11's code did).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=20_000, help="requests in the pool's history")
     parser.add_argument("--every", type=int, default=10, help="one request in this many was held and ended")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--queued", type=int, default=20, help="requests waiting in the admission pass's queue")
+    parser.add_argument("--pass-runs", type=int, default=5, help="admission passes timed, each way")
+    parser.add_argument("--profile", action="store_true", help="print where one admission pass spends its time")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
     parser.add_argument("--explain", action="store_true", help="print the read's EXPLAIN ANALYZE")
     return parser.parse_args(argv)
@@ -135,19 +144,80 @@ def main(argv: list[str] | None = None) -> int:
     holds = len([1 for k in range(args.requests) if k % args.every == 0])
     forced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1), args.runs)
     unforced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1, force=False), args.runs)
+    per_pass, per_try, queries = admission_pass(pool, root, tenant, args)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     body = (
-        f"Command: `{command}`\n\n"
+        f"Command: `{command}`\n\nLoad average when it ended (1 / 5 / 15 min): {load}; other jobs share the cores, so\n"
+        "compare the rows of one run, not runs.\n\n"
         f"A pool with admission on, {args.requests:,} requests of which {holds:,} held and ended (the read sees those\n"
         f"within the last 4,000 requests), next to a pool of as many; mean of {args.runs} runs.\n\n"
         "| What | ms |\n|---|---:|\n"
         f"| `recent_hold_outcomes` (one query) | {read:.1f} |\n"
         f"| `plan_slices`, forced (reads no outcomes) | {forced:.1f} |\n"
         f"| `plan_slices`, unforced (reads them) | {unforced:.1f} |\n"
+        f"\nAn admission pass over {args.queued} queued 1g.10gb waiting for room in that pool (its GPU taken whole), "
+        f"mean of {args.pass_runs}\npasses: the pool's hold history read once per pass (session 12) against once per "
+        "try (session 11).\n\n"
+        "| Pass | ms | queries | history reads |\n|---|---:|---:|---:|\n"
+        f"| read once per pass | {per_pass:.1f} | {queries['once'][0]} | {queries['once'][1]} |\n"
+        f"| read per try (before) | {per_try:.1f} | {queries['per try'][0]} | {queries['per try'][1]} |\n"
     )
     print(body)
     if not args.no_write:
         write_section("hold-outcomes", body, title="Hold outcomes read per decision (issue 14)")
     return 0
+
+
+def admission_pass(pool: Any, root: Any, tenant: Any, args: argparse.Namespace) -> tuple[float, float, dict]:
+    """Mean ms of an admission pass over --queued requests waiting for room, read once per pass and per try; per way,
+    (queries, history reads) of one pass. A pass that admits nothing changes nothing: it can be timed again."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from allocations import services
+    from allocations.admission.outcomes import PassHistory
+    from allocations.models import Allocation
+    from allocations.services import queue
+    from allocations.services.provisioning import provision_allocation
+    from tenants.models import Tenant
+
+    services.set_tenant_quota(
+        tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=1000, memory_slices_limit=1000, actor=root
+    )
+    Tenant.objects.filter(pk=tenant.pk).update(auto_approve_max_compute_slices=7)
+
+    def ask(profile: str) -> Allocation:
+        made, _ = services.request_allocation(
+            tenant_id=tenant.pk, pool_id=pool.pk, profile=profile, count=1, lease_hours=8, purpose="bench", actor=root
+        )
+        return provision_allocation(allocation_id=made.pk)
+
+    if ask("7g.80gb").status != Allocation.Status.ACTIVE:
+        raise SystemExit("the whole GPU was not placed")
+    if {ask("1g.10gb").status for _ in range(args.queued)} != {Allocation.Status.QUEUED}:
+        raise SystemExit("the 1g.10gb requests did not all wait for room")
+    read_once = queue.read_once_per_pass
+    out: dict[str, tuple[int, int]] = {}
+    times = {}
+    for way, block in (("once", read_once), ("per try", lambda p: nullcontext(PassHistory(p.pk)))):
+        queue.read_once_per_pass = block  # type: ignore[assignment]
+        try:
+            times[way] = mean_ms(lambda: queue.admit_queued(pool_id=pool.pk), args.pass_runs)
+            with CaptureQueriesContext(connection) as queries:
+                if queue.admit_queued(pool_id=pool.pk):
+                    raise SystemExit("a pass admitted a request: the bench's passes must change nothing")
+        finally:
+            queue.read_once_per_pass = read_once
+        reads = len([q for q in queries.captured_queries if "hold_ended_at IS NOT NULL" in q["sql"]])
+        out[way] = (len(queries.captured_queries), reads)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(queue.admit_queued, pool_id=pool.pk)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    return times["once"], times["per try"], out
 
 
 if __name__ == "__main__":

@@ -12,10 +12,21 @@ engine would take for 0: `ours-hold` keeps its fill-only terms (a budget of held
 for a pool that sees no release, the regime they were chosen in (bench/placement_hold_rules.py), and where
 allocations end it holds by the rule the online replays measured (bench/placement_departures.py), as a replay's
 engine does after its first release.
+
+And it tells the engine the compute of the pool's requests held now (`PlacementEngine.held`, which `ours-hold`'s
+fill budget bounds): a fresh engine has held nothing, so without it the budget never bound in the portal. The
+request planned is never among them: a fresh one is not queued, and the admission pass clears a queued one's `held`
+for its try (services/queue.py), so a retried held request does not count against itself.
+
+An admission pass tries each queued request with the placement step, and each try may plan: it reads all this once
+per pass (`read_once_per_pass`) and keeps it current through the pass (`PassHistory`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from django.db import connection
@@ -45,6 +56,8 @@ class HoldHistory:
     outcomes: Outcomes = field(default_factory=dict)
     #: Allocations that ended per request, over the pool's last CHURN_WINDOW requests.
     churn: float = 0.0
+    #: Compute slices of the pool's requests held now (queued, `held`); the request planned is not among them.
+    held: float = 0.0
 
 
 NO_HISTORY = HoldHistory()
@@ -107,6 +120,7 @@ def choose_priced(
     engine = PlacementEngine(fleet, policy, demand)
     engine.seed_hold_outcomes(history.outcomes)
     engine.churn = history.churn
+    engine.held = history.held  # what the pool holds now: a fill's hold budget binds (ours-hold)
     return engine.choose(request)
 
 
@@ -115,27 +129,108 @@ def hold_history(pool: NodePool, *, force: bool) -> HoldHistory:
     holds nothing), so plans outside admission cost no query."""
     if not pool.holds_requests or force:
         return NO_HISTORY
-    return HoldHistory(recent_hold_outcomes(pool), recent_churn(pool))
+    current = _PASS.get()
+    if current is not None and current.pool_id == pool.pk:
+        return current.read(pool).history()  # read once in this admission pass, kept current by it
+    churn, held = recent_churn_and_held(pool)
+    return HoldHistory(recent_hold_outcomes(pool), churn, float(sum(held.values())))
 
 
-# Allocations of the pool that held slices and ended since the oldest of its last `window` requests, and how many
-# requests that window holds. An allocation that never ran (withdrawn, refused) freed nothing: not a release.
+# Allocations of the pool that held slices and ended since the oldest of its last `window` requests, how many requests
+# that window holds, and the pool's requests held now with their compute ([[id, compute slices], ...], NULL for none).
+# An allocation that never ran (withdrawn, refused) freed nothing: not a release.
 _CHURN_SQL = """
 WITH recent AS (
     SELECT created_at FROM {table} WHERE pool_id = %(pool)s ORDER BY created_at DESC LIMIT %(window)s
 )
-SELECT (SELECT count(*) FROM recent), count(*) FROM {table}
+SELECT (SELECT count(*) FROM recent), count(*), (
+    SELECT array_agg(ARRAY[id, compute_slices::bigint] ORDER BY id) FROM {table}
+    WHERE pool_id = %(pool)s AND status = %(queued)s AND held
+) FROM {table}
 WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
     AND ended_at >= (SELECT coalesce(min(created_at), '-infinity') FROM recent)
 """
 
 
-def recent_churn(pool: NodePool) -> float:
-    """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests (one query)."""
+def recent_churn_and_held(pool: NodePool) -> tuple[float, dict[int, int]]:
+    """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests, and its requests held now
+    (id -> compute slices): one query."""
     with connection.cursor() as cursor:
         cursor.execute(
             _CHURN_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
-            {"pool": pool.pk, "window": CHURN_WINDOW},
+            {"pool": pool.pk, "window": CHURN_WINDOW, "queued": Allocation.Status.QUEUED},
         )
-        requests, ended = cursor.fetchone()
-    return ended / requests if requests else 0.0
+        requests, ended, held = cursor.fetchone()
+    return (ended / requests if requests else 0.0), {pk: compute for pk, compute in held or []}
+
+
+def recent_churn(pool: NodePool) -> float:
+    """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests (one query)."""
+    return recent_churn_and_held(pool)[0]
+
+
+@dataclass(slots=True)
+class PassHistory:
+    """A pool's hold history for one admission pass (services/queue.py `admit_queued`): read at its first plan that may
+    hold, then kept current by the pass instead of read again for each try (N queued requests: one read, not N).
+
+    Kept current rather than read again: the pass holds the pool's lock and its queued requests' locks, so no other
+    transaction places or holds a request of the pool meanwhile, and what the pass itself changes it tells this: a
+    hold that ends (services/admission.end_hold; it weighs 1, no request since: what a new read would give) and, after
+    each try, whether its request is held. What others may commit meanwhile (a release, which does not lock the pool;
+    a new request) would move the churn or decay the outcomes by a few 500ths of a half-life, and queues another
+    pass (services/queue_entry.request_admission), which reads afresh."""
+
+    pool_id: int
+    outcomes: dict[str, tuple[float, float, float]] | None = None
+    churn: float = 0.0
+    #: The pool's requests held now: id -> compute slices (a request being tried is not: its try clears `held`).
+    held: dict[int, int] = field(default_factory=dict)
+
+    def read(self, pool: NodePool) -> PassHistory:
+        if self.outcomes is None:
+            self.churn, self.held = recent_churn_and_held(pool)
+            self.outcomes = recent_hold_outcomes(pool)
+        return self
+
+    def history(self) -> HoldHistory:
+        return HoldHistory(dict(self.outcomes or {}), self.churn, float(sum(self.held.values())))
+
+    def hold_ended(self, *, profile: str, outcome: str) -> None:
+        if self.outcomes is None:
+            return  # not read yet: the read will see it
+        ended, lost, forced = self.outcomes.get(profile, (0.0, 0.0, 0.0))
+        self.outcomes[profile] = (
+            ended + 1.0,
+            lost + (outcome == HoldOutcome.LOST),
+            forced + (outcome == HoldOutcome.FORCED),
+        )
+
+    def set_held(self, allocation: Allocation, *, held: bool) -> None:
+        """The request is held now or not (before its try: not; after: as the try left it)."""
+        if held:
+            self.held[allocation.pk] = allocation.compute_slices
+        else:
+            self.held.pop(allocation.pk, None)
+
+
+# The admission pass in progress in this thread, if any (read_once_per_pass).
+_PASS: ContextVar[PassHistory | None] = ContextVar("fatia_admission_pass", default=None)
+
+
+@contextmanager
+def read_once_per_pass(pool: NodePool) -> Iterator[PassHistory]:
+    """Within this block, plans in `pool` that may hold read its history once (`PassHistory`), not once per plan."""
+    memo = PassHistory(pool.pk)
+    token = _PASS.set(memo)
+    try:
+        yield memo
+    finally:
+        _PASS.reset(token)
+
+
+def note_hold_ended(allocation: Allocation, *, outcome: str) -> None:
+    """A hold ended (services/admission.end_hold): the pass in progress in its pool, if any, counts it."""
+    current = _PASS.get()
+    if current is not None and current.pool_id == allocation.pool_id:
+        current.hold_ended(profile=allocation.profile, outcome=outcome)

@@ -449,6 +449,16 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
     is_borrowed = serializers.SerializerMethodField(
         help_text="Holds slices borrowed from its cohort (issue 15): the borrowed_* part above its tenant's guarantee."
     )
+    hold_outcome = serializers.ChoiceField(
+        choices=Allocation.HoldOutcome.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="How its hold ended (issue 14): placed after a release, placed at its deadline, or lost (it no "
+        "longer fit and waited for room); blank while held or never held.",
+    )
+    hold_ended_at = serializers.DateTimeField(
+        allow_null=True, read_only=True, help_text="When its hold ended; null while held or never held."
+    )
 
     class Meta:
         model = Allocation
@@ -478,6 +488,8 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
             "reclaim_at",
             "status",
             "held",
+            "hold_outcome",
+            "hold_ended_at",
             "status_message",
             "auto_approved",
             "decided_at",
@@ -539,6 +551,8 @@ ROW_FIELDS = (
     "reclaim_at",
     "status",
     "held",
+    "hold_outcome",
+    "hold_ended_at",
     "status_message",
     "auto_approved",
     "decided_at",
@@ -603,6 +617,8 @@ def allocation_row(v: dict[str, Any]) -> dict[str, Any]:
         "reclaim_at": _iso(v["reclaim_at"]),
         "status": v["status"],
         "held": v["held"],
+        "hold_outcome": v["hold_outcome"],
+        "hold_ended_at": _iso(v["hold_ended_at"]),
         "status_message": v["status_message"],
         "auto_approved": v["auto_approved"],
         "decided_at": _iso(v["decided_at"]),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from allocations.admission.hold import Hold, is_held
+from allocations.admission.outcomes import note_hold_ended
 from allocations.models import Allocation, NodePool
 from allocations.services.queue_entry import enqueue_allocation
 from tenants.services import record_audit_event
@@ -66,6 +67,7 @@ def end_hold(allocation: Allocation, *, outcome: HoldOutcome, now: datetime) -> 
         return
     Allocation.objects.filter(pk=allocation.pk, hold_outcome="").update(hold_outcome=outcome, hold_ended_at=now)
     allocation.hold_outcome, allocation.hold_ended_at = outcome, now
+    note_hold_ended(allocation, outcome=outcome)  # the admission pass in progress reads its outcomes once
 
 
 def _audit_hold(allocation: Allocation, *, pool: NodePool, hold: datetime) -> None:

@@ -6,6 +6,8 @@ services/moves.py), then the quota's cohort (issue 15, lock_cohort).
 Cohort reclaim (issue 15, services/cohort_notices.py) marks other tenants' borrowed allocations while holding a
 lender's allocation and its pool: it takes them with SKIP LOCKED (never waits, so it cannot deadlock against the
 order above) and passes over any that another transaction holds.
+The admission pass (services/queue.py) locks the pool's queued requests, then the pool; requests queued since its
+first lock it takes the same way, with SKIP LOCKED, and tries none it does not hold.
 
 Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
 `select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.admission.hold import is_due, is_held
+from allocations.admission.outcomes import PassHistory, read_once_per_pass
 from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
@@ -42,37 +43,53 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     commit) for every queued request of the pool that fits now, in admission order; the admitted, in that order.
 
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
-    passes run one after the other and the second finds the first's admissions no longer QUEUED.
+    passes run one after the other and the second finds the first's admissions no longer QUEUED. It tries only the
+    requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
+    withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
     """
-    ids = list(Allocation.objects.filter(pool_id=pool_id, status=Status.QUEUED).values_list("pk", flat=True))
-    if not ids:
-        return []
-    list(
+    locked = set(
         Allocation.objects.select_for_update(no_key=True, of=("self",))
-        .filter(pk__in=ids)
+        .filter(pool_id=pool_id, status=Status.QUEUED)  # the status read under the lock (re-checked after a wait)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+    if not locked:
+        return []
     pool = lock_pool(pool_id=pool_id)
+    # Queued since: after the pool, out of the documented order, so SKIP LOCKED (never waits: cannot deadlock). One that
+    # another transaction holds is not tried: unlocked, a withdrawal could commit before its try, which would then
+    # update the withdrawn row back to APPROVED and admit it (a try's update is by pk alone).
+    locked |= set(
+        Allocation.objects.select_for_update(no_key=True, of=("self",), skip_locked=True)
+        .filter(pool_id=pool_id, status=Status.QUEUED)
+        .exclude(pk__in=locked)
+        .values_list("pk", flat=True)
+    )
+    queued = [a for a in queued_in_order(pool) if a.pk in locked]  # read under the locks: only what is still QUEUED
     admitted = []
-    for allocation in lenders_first(queued_in_order(pool)):  # read under the locks: only what is still QUEUED
-        if wait_for_reclaim(allocation):
-            continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
-        placed = _try_admit(allocation, pool)
-        if placed is not None:
-            admitted.append(placed)
-        elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
-            reclaim_room_for(allocation)  # within guarantee in a full pool: borrowed slices of the cohort make room
+    # The pool's hold outcomes, churn and held requests: read once for the pass's tries, kept current by it (issue 14).
+    with read_once_per_pass(pool) as history:
+        for allocation in lenders_first(queued):
+            if wait_for_reclaim(allocation):
+                continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
+            placed = _try_admit(allocation, pool, history)
+            if placed is not None:
+                admitted.append(placed)
+            elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
+                reclaim_room_for(allocation)  # within guarantee in a full pool: borrowed slices of the cohort make room
     return admitted
 
 
-def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
-    """Place one queued request, or leave it exactly as it was (savepoint rolled back)."""
+def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory) -> Allocation | None:
+    """Place one queued request, or leave it exactly as it was (savepoint rolled back). `history` (the pass's hold
+    history) learns whether it is held afterwards; while it is tried it is not, so it does not count against itself."""
     savepoint = transaction.savepoint()
     # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.
     Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED, held=False)
+    history.set_held(allocation, held=False)
     if not borrow_again(allocation):  # its borrowed part, given back while queued, is no longer lent (issue 15)
         transaction.savepoint_rollback(savepoint)
+        history.set_held(allocation, held=is_held(allocation))
         return None
     try:
         placed = start_allocation(allocation_id=allocation.pk)
@@ -82,6 +99,7 @@ def _try_admit(allocation: Allocation, pool: NodePool) -> Allocation | None:
         transaction.savepoint_rollback(savepoint)
         if placed is not None:
             keep_hold(queued=allocation, tried=placed)  # a hold's deadline and reason outlive the rollback (issue 14)
+        history.set_held(allocation, held=is_held(allocation))  # as the rollback (and keep_hold) left it
         return None
     transaction.savepoint_commit(savepoint)
     if placed.status == Status.FAILED:

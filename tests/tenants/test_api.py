@@ -346,3 +346,7 @@ def test_the_schema_describes_the_allocation_actions(world: World):
         assert f"/api/v1/allocations/{{id}}/{action}/" in schema["paths"]
     params = schema["paths"]["/api/v1/allocations/"]["post"]["parameters"]
     assert [p["name"] for p in params] == ["Idempotency-Key"]
+    # and: how a request's hold ended (issue 14), read-only
+    fields = schema["components"]["schemas"]["Allocation"]["properties"]
+    assert fields["hold_outcome"]["readOnly"] is fields["hold_ended_at"]["readOnly"] is True
+    assert "How its hold ended" in fields["hold_outcome"]["description"]

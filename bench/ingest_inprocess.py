@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import agent as agentbench  # noqa: E402
-from bench import api as apibench  # noqa: E402
-from bench import ingest_side  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 
@@ -93,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     try:
-        database = apibench.start_private_postgres()
-        url, _ = ingest_side.start_redis()
+        database = harness.start_private_postgres()
+        url = harness.start_private_redis().url
         os.environ.update(
             {
                 "DATABASE_URL": database,
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 apply_reports(reports)
                 figures.setdefault(f"drain-{size}", []).append(1000 * (time.process_time() - started) / size)
     finally:
-        apibench.run_cleanups()
+        harness.run_cleanups()
     lines = [
         f"telemetry view, applied in the request: {_spread(figures['inline'])}",
         f"telemetry view, queued (202): {_spread(figures['queued'])}",

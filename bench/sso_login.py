@@ -39,16 +39,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import api  # noqa: E402
-from bench.harness import (  # noqa: E402
-    free_port,
-    install_cleanups,
-    log,
-    open_database,
-    portal_settings,
-    stop_at_exit,
-    temporary_dir,
-)
+from bench import api, harness  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 CLIENT_ID = "fatia-bench"
@@ -56,13 +47,13 @@ GROUP = "bench-managers"
 
 
 def start_provider() -> str:
-    port = free_port()
+    port = harness.free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "oidc_provider_mock", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    stop_at_exit(proc)
+    harness.stop_at_exit(proc)
     issuer = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -89,14 +80,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    install_cleanups()
+    harness.install_cleanups()
     command = command_line(["bench/sso_login.py", *(argv if argv is not None else sys.argv[1:])])
-    database_url = open_database()
+    database_url = harness.open_database()
     issuer = start_provider()
-    data_dir = temporary_dir("fatia-bench-sso-")
+    data_dir = harness.temporary_dir("fatia-bench-sso-")
     env = {
         **os.environ,
-        **portal_settings(database_url=database_url, data_dir=data_dir),
+        **harness.portal_settings(database_url=database_url, data_dir=data_dir),
         "PYTHONPATH": str(ROOT),
         "SESSION_COOKIE_SECURE": "False",
         "CSRF_COOKIE_SECURE": "False",
@@ -121,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     connections.close_all()
     server = api.start_server("gunicorn", args.workers, env, data_dir / "server.log")
     base = f"http://127.0.0.1:{server.port}"
-    log(f"{server.command} on {base}; provider {issuer}")
+    harness.log(f"{server.command} on {base}; provider {issuer}")
 
     from playwright.sync_api import expect, sync_playwright
 
@@ -207,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if not args.no_write:
         write_section("sso-login", body, title="Single sign-on round trip")
-        log("docs/benchmarks.md updated (section sso-login)")
+        harness.log("docs/benchmarks.md updated (section sso-login)")
     return 0
 
 

@@ -9,7 +9,7 @@
    sample) as a share of one core; RSS is its resident set at the end and its peak (VmHWM). The fake NVML is
    Python, so the NVML side costs more here than libnvidia-ml would; the fake also imports the portal's MIG
    catalog (the real agent does not), which adds to RSS.
-2. Ingest: a private PostgreSQL (as bench/api.py starts one, or a fresh database on DATABASE_URL), N nodes x 8
+2. Ingest: a private PostgreSQL (as bench/harness.py starts one, or a fresh database on DATABASE_URL), N nodes x 8
    GPUs with one agent credential each, the portal under gunicorn (--server: 3 sync workers, portal.wsgi, as the
    image's `web` role runs it, or gthread workers that keep connections alive), and load processes that POST one
    telemetry sample per node every 5 s (a real agent payload of 8 GPUs x 7 MIG devices, about 9 KB), spread evenly

@@ -4,7 +4,7 @@ DaemonSet rollout on a whole fleet asks it to at once.
     python bench/agent_bootstrap.py                       # 200 nodes, 1 and 8 at a time; writes docs/benchmarks.md
     python bench/agent_bootstrap.py --nodes 50 --no-write
 
-1. A private PostgreSQL (as bench/api.py starts one, or a fresh database on DATABASE_URL) and the local Kubernetes
+1. A private PostgreSQL (as bench/harness.py starts one, or a fresh database on DATABASE_URL) and the local Kubernetes
    control plane (deploy/control-plane.sh); the portal's settings as the chart sets them with agent.enabled.
 2. N Ready nodes with GPU feature discovery's labels, each registered in the portal; the agents' ServiceAccount; one
    pod per node bound to it (no kubelet runs them) and a TokenRequest per pod, bound to it, audience fatia-agent

@@ -4,7 +4,7 @@ dense fleet overview /dashboard/fleet/ for a fleet of 1,000 nodes x 8 GPUs, and 
     python bench/dashboard.py                        # python: a venv with `pip install -e ".[dev]"`
     python bench/dashboard.py --nodes 100 --no-write # a quick look, docs left alone
 
-1. A database as bench/api.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on
+1. A database as bench/harness.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on
    the DATABASE_URL server, removed on exit.
 2. Data: a staff user, N tenants (default 8) with a member each, one H100 pool with --nodes nodes x 8 GPUs.
    Nodes, GPUs, allocations and placements are bulk-inserted (the services would take minutes for

@@ -5,7 +5,7 @@
 
 What it does, in order:
 
-1. PostgreSQL as bench/api.py starts it (private, or a fresh database on DATABASE_URL's server) and the local
+1. PostgreSQL as bench/harness.py starts it (private, or a fresh database on DATABASE_URL's server) and the local
    Kubernetes control plane (deploy/control-plane.sh).
 2. The fleet: N Ready nodes labelled as GPU feature discovery does, each with NVIDIA's DynamicMIG slices for
    8 H100 80GB (allocations/cluster/fake_fleet.py: 9 slices, about 450 kB, per node), and one pool whose node

@@ -5,7 +5,7 @@ reads no outcomes), in a pool with many requests and ended holds.
     python bench/hold_outcomes_read.py                 # python: a venv with `pip install -e ".[dev]"`
     python bench/hold_outcomes_read.py --no-write      # docs left alone
 
-1. A database as bench/api.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on the
+1. A database as bench/harness.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on the
    DATABASE_URL server, removed on exit; migrated.
 2. Data: one H100 pool with admission on (one node, one GPU: placement itself stays small) and --requests
    released requests (bulk-inserted, one per second of history), every --every-th of them held and ended

@@ -2,7 +2,7 @@
 
     python bench/ingest_inprocess.py [--nodes 200] [--no-write]
 
-A private PostgreSQL and Redis (as bench/agent.py starts them), N nodes x 8 GPUs with their inventory sent, then:
+A private PostgreSQL and Redis (bench/harness.py), N nodes x 8 GPUs with their inventory sent, then:
 the telemetry view called as gunicorn calls it (``portal.wsgi.application``: queued, the lean dispatcher of
 allocations/nodeagent/api/lean.py; inline, Django's whole stack), queued
 (FATIA_INGEST_QUEUE_URL) and applied in the request; and the drain's apply (``telemetry.apply_reports``) in batches

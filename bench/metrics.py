@@ -3,7 +3,7 @@
     python bench/metrics.py                        # python: a venv with `pip install -e ".[dev]"`
     python bench/metrics.py --nodes 100 --no-write # a quick look, docs left alone
 
-1. A database as bench/api.py makes one (a private PostgreSQL, or a fresh database on DATABASE_URL), and a
+1. A database as bench/harness.py makes one (a private PostgreSQL, or a fresh database on DATABASE_URL), and a
    private Redis as the shared cache (CACHE_URL) when `redis-server` is installed, as in production.
 2. The fleet of bench/dashboard.py (one H100 pool, --nodes x 8 GPUs, ~17,000 active slices of 8 tenants, every
    ~50th node not ready), plus a quota per tenant, an approval time on every request (0 to 10 minutes before it

@@ -5,7 +5,7 @@
 
 What it does, in order:
 
-1. PostgreSQL as bench/api.py starts it (private, or a fresh database on DATABASE_URL's server), a private Redis,
+1. PostgreSQL as bench/harness.py starts it (private, or a fresh database on DATABASE_URL's server), a private Redis,
    and the local Kubernetes control plane (deploy/control-plane.sh: etcd, kube-apiserver, kube-scheduler,
    kube-controller-manager with DRA; no kubelet).
 2. The fleet: N fake nodes with 8 H100 80GB each (allocations/cluster/fake_fleet.py: NVIDIA's DynamicMIG slices), the

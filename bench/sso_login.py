@@ -5,7 +5,7 @@
 
 What it does:
 
-1. A private PostgreSQL (as bench/api.py does, unless DATABASE_URL is set), migrated; one tenant and one group
+1. A private PostgreSQL (bench/harness.py, unless DATABASE_URL is set), migrated; one tenant and one group
    mapping (bench-managers -> manager).
 2. A real OpenID Connect provider (oidc-provider-mock, a dev dependency) on a free loopback port, and the portal
    as in production (README): `gunicorn portal.wsgi`, 3 sync workers, DEBUG=False, SSO pointed at the provider.

@@ -5,10 +5,10 @@
 
 What it does, in order:
 
-1. A database. Without DATABASE_URL it starts a private PostgreSQL like deploy/test.sh does (initdb and
-   pg_ctl as the `postgres` user when run as root, loopback only, a free port, fsync off) and removes it
-   on exit. With DATABASE_URL it creates a fresh database `fatia_bench_<pid>` on that server (the role
-   needs CREATEDB) and drops it on exit, so an existing database is never touched.
+1. A database (bench/harness.py). Without DATABASE_URL it starts a private PostgreSQL like deploy/test.sh
+   does (initdb and pg_ctl as the `postgres` user when run as root, loopback only, a free port, fsync off)
+   and removes it on exit. With DATABASE_URL it creates a fresh database `fatia_bench_<pid>` on that server
+   (the role needs CREATEDB) and drops it on exit, so an existing database is never touched.
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
 3. A real server on 127.0.0.1 and a free port: the API's production server of the README by default

@@ -9,7 +9,7 @@
    sample) as a share of one core; RSS is its resident set at the end and its peak (VmHWM). The fake NVML is
    Python, so the NVML side costs more here than libnvidia-ml would; the fake also imports the portal's MIG
    catalog (the real agent does not), which adds to RSS.
-2. Ingest: a private PostgreSQL (as bench/api.py starts one, or a fresh database on DATABASE_URL), N nodes x 8
+2. Ingest: a private PostgreSQL (as bench/harness.py starts one, or a fresh database on DATABASE_URL), N nodes x 8
    GPUs with one agent credential each, the portal under gunicorn (--server: 3 sync workers, portal.wsgi, as the
    image's `web` role runs it, or gthread workers that keep connections alive), and load processes that POST one
    telemetry sample per node every 5 s (a real agent payload of 8 GPUs x 7 MIG devices, about 9 KB), spread evenly
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import api as apibench  # noqa: E402
-from bench import ingest_side  # noqa: E402
+from bench import harness, ingest_side  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -307,11 +307,7 @@ QUEUE: dict[str, Any] = {}  # queued mode: Redis URL and pid, the drain worker's
 def start_portal(
     nodes: int, queued: bool = False, server_kind: str = "gunicorn", workers: int = 3
 ) -> tuple[Any, list[tuple[str, str]]]:
-    database = (
-        apibench.fresh_database_on(os.environ["DATABASE_URL"])
-        if os.environ.get("DATABASE_URL")
-        else apibench.start_private_postgres()
-    )
+    database = harness.open_database()
     env = {
         **os.environ,
         "DATABASE_URL": database,
@@ -322,7 +318,8 @@ def start_portal(
         "FATIA_DATA_DIR": tempfile.mkdtemp(prefix="fatia-agent-bench-data-"),
     }
     if queued:
-        QUEUE["url"], QUEUE["redis_pid"] = ingest_side.start_redis()
+        redis = harness.start_private_redis()
+        QUEUE["url"], QUEUE["redis_pid"] = redis.url, redis.pid
         env["FATIA_INGEST_QUEUE_URL"] = QUEUE["url"]
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -331,7 +328,7 @@ def start_portal(
     django.setup()
     started = time.perf_counter()
     credentials = seed(nodes)
-    apibench.log(f"seeded {nodes} nodes x 8 GPUs with credentials in {time.perf_counter() - started:.1f} s")
+    harness.log(f"seeded {nodes} nodes x 8 GPUs with credentials in {time.perf_counter() - started:.1f} s")
     from django.db import connections
 
     connections.close_all()
@@ -353,7 +350,7 @@ def _wait_drained(what: str) -> None:
     started = time.perf_counter()
     while ingest_side.backlog(QUEUE["url"]):
         time.sleep(0.5)
-    apibench.log(f"{what}: queue drained {time.perf_counter() - started:.1f} s later")
+    harness.log(f"{what}: queue drained {time.perf_counter() - started:.1f} s later")
 
 
 def bench_ingest(
@@ -380,7 +377,7 @@ def bench_ingest(
     for p in primers:
         p.join()
     if first:
-        apibench.log(
+        harness.log(
             f"{samples} sample(s) per request: every node's first report in {time.perf_counter() - started:.1f} s"
         )
         _wait_drained("first reports")
@@ -414,7 +411,7 @@ def bench_ingest(
             extra = {k: (v - extra0[k]) / max(done, 1) for k, v in _queue_cpu().items()}
             backlog1 = ingest_side.backlog(QUEUE["url"]) if QUEUE else 0
             window = time.monotonic() - window0
-        apibench.log(f"{samples} sample(s) per request, {phase}: {sum(len(r[0]) for r in results)} requests")
+        harness.log(f"{samples} sample(s) per request, {phase}: {sum(len(r[0]) for r in results)} requests")
     latencies = sorted(x for r in results for x in r[0])
     errors = sum(r[1] for r in results)
 
@@ -536,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             runs.append(summarise(repeats))
     finally:
-        apibench.run_cleanups()
+        harness.run_cleanups()
     if not args.no_write:
         a, every = agent, f"{args.interval:g} s"
         rows = [

@@ -4,7 +4,7 @@ DaemonSet rollout on a whole fleet asks it to at once.
     python bench/agent_bootstrap.py                       # 200 nodes, 1 and 8 at a time; writes docs/benchmarks.md
     python bench/agent_bootstrap.py --nodes 50 --no-write
 
-1. A private PostgreSQL (as bench/api.py starts one, or a fresh database on DATABASE_URL) and the local Kubernetes
+1. A private PostgreSQL (as bench/harness.py starts one, or a fresh database on DATABASE_URL) and the local Kubernetes
    control plane (deploy/control-plane.sh); the portal's settings as the chart sets them with agent.enabled.
 2. N Ready nodes with GPU feature discovery's labels, each registered in the portal; the agents' ServiceAccount; one
    pod per node bound to it (no kubelet runs them) and a TokenRequest per pod, bound to it, audience fatia-agent
@@ -19,23 +19,25 @@ DaemonSet rollout on a whole fleet asks it to at once.
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import secrets
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import api as bench_api  # noqa: E402
-from bench import provision  # noqa: E402
+from bench.harness import (  # noqa: E402
+    install_cleanups,
+    log,
+    open_database,
+    portal_settings,
+    start_control_plane,
+    temporary_dir,
+)
 from bench.report import command_line, write_section  # noqa: E402
 
 NAMESPACE = "fatia-agents"
@@ -54,25 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
 
-    atexit.register(bench_api.run_cleanups)
-    signal.signal(signal.SIGTERM, bench_api._on_signal)
-    signal.signal(signal.SIGINT, bench_api._on_signal)
-    cleanups = bench_api._cleanups
+    install_cleanups()
     command = command_line(["bench/agent_bootstrap.py", *(argv if argv is not None else sys.argv[1:])])
-    given = os.environ.get("DATABASE_URL")
-    database_url = bench_api.fresh_database_on(given) if given else bench_api.start_private_postgres()
-    cp = provision.start_control_plane(cleanups)
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    database_url = open_database()
+    cp = start_control_plane()
+    data_dir = temporary_dir("fatia-bench-data-")
     os.environ.update(
         {
-            "DATABASE_URL": database_url,
-            "DEBUG": "False",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "CELERY_BROKER_URL": "memory://",
-            "FATIA_DATA_DIR": str(data_dir),
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
-            "LOG_LEVEL": "WARNING",
+            **portal_settings(database_url=database_url, data_dir=data_dir),
             "FATIA_CLUSTER_BACKEND": "kubernetes",
             "FATIA_KUBECONFIG": str(cp / "portal.kubeconfig"),
             "FATIA_AGENT_SERVICE_ACCOUNT": f"{NAMESPACE}:{ACCOUNT}",
@@ -95,28 +86,29 @@ def main(argv: list[str] | None = None) -> int:
     core = client.CoreV1Api(admin)
     root = User.objects.create_user("root", is_staff=True)
     pool = services.create_node_pool(name="bench", slug="bench", gpu_model="NVIDIA H100 80GB HBM3", actor=root)
-    core.create_namespace(body={"metadata": {"name": NAMESPACE}})
-    core.create_namespaced_service_account(NAMESPACE, body={"metadata": {"name": ACCOUNT}})
+    # Any: the client accepts API JSON for any body, its annotations name only the model classes.
+    namespace: Any = {"metadata": {"name": NAMESPACE}}
+    account: Any = {"metadata": {"name": ACCOUNT}}
+    core.create_namespace(body=namespace)
+    core.create_namespaced_service_account(NAMESPACE, body=account)
     labels = {"nvidia.com/gpu.present": "true", "nvidia.com/mig.capable": "true"}
     nodes = [f"gpu-node-{n:04d}" for n in range(args.nodes)]
-    bench_api.log(f"{args.nodes} nodes, pods and tokens")
+    log(f"{args.nodes} nodes, pods and tokens")
     pods: dict[str, tuple[str, str]] = {}
     for node in nodes:
         create_ready_node(admin, node, labels)
         services.register_node(pool_id=pool.pk, name=node, gpu_count=8, actor=root)
-        pod = core.create_namespaced_pod(
-            NAMESPACE,
-            body={
-                "metadata": {"name": f"agent-{node}"},
-                "spec": {
-                    "nodeName": node,
-                    "serviceAccountName": ACCOUNT,
-                    "automountServiceAccountToken": False,
-                    "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
-                },
+        body: Any = {
+            "metadata": {"name": f"agent-{node}"},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": ACCOUNT,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
             },
-        )
-        pods[node] = (pod.metadata.name, pod.metadata.uid)
+        }
+        pod = core.create_namespaced_pod(NAMESPACE, body=body)
+        pods[node] = (str(getattr(pod.metadata, "name", "")), str(getattr(pod.metadata, "uid", "")))
 
     def token_for(node: str) -> str:
         name, uid = pods[node]
@@ -125,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             "expirationSeconds": 3600,
             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
         }
-        return str(core.create_namespaced_service_account_token(ACCOUNT, NAMESPACE, body={"spec": spec}).status.token)
+        request: Any = {"spec": spec}
+        answer = core.create_namespaced_service_account_token(ACCOUNT, NAMESPACE, body=request)
+        return str(getattr(answer.status, "token", ""))
 
     started = time.perf_counter()
     tokens = {node: token_for(node) for node in nodes}
@@ -140,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     rows = []
     for label, threads in (("one at a time", 1), (f"{args.threads} at a time, rotating", args.threads)):
-        bench_api.log(label)
+        log(label)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool_:
             latencies = list(pool_.map(bootstrap, nodes))

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import agent as agentbench  # noqa: E402
-from bench import api as apibench  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def bench_polling(
         results = [queue.get() for _ in procs]
         for p in procs:
             p.join()
-        apibench.log(f"polling, {phase}: {sum(len(r[0]) for r in results)} requests")
+        harness.log(f"polling, {phase}: {sum(len(r[0]) for r in results)} requests")
     latencies = sorted(x for r in results for x in r[0])
 
     def pct(p: float) -> float:
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()[0]
         print(f"load average (1 min) at the end: {load:.1f}")
     finally:
-        apibench.run_cleanups()
+        harness.run_cleanups()
     if not args.no_write:
         rows = [
             (f"one batch of {batch['commands']}: the GET and the results, one after another", f"{batch['ms']:.1f} ms"),

@@ -5,10 +5,10 @@
 
 What it does, in order:
 
-1. A database. Without DATABASE_URL it starts a private PostgreSQL like deploy/test.sh does (initdb and
-   pg_ctl as the `postgres` user when run as root, loopback only, a free port, fsync off) and removes it
-   on exit. With DATABASE_URL it creates a fresh database `fatia_bench_<pid>` on that server (the role
-   needs CREATEDB) and drops it on exit, so an existing database is never touched.
+1. A database (bench/harness.py). Without DATABASE_URL it starts a private PostgreSQL like deploy/test.sh
+   does (initdb and pg_ctl as the `postgres` user when run as root, loopback only, a free port, fsync off)
+   and removes it on exit. With DATABASE_URL it creates a fresh database `fatia_bench_<pid>` on that server
+   (the role needs CREATEDB) and drops it on exit, so an existing database is never touched.
 2. Data, through the services: a staff user, a pool "h100" (2 nodes x 8 H100), N tenants (default 20),
    each with one member, a write API token and a large quota; the first tenant gets ~1000 requests.
 3. A real server on 127.0.0.1 and a free port: the API's production server of the README by default
@@ -33,10 +33,8 @@ floor for what the server does on its own; the report says how many cores there 
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import cProfile
-import glob
 import http.client
 import io
 import json
@@ -46,16 +44,12 @@ import os
 import platform
 import pstats
 import re
-import secrets
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,106 +62,18 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 TARGETS = {"list_rps": 300.0, "create_rps": 100.0, "p99_ms": 150.0}
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 LIST_PATH = "/api/v1/allocations/"
+sys.path.insert(0, str(ROOT))
 
-_cleanups: list[Any] = []
-# The private PostgreSQL's data directory (its postmaster.pid names the server process), when we started one.
-_pg_data: list[Path] = []
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run_cleanups() -> None:
-    while _cleanups:
-        with contextlib.suppress(Exception):
-            _cleanups.pop()()
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-# --- the database ------------------------------------------------------------------------------------
-
-
-def pg_bindir() -> Path:
-    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if Path(candidate, "initdb").exists():
-            return Path(candidate)
-    found = shutil.which("initdb")
-    if found:
-        return Path(found).parent
-    raise SystemExit("No PostgreSQL server binaries: `apt-get install postgresql`, or set DATABASE_URL.")
-
-
-def start_private_postgres() -> str:
-    """initdb + pg_ctl in a temporary directory, as deploy/test.sh does; stopped and removed at exit."""
-    bindir = pg_bindir()
-    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-"))
-    run_dir.chmod(0o755)
-    data = run_dir / "pg"
-    data.mkdir()
-    as_postgres: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(data, user="postgres")
-        as_postgres = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    _pg_data.append(data)
-
-    def stop() -> None:
-        subprocess.run(
-            [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True,
-            check=False,
-        )
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-    _cleanups.append(stop)
-    quiet = {"stdout": subprocess.DEVNULL, "check": True}
-    subprocess.run(
-        [*as_postgres, str(bindir / "initdb"), "-D", str(data), "-U", "fatia", "-A", "trust", "-E", "UTF8"]
-        + ["--no-locale"],
-        **quiet,  # type: ignore[arg-type]
-    )
-    options = (
-        f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-        "-c full_page_writes=off -c max_connections=100"
-    )
-    subprocess.run(
-        [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w"]
-        + ["-o", options, "start"],
-        **quiet,  # type: ignore[arg-type]
-    )
-    subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "fatia", "fatia"], check=True)
-    log(f"private PostgreSQL on 127.0.0.1:{port} in {run_dir} (fsync off)")
-    return f"postgres://fatia@127.0.0.1:{port}/fatia"
-
-
-def fresh_database_on(url: str) -> str:
-    """A new database on the server DATABASE_URL names, dropped at exit; the named one is not touched."""
-    import psycopg
-    from psycopg import sql
-
-    name = f"fatia_bench_{os.getpid()}"
-    parts = urllib.parse.urlsplit(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-    def drop() -> None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-    _cleanups.append(drop)
-    log(f"using a fresh database {name} on {parts.hostname}:{parts.port or 5432}")
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-
+from bench.harness import (  # noqa: E402
+    free_port,
+    install_cleanups,
+    log,
+    open_database,
+    portal_settings,
+    private_postgres_pid,
+    stop_group_at_exit,
+    temporary_dir,
+)
 
 # --- data --------------------------------------------------------------------------------------------
 
@@ -263,17 +169,7 @@ def start_server(kind: str, workers: int, env: dict[str, str], log: Path) -> Ser
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True)
     server = Server(port, " ".join(shlex.quote(c) for c in ["python", *cmd[1:]]), log, proc.pid)
-
-    def stop() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-    _cleanups.append(stop)
+    stop_group_at_exit(proc)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -425,7 +321,7 @@ class CpuMeter:
 
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
-        self.pg_pid = int(_pg_data[0].joinpath("postmaster.pid").read_text().split()[0]) if _pg_data else None
+        self.pg_pid = private_postgres_pid()
 
     def start(self) -> None:
         self.server0 = _process_cpu_ms(self.server_pid)
@@ -628,8 +524,9 @@ def machine_facts() -> dict[str, str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    from importlib.metadata import version  # gunicorn ships no type information
+
     import django
-    import gunicorn
 
     load1, load5, _ = os.getloadavg()
     return {
@@ -638,7 +535,7 @@ def machine_facts() -> dict[str, str]:
         "python": platform.python_version(),
         "postgresql": pg_version,
         "django": django.get_version(),
-        "gunicorn": gunicorn.__version__,
+        "gunicorn": version("gunicorn"),
         "os": f"{platform.system()} {platform.release()}",
         "load": f"{load1:.2f} (1 min), {load5:.2f} (5 min) at start",
         "cpu pressure": f"{cpu_pressure()} at start",
@@ -784,30 +681,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    atexit.register(run_cleanups)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_cleanups()
     given = os.environ.get("DATABASE_URL")
-    sys.path.insert(0, str(ROOT))
     from bench.report import command_line  # the command without this machine's paths
 
     command = command_line(["bench/api.py", *(argv if argv is not None else sys.argv[1:])])
     command += "   # DATABASE_URL set: a fresh database on that server" if given else "   # DATABASE_URL unset"
 
-    database_url = fresh_database_on(given) if given else start_private_postgres()
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    _cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    database_url = open_database()
+    data_dir = temporary_dir("fatia-bench-data-")
     (data_dir / "staticfiles").mkdir()
     env = {
         **os.environ,
-        "DATABASE_URL": database_url,
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "CELERY_BROKER_URL": "memory://",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-        "FATIA_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "LOG_LEVEL": "WARNING",
+        **portal_settings(database_url=database_url, data_dir=data_dir),
         "PYTHONPATH": str(ROOT),
         # Measure the throttles' cost without being refused (harmless where they are not configurable).
         "FATIA_THROTTLE_RATE_USER": "1000000/min",

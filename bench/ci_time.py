@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET  # noqa: S405 (our own pytest's junit files)
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,8 @@ BUDGET_S = 15 * 60
 
 @dataclass
 class Run:
-    seconds: Counter[str] = field(default_factory=Counter)
+    # Counter would type the sums as int; a test's time is a float.
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     tests: Counter[str] = field(default_factory=Counter)
     failed: int = 0
     slowest: list[tuple[float, str]] = field(default_factory=list)

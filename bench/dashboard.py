@@ -4,7 +4,7 @@ dense fleet overview /dashboard/fleet/ for a fleet of 1,000 nodes x 8 GPUs, and 
     python bench/dashboard.py                        # python: a venv with `pip install -e ".[dev]"`
     python bench/dashboard.py --nodes 100 --no-write # a quick look, docs left alone
 
-1. A database as bench/api.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on
+1. A database as bench/harness.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on
    the DATABASE_URL server, removed on exit.
 2. Data: a staff user, N tenants (default 8) with a member each, one H100 pool with --nodes nodes x 8 GPUs.
    Nodes, GPUs, allocations and placements are bulk-inserted (the services would take minutes for
@@ -22,14 +22,9 @@ dense fleet overview /dashboard/fleet/ for a fleet of 1,000 nodes x 8 GPUs, and 
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import secrets
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,13 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.api import (  # noqa: E402
-    _on_signal,
-    fresh_database_on,
-    log,
-    run_cleanups,
-    start_private_postgres,
-)
+from bench.harness import install_cleanups, log, open_database, portal_settings, temporary_dir  # noqa: E402
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 TARGET_MS = 300.0
@@ -196,27 +185,12 @@ def measure(name: str, call: Callable[[], Any], runs: int) -> Timing:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    atexit.register(run_cleanups)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_cleanups()
     from bench.report import command_line, write_section
 
-    given = os.environ.get("DATABASE_URL")
     command = command_line(["bench/dashboard.py", *(argv if argv is not None else sys.argv[1:])])
-    database_url = fresh_database_on(given) if given else start_private_postgres()
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    os.environ.update(
-        {
-            "DATABASE_URL": database_url,
-            "DEBUG": "False",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "CELERY_BROKER_URL": "memory://",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "FATIA_DATA_DIR": str(data_dir),
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    database_url = open_database()
+    os.environ.update(portal_settings(database_url=database_url, data_dir=temporary_dir("fatia-bench-data-")))
     import django
 
     django.setup()
@@ -227,30 +201,27 @@ def main(argv: list[str] | None = None) -> int:
     from allocations.selectors import fleet_versions
 
     load_before = " ".join(f"{n:.2f}" for n in os.getloadavg())
-    try:
-        seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
-        admin, member = Client(), Client()
-        admin.force_login(User.objects.get(username="bench-root"))
-        member.force_login(User.objects.get(username="bench-user-00"))
-        pool = seeded.pool_id
-        node = Node.objects.filter(pool_id=pool).order_by("name").values_list("pk", flat=True)[500]
-        results = [
-            measure("GET /dashboard/ (admin)", lambda: admin.get("/dashboard/"), args.runs),
-            measure("GET /dashboard/ (member)", lambda: member.get("/dashboard/"), args.runs),
-            measure("pool summary fragment", lambda: member.get(f"/dashboard/pools/{pool}/summary/"), args.runs),
-            measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page=7"), args.runs),
-            measure("stream version poll (selector)", fleet_versions, args.runs),
-            measure("GET /dashboard/fleet/ (admin)", lambda: admin.get("/dashboard/fleet/"), args.runs),
-            measure("GET /dashboard/fleet/ (member)", lambda: member.get("/dashboard/fleet/"), args.runs),
-            measure(
-                "GET /dashboard/fleet/?sort=free (member)", lambda: member.get("/dashboard/fleet/?sort=free"), args.runs
-            ),
-            measure("slot view of one node (member)", lambda: member.get(f"/dashboard/nodes/{node}/"), args.runs),
-        ]
-        gzipped = member.get("/dashboard/fleet/", headers={"accept-encoding": "gzip"})
-        fleet_gzip_kib = len(gzipped.content) / 1024
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+    seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
+    admin, member = Client(), Client()
+    admin.force_login(User.objects.get(username="bench-root"))
+    member.force_login(User.objects.get(username="bench-user-00"))
+    pool = seeded.pool_id
+    node = Node.objects.filter(pool_id=pool).order_by("name").values_list("pk", flat=True)[500]
+    results = [
+        measure("GET /dashboard/ (admin)", lambda: admin.get("/dashboard/"), args.runs),
+        measure("GET /dashboard/ (member)", lambda: member.get("/dashboard/"), args.runs),
+        measure("pool summary fragment", lambda: member.get(f"/dashboard/pools/{pool}/summary/"), args.runs),
+        measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page=7"), args.runs),
+        measure("stream version poll (selector)", fleet_versions, args.runs),
+        measure("GET /dashboard/fleet/ (admin)", lambda: admin.get("/dashboard/fleet/"), args.runs),
+        measure("GET /dashboard/fleet/ (member)", lambda: member.get("/dashboard/fleet/"), args.runs),
+        measure(
+            "GET /dashboard/fleet/?sort=free (member)", lambda: member.get("/dashboard/fleet/?sort=free"), args.runs
+        ),
+        measure("slot view of one node (member)", lambda: member.get(f"/dashboard/nodes/{node}/"), args.runs),
+    ]
+    gzipped = member.get("/dashboard/fleet/", headers={"accept-encoding": "gzip"})
+    fleet_gzip_kib = len(gzipped.content) / 1024
     header = (
         "| What | p50 ms | p95 ms | max ms | Python CPU p50 ms | SQL queries | HTML KiB |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

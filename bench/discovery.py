@@ -5,7 +5,7 @@
 
 What it does, in order:
 
-1. PostgreSQL as bench/api.py starts it (private, or a fresh database on DATABASE_URL's server) and the local
+1. PostgreSQL as bench/harness.py starts it (private, or a fresh database on DATABASE_URL's server) and the local
    Kubernetes control plane (deploy/control-plane.sh).
 2. The fleet: N Ready nodes labelled as GPU feature discovery does, each with NVIDIA's DynamicMIG slices for
    8 H100 80GB (allocations/cluster/fake_fleet.py: 9 slices, about 450 kB, per node), and one pool whose node
@@ -23,14 +23,9 @@ What it does, in order:
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import secrets
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,25 +43,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def start_control_plane(cleanups: list[Any]) -> Path:
-    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-kube-")) / "cp"
-    script = ROOT / "deploy" / "control-plane.sh"
-    cleanups.append(lambda: shutil.rmtree(run_dir.parent, ignore_errors=True))  # runs last (LIFO)
-    subprocess.run(["bash", str(script), "start", str(run_dir), "--owner", str(os.getpid())], check=True)  # noqa: S607
-    cleanups.append(lambda: subprocess.run(["bash", str(script), "stop", str(run_dir)], check=False))  # noqa: S607
-    return run_dir
-
-
 def done(response: Any) -> None:
     """Read an unparsed response to the end (the connection goes back to the pool clean) and let it go."""
     response.drain_conn()
     response.release_conn()
 
 
-def wait_until(what: str, probe: Callable[[], bool], timeout: float, interval: float = 0.005) -> float:
-    """Seconds until `probe` holds (measured from now); fails after `timeout`."""
+def wait_until(what: str, probe: Callable[[str], bool], node: str, timeout: float, interval: float = 0.005) -> float:
+    """Seconds until `probe(node)` holds (measured from now); fails after `timeout`."""
     started = time.perf_counter()
-    while not probe():
+    while not probe(node):
         if time.perf_counter() - started > timeout:
             raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
@@ -82,29 +68,24 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
-    from bench import api as bench_api
+    from bench.harness import (
+        install_cleanups,
+        open_database,
+        portal_settings,
+        start_control_plane,
+        stop_at_exit,
+        temporary_dir,
+    )
     from bench.report import command_line, write_section
 
-    atexit.register(bench_api.run_cleanups)
-    signal.signal(signal.SIGTERM, bench_api._on_signal)
-    signal.signal(signal.SIGINT, bench_api._on_signal)
-    cleanups = bench_api._cleanups
+    install_cleanups()
     command = command_line(["bench/discovery.py", *(argv if argv is not None else sys.argv[1:])])
-    given = os.environ.get("DATABASE_URL")
-    database_url = bench_api.fresh_database_on(given) if given else bench_api.start_private_postgres()
-    cp = start_control_plane(cleanups)
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    database_url = open_database()
+    cp = start_control_plane()
+    data_dir = temporary_dir("fatia-bench-data-")
     env = {
         **os.environ,
-        "DATABASE_URL": database_url,
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "CELERY_BROKER_URL": "memory://",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "FATIA_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "LOG_LEVEL": "WARNING",
+        **portal_settings(database_url=database_url, data_dir=data_dir),
         "PYTHONPATH": str(ROOT),
         "FATIA_CLUSTER_BACKEND": "kubernetes",
         "FATIA_KUBECONFIG": str(cp / "portal.kubeconfig"),
@@ -144,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
 
     def publish(name: str) -> None:
         uid = fake_fleet.create_ready_node(admin, name, labels)
-        for body in fake_fleet.resource_slices(model, name, uid, 8):
+        # Any: the client accepts API JSON for any body, its annotations name only the model classes.
+        bodies: list[Any] = fake_fleet.resource_slices(model, name, uid, 8)
+        for body in bodies:
             done(resource_api.create_resource_slice(body=body, _preload_content=False))
 
     started = time.perf_counter()
@@ -173,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
     follower = subprocess.Popen(  # noqa: S603
         manage, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    cleanups.append(lambda: (follower.terminate(), follower.wait(30)))
+    stop_at_exit(follower, timeout=30)
     connection.close()
 
     def node_row(name: str) -> tuple[int | None, str, str, int] | None:
@@ -186,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
     # a first change made and seen, not counted.
     probe = names[0]
     core.patch_node(probe, body={"metadata": {"labels": {OUT_LABEL: "warmup"}}})
-    wait_until("the process to follow the cluster", lambda: (node_row(probe) or (1,))[0] is None, timeout=300)
+    wait_until("the process to follow the cluster", lambda n: (node_row(n) or (1,))[0] is None, probe, timeout=300)
     core.patch_node(probe, body={"metadata": {"labels": {OUT_LABEL: None}}})
-    wait_until("the warm-up node to rejoin", lambda: (node_row(probe) or (None,))[0] == pool.pk, timeout=60)
+    wait_until("the warm-up node to rejoin", lambda n: (node_row(n) or (None,))[0] == pool.pk, probe, timeout=60)
 
     def slice_of(name: str, gpu: int) -> Any:
         listed = resource_api.list_resource_slice(field_selector=f"spec.nodeName={name}")
@@ -205,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
             name = next(victims)
             core.patch_node(name, body={"metadata": {"labels": {OUT_LABEL: "true"}}})
             relabelled.append(name)
-            took = wait_until(kind, lambda n=name: (node_row(n) or (1,))[0] is None, timeout=30)
+            took = wait_until(kind, lambda n: (node_row(n) or (1,))[0] is None, name, timeout=30)
         elif kind == "relabel in":
             name = relabelled.pop()
             core.patch_node(name, body={"metadata": {"labels": {OUT_LABEL: None}}})
-            took = wait_until(kind, lambda n=name: (node_row(n) or (None,))[0] == pool.pk, timeout=30)
+            took = wait_until(kind, lambda n: (node_row(n) or (None,))[0] == pool.pk, name, timeout=30)
         elif kind == "driver":
             name = next(victims)
             found_slice = slice_of(name, 3)
@@ -223,15 +206,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one script, r
                 _preload_content=False,
             )
             done(response)
-            took = wait_until(kind, lambda n=name: "590.10.0" in (node_row(n) or (0, "", "", 0))[2], timeout=30)
+            took = wait_until(kind, lambda n: "590.10.0" in (node_row(n) or (0, "", "", 0))[2], name, timeout=30)
         elif kind == "delete":
             name = next(victims)
             core.delete_node(name)
-            took = wait_until(kind, lambda n=name: (node_row(n) or (0, ""))[1] == Node.State.GONE, timeout=30)
+            took = wait_until(kind, lambda n: (node_row(n) or (0, ""))[1] == Node.State.GONE, name, timeout=30)
         else:
             name = next(created)
             publish(name)  # the node, then its slices as the driver publishes them: complete once this returns
-            took = wait_until(kind, lambda n=name: (node_row(n) or (0, "", "", 0))[3] == 8, timeout=30)
+            took = wait_until(kind, lambda n: (node_row(n) or (0, "", "", 0))[3] == 8, name, timeout=30)
         latencies[kind].append(took)
         time.sleep(0.2)
     status_text = Path(f"/proc/{follower.pid}/status").read_text()

@@ -5,7 +5,7 @@ reads no outcomes), in a pool with many requests and ended holds.
     python bench/hold_outcomes_read.py                 # python: a venv with `pip install -e ".[dev]"`
     python bench/hold_outcomes_read.py --no-write      # docs left alone
 
-1. A database as bench/api.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on the
+1. A database as bench/harness.py makes one: a private PostgreSQL (no DATABASE_URL) or a fresh database on the
    DATABASE_URL server, removed on exit; migrated.
 2. Data: one H100 pool with admission on (one node, one GPU: placement itself stays small) and --requests
    released requests (bulk-inserted, one per second of history), every --every-th of them held and ended
@@ -20,12 +20,9 @@ reads no outcomes), in a pool with many requests and ended holds.
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import secrets
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -36,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.api import _on_signal, fresh_database_on, log, run_cleanups, start_private_postgres  # noqa: E402
+from bench.harness import install_cleanups, log, open_database, portal_settings, temporary_dir  # noqa: E402
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 
@@ -65,25 +62,12 @@ def mean_ms(fn: Callable[[], object], runs: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    atexit.register(run_cleanups)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_cleanups()
     from bench.report import command_line, write_section
 
-    given = os.environ.get("DATABASE_URL")
     command = command_line(["bench/hold_outcomes_read.py", *(argv if argv is not None else sys.argv[1:])])
-    database_url = fresh_database_on(given) if given else start_private_postgres()
-    os.environ.update(
-        {
-            "DATABASE_URL": database_url,
-            "DEBUG": "False",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "CELERY_BROKER_URL": "memory://",
-            "FATIA_DATA_DIR": tempfile.mkdtemp(prefix="fatia-bench-data-"),
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    database_url = open_database()
+    os.environ.update(portal_settings(database_url=database_url, data_dir=temporary_dir("fatia-bench-data-")))
     import django
 
     django.setup()
@@ -109,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     pool = services.update_node_pool(pool_id=pools[0].pk, admission=NodePool.Admission.HOLD, actor=root)
     now = timezone.now()
     log(f"inserting {2 * args.requests} requests")
-    for target, holds in ((pool, True), (pools[1], False)):
+    for target, may_hold in ((pool, True), (pools[1], False)):
         rows = []
         for k in range(args.requests):
             at = now - timedelta(seconds=args.requests - k)
-            ended = holds and k % args.every == 0
+            ended = may_hold and k % args.every == 0
             outcome = ("lost" if k % (2 * args.every) == 0 else "placed") if ended else ""
             rows.append(
                 Allocation(

@@ -2,7 +2,7 @@
 
     python bench/ingest_inprocess.py [--nodes 200] [--no-write]
 
-A private PostgreSQL and Redis (as bench/agent.py starts them), N nodes x 8 GPUs with their inventory sent, then:
+A private PostgreSQL and Redis (bench/harness.py), N nodes x 8 GPUs with their inventory sent, then:
 the telemetry view called as gunicorn calls it (``portal.wsgi.application``: queued, the lean dispatcher of
 allocations/nodeagent/api/lean.py; inline, Django's whole stack), queued
 (FATIA_INGEST_QUEUE_URL) and applied in the request; and the drain's apply (``telemetry.apply_reports``) in batches
@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import agent as agentbench  # noqa: E402
-from bench import api as apibench  # noqa: E402
-from bench import ingest_side  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 
@@ -93,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     try:
-        database = apibench.start_private_postgres()
-        url, _ = ingest_side.start_redis()
+        database = harness.start_private_postgres()
+        url = harness.start_private_redis().url
         os.environ.update(
             {
                 "DATABASE_URL": database,
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 apply_reports(reports)
                 figures.setdefault(f"drain-{size}", []).append(1000 * (time.process_time() - started) / size)
     finally:
-        apibench.run_cleanups()
+        harness.run_cleanups()
     lines = [
         f"telemetry view, applied in the request: {_spread(figures['inline'])}",
         f"telemetry view, queued (202): {_spread(figures['queued'])}",

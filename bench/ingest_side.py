@@ -1,38 +1,15 @@
-"""The queued ingest's own processes for bench/agent.py: a private Redis and the drain worker, with their CPU."""
+"""The queued ingest's own processes for bench/agent.py: the drain worker, and its and Redis's CPU."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from bench import api as apibench
+from bench.harness import stop_group_at_exit
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def start_redis() -> tuple[str, int]:
-    """redis-server on loopback, no persistence (as deploy/test.sh runs it); its URL and pid."""
-    port = apibench.free_port()
-    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-redis-"))
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        + ["--dir", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    apibench._cleanups.append(lambda: (proc.terminate(), proc.wait(10)))
-    for _ in range(100):
-        if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, check=False).returncode == 0:
-            break
-        time.sleep(0.1)
-    apibench.log(f"private Redis on 127.0.0.1:{port}")
-    return f"redis://127.0.0.1:{port}/0", proc.pid
 
 
 def start_drain(env: dict[str, str], log: Path) -> int:
@@ -46,16 +23,7 @@ def start_drain(env: dict[str, str], log: Path) -> int:
             stderr=out,
             start_new_session=True,
         )
-
-    def stop() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    apibench._cleanups.append(stop)
+    stop_group_at_exit(proc)
     return proc.pid
 
 

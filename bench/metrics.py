@@ -3,7 +3,7 @@
     python bench/metrics.py                        # python: a venv with `pip install -e ".[dev]"`
     python bench/metrics.py --nodes 100 --no-write # a quick look, docs left alone
 
-1. A database as bench/api.py makes one (a private PostgreSQL, or a fresh database on DATABASE_URL), and a
+1. A database as bench/harness.py makes one (a private PostgreSQL, or a fresh database on DATABASE_URL), and a
    private Redis as the shared cache (CACHE_URL) when `redis-server` is installed, as in production.
 2. The fleet of bench/dashboard.py (one H100 pool, --nodes x 8 GPUs, ~17,000 active slices of 8 tenants, every
    ~50th node not ready), plus a quota per tenant, an approval time on every request (0 to 10 minutes before it
@@ -17,14 +17,10 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,17 +28,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.api import (  # noqa: E402
-    CpuMeter,
-    _cleanups,
-    _on_signal,
-    free_port,
-    fresh_database_on,
-    log,
-    run_cleanups,
-    start_private_postgres,
-)
+from bench.api import CpuMeter  # noqa: E402
 from bench.dashboard import Timing, measure, seed  # noqa: E402
+from bench.harness import (  # noqa: E402
+    install_cleanups,
+    log,
+    open_database,
+    portal_settings,
+    start_private_redis,
+    temporary_dir,
+)
 
 TARGET_MS = 200.0
 TOKEN = secrets.token_urlsafe(32)
@@ -56,27 +51,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
     return parser.parse_args(argv)
-
-
-def start_private_redis() -> str | None:
-    if not shutil.which("redis-server"):
-        return None
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    _cleanups.append(proc.terminate)
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(50):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.1)
-    return f"redis://127.0.0.1:{port}/1"
 
 
 def url_pattern_names() -> list[str]:
@@ -133,29 +107,15 @@ def add_figures(*, tenants: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    atexit.register(run_cleanups)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_cleanups()
     from bench.report import command_line, write_section
 
-    given = os.environ.get("DATABASE_URL")
     command = command_line(["bench/metrics.py", *(argv if argv is not None else sys.argv[1:])])
-    database_url = fresh_database_on(given) if given else start_private_postgres()
-    cache_url = start_private_redis()
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    os.environ.update(
-        {
-            "DATABASE_URL": database_url,
-            "DEBUG": "False",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "CELERY_BROKER_URL": "memory://",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "FATIA_DATA_DIR": str(data_dir),
-            "FATIA_METRICS_TOKEN": TOKEN,
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
+    database_url = open_database()
+    data_dir = temporary_dir("fatia-bench-data-")
+    os.environ.update({**portal_settings(database_url=database_url, data_dir=data_dir), "FATIA_METRICS_TOKEN": TOKEN})
+    # The portal's cache in Redis, as deployed (database 1); without redis-server, the settings' default cache.
+    cache_url = start_private_redis().url.removesuffix("/0") + "/1" if shutil.which("redis-server") else None
     if cache_url:
         os.environ["CACHE_URL"] = cache_url
     import django
@@ -170,56 +130,53 @@ def main(argv: list[str] | None = None) -> int:
     from portal.metrics import collector
 
     load_before = " ".join(f"{n:.2f}" for n in os.getloadavg())
-    try:
-        seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
-        series = add_figures(tenants=args.tenants)
-        scraper = Client(headers={"authorization": f"Bearer {TOKEN}"})
+    seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
+    series = add_figures(tenants=args.tenants)
+    scraper = Client(headers={"authorization": f"Bearer {TOKEN}"})
 
-        def scrape() -> object:
-            response = scraper.get("/metrics", HTTP_HOST="10.244.3.17:8000")
-            if response.status_code != 200:
-                raise RuntimeError(f"GET /metrics answered {response.status_code}")
-            return response
+    def scrape() -> object:
+        response = scraper.get("/metrics", HTTP_HOST="10.244.3.17:8000")
+        if response.status_code != 200:
+            raise RuntimeError(f"GET /metrics answered {response.status_code}")
+        return response
 
-        db_families = list(collector.database_families())
-        slugs = {p.pk: p.slug for p in fleet.pool_figures()}
+    db_families = list(collector.database_families())
+    slugs = {p.pk: p.slug for p in fleet.pool_figures()}
 
-        class Ready:
-            def collect(self) -> list[Any]:
-                return db_families
+    class Ready:
+        def collect(self) -> list[Any]:
+            return db_families
 
-        rendered = CollectorRegistry(auto_describe=False)
-        rendered.register(Ready())  # type: ignore[arg-type]
-        results: list[Timing] = [
-            measure("GET /metrics (whole scrape)", scrape, args.runs),
-            measure("database families alone", lambda: list(collector.database_families()), args.runs),
-            measure(
-                "store: 3 HGETALLs, task and pass families, HTTP histogram text",
-                lambda: (
-                    list(collector.store_families(store := collector.read_store())),
-                    collector.http_histogram_text(store.http),
-                ),
-                args.runs,
-            ),  # fmt: skip
-            measure("database families' text (generate_latest)", lambda: generate_latest(rendered), args.runs),
-            measure("- requests by state (SQL)", lambda: fleet.request_counts(slugs), args.runs),
-            measure("- quotas (SQL)", fleet.quota_figures, args.runs),
-            measure("- pool figures: slices in use, fits-now, fragmentation", fleet.pool_figures, args.runs),
-            measure("  (the dashboard's pool summaries, for comparison)", fleet_pool_summaries, args.runs),
-            measure("- provisioning latency (SQL)", lambda: fleet.provisioning_latency(slugs), args.runs),
-        ]
-        text = scrape().content.decode()  # type: ignore[attr-defined]
-        # CPU per scrape, whatever else the machine runs: this process (the portal's side) and PostgreSQL's
-        # processes (bench/api.py's meter), over --runs scrapes.
-        meter = CpuMeter(os.getpid())
-        meter.start()
-        cpu_started = time.process_time()
-        for _ in range(args.runs):
-            scrape()
-        portal_cpu_ms = (time.process_time() - cpu_started) * 1000 / args.runs
-        postgres_cpu_ms = meter.stop(args.runs).get("postgres", float("nan"))
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+    rendered = CollectorRegistry(auto_describe=False)
+    rendered.register(Ready())
+    results: list[Timing] = [
+        measure("GET /metrics (whole scrape)", scrape, args.runs),
+        measure("database families alone", lambda: list(collector.database_families()), args.runs),
+        measure(
+            "store: 3 HGETALLs, task and pass families, HTTP histogram text",
+            lambda: (
+                list(collector.store_families(store := collector.read_store())),
+                collector.http_histogram_text(store.http),
+            ),
+            args.runs,
+        ),  # fmt: skip
+        measure("database families' text (generate_latest)", lambda: generate_latest(rendered), args.runs),
+        measure("- requests by state (SQL)", lambda: fleet.request_counts(slugs), args.runs),
+        measure("- quotas (SQL)", fleet.quota_figures, args.runs),
+        measure("- pool figures: slices in use, fits-now, fragmentation", fleet.pool_figures, args.runs),
+        measure("  (the dashboard's pool summaries, for comparison)", fleet_pool_summaries, args.runs),
+        measure("- provisioning latency (SQL)", lambda: fleet.provisioning_latency(slugs), args.runs),
+    ]
+    text = scrape().content.decode()  # type: ignore[attr-defined]
+    # CPU per scrape, whatever else the machine runs: this process (the portal's side) and PostgreSQL's
+    # processes (bench/api.py's meter), over --runs scrapes.
+    meter = CpuMeter(os.getpid())
+    meter.start()
+    cpu_started = time.process_time()
+    for _ in range(args.runs):
+        scrape()
+    portal_cpu_ms = (time.process_time() - cpu_started) * 1000 / args.runs
+    postgres_cpu_ms = meter.stop(args.runs).get("postgres", float("nan"))
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     header = (
         "| What | p50 ms | p95 ms | max ms | Python CPU p50 ms | SQL queries | text KiB |\n"

@@ -267,7 +267,7 @@ def fill_static(
     mixes: dict[str, Callable[[random.Random], str]],
     seeds: int,
 ) -> list[FillStaticRow]:
-    rows = []
+    rows: list[FillStaticRow] = []
     for mix, draw in mixes.items():
         per = {name: FillStaticRow(mix, name, [], [], [], []) for name in STRATEGIES}
         for seed in range(seeds):

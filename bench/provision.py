@@ -5,7 +5,7 @@
 
 What it does, in order:
 
-1. PostgreSQL as bench/api.py starts it (private, or a fresh database on DATABASE_URL's server), a private Redis,
+1. PostgreSQL as bench/harness.py starts it (private, or a fresh database on DATABASE_URL's server), a private Redis,
    and the local Kubernetes control plane (deploy/control-plane.sh: etcd, kube-apiserver, kube-scheduler,
    kube-controller-manager with DRA; no kubelet).
 2. The fleet: N fake nodes with 8 H100 80GB each (allocations/cluster/fake_fleet.py: NVIDIA's DynamicMIG slices), the
@@ -34,16 +34,11 @@ What it does, in order:
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import random
-import secrets
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -91,40 +86,6 @@ class Result:
     differs: int
     approving_s: float
     cpu: dict[str, float]
-
-
-def start_redis(cleanups: list[Any], free_port: Any) -> str:
-    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-redis-"))
-    port = free_port()
-    subprocess.run(
-        [  # noqa: S607
-            "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--daemonize", "yes", "--pidfile", str(run_dir / "redis.pid"), "--dir", str(run_dir),
-        ],
-        check=True,
-    )  # fmt: skip
-
-    def stop() -> None:
-        pid = run_dir / "redis.pid"
-        if pid.exists():
-            os.kill(int(pid.read_text()), signal.SIGTERM)
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-    cleanups.append(stop)
-    for _ in range(50):
-        if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, check=False).returncode == 0:  # noqa: S607
-            break
-        time.sleep(0.1)
-    return f"redis://127.0.0.1:{port}/0"
-
-
-def start_control_plane(cleanups: list[Any]) -> Path:
-    run_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-kube-")) / "cp"
-    script = ROOT / "deploy" / "control-plane.sh"
-    cleanups.append(lambda: shutil.rmtree(run_dir.parent, ignore_errors=True))  # runs last (LIFO)
-    subprocess.run(["bash", str(script), "start", str(run_dir), "--owner", str(os.getpid())], check=True)  # noqa: S607
-    cleanups.append(lambda: subprocess.run(["bash", str(script), "stop", str(run_dir)], check=False))  # noqa: S607
-    return run_dir
 
 
 # What each process spends: comm names as /proc shows them (at most 15 characters).
@@ -196,31 +157,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
-    from bench import api as bench_api
     from bench import steering_offline
+    from bench.harness import (
+        at_exit,
+        install_cleanups,
+        open_database,
+        portal_settings,
+        start_control_plane,
+        start_private_redis,
+        temporary_dir,
+    )
     from bench.report import command_line
 
-    atexit.register(bench_api.run_cleanups)
-    signal.signal(signal.SIGTERM, bench_api._on_signal)
-    signal.signal(signal.SIGINT, bench_api._on_signal)
-    cleanups = bench_api._cleanups
+    install_cleanups()
     command = command_line(["bench/provision.py", *(argv if argv is not None else sys.argv[1:])])
-    given = os.environ.get("DATABASE_URL")
-    database_url = bench_api.fresh_database_on(given) if given else bench_api.start_private_postgres()
-    broker = start_redis(cleanups, bench_api.free_port)
-    cp = start_control_plane(cleanups)
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    database_url = open_database()
+    broker = start_private_redis().url
+    cp = start_control_plane()
+    data_dir = temporary_dir("fatia-bench-data-")
     env = {
         **os.environ,
-        "DATABASE_URL": database_url,
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
+        **portal_settings(database_url=database_url, data_dir=data_dir),
         "CELERY_BROKER_URL": broker,
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "FATIA_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
         "FATIA_CLUSTER_BACKEND": "kubernetes",
         "FATIA_KUBECONFIG": str(cp / "portal.kubeconfig"),
@@ -321,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         for w in range(args.workers)
     ]
     worker_pids = [w.pid for w in workers]
-    cleanups.append(lambda: [w.terminate() for w in workers])
+    for worker in workers:
+        at_exit(worker.terminate)
     time.sleep(3)  # let the workers connect before the clock starts
 
     def approve_and_wait(pending: list[int], rate: float) -> Result:

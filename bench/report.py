@@ -72,3 +72,16 @@ def write_section(name: str, body: str, *, title: str) -> Path:
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text.rstrip()}\n\n{section}\n"
     DOC.write_text(text)
     return DOC
+
+
+def publish(lines: list[str], *, out: Path | None, heading: str, name: str, title: str) -> Path:
+    """A report of Markdown `lines`: to `out` as a file of its own under `# heading`, or, without `out`, as the
+    section `name` of docs/benchmarks.md. Says where it went; returns the path."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"# {heading}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        path = out
+    else:
+        path = write_section(name, "\n".join(lines), title=title)
+    print(f"wrote {path}")
+    return path

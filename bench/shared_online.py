@@ -69,8 +69,8 @@ def run_online(tasks: Sequence[Task], policy: Policy, gpus: int, gpu_memory_mib:
         task = tasks[k]
         request = to_request(task, gpu_memory_mib)
         if not arrival:
-            for index in held.pop(k, []):
-                release(fleet[index], request)
+            for freed in held.pop(k, []):
+                release(fleet[freed], request)
             continue
         kind = "whole" if task.milli >= WHOLE else "share"
         hours = task.milli * task.gpus / WHOLE * (task.deleted - task.created) / 3600
@@ -78,14 +78,14 @@ def run_online(tasks: Sequence[Task], policy: Policy, gpus: int, gpu_memory_mib:
         offered_h += hours
         taken: list[int] = []
         for _ in range(task.gpus):
-            index = policy(fleet, request)
-            if index is None:
+            chosen = policy(fleet, request)
+            if chosen is None:
                 break
-            commit(fleet[index], request)
-            taken.append(index)
+            commit(fleet[chosen], request)
+            taken.append(chosen)
         if len(taken) < task.gpus:
-            for index in taken:
-                release(fleet[index], request)
+            for undone in taken:
+                release(fleet[undone], request)
             continue
         held[k] = taken
         placed[kind] += 1

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from bench.placement import CITATION, TRACES, load_average, pct
 from bench.placement_shared import LOAD, REFERENCE, Row, fill_experiment, workload_mix
-from bench.report import command_line, write_section
+from bench.report import command_line, publish
 from bench.shared_online import OnlineResult, run_online, size_pool, synthetic_online
 from bench.shared_policies import POLICIES
 from bench.shared_workload import Task, read_trace, synthetic_tasks
@@ -247,11 +247,11 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         ]
     )
     md.append(f"Total run time: {time.perf_counter() - started:.0f} s; load average at the end: {load_average()}.")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("# Shared-GPU placement benchmark\n\n" + "\n".join(md) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        title = "Placement, shared GPUs (no MIG)"
-        print(f"wrote {write_section('placement-shared', chr(10).join(md), title=title)}")
+    publish(
+        md,
+        out=args.out,
+        heading="Shared-GPU placement benchmark",
+        name="placement-shared",
+        title="Placement, shared GPUs (no MIG)",
+    )
     return 0

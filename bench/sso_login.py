@@ -5,7 +5,7 @@
 
 What it does:
 
-1. A private PostgreSQL (as bench/api.py does, unless DATABASE_URL is set), migrated; one tenant and one group
+1. A private PostgreSQL (bench/harness.py, unless DATABASE_URL is set), migrated; one tenant and one group
    mapping (bench-managers -> manager).
 2. A real OpenID Connect provider (oidc-provider-mock, a dev dependency) on a free loopback port, and the portal
    as in production (README): `gunicorn portal.wsgi`, 3 sync workers, DEBUG=False, SSO pointed at the provider.
@@ -25,16 +25,12 @@ Everything shares the machine's cores: Chromium, gunicorn, the provider and Post
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import re
 import secrets
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +39,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import api  # noqa: E402
+from bench import api, harness  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 CLIENT_ID = "fatia-bench"
@@ -51,13 +47,13 @@ GROUP = "bench-managers"
 
 
 def start_provider() -> str:
-    port = api.free_port()
+    port = harness.free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "oidc_provider_mock", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    api._cleanups.append(lambda: (proc.terminate(), proc.wait(timeout=10)))
+    harness.stop_at_exit(proc)
     issuer = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -84,24 +80,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    atexit.register(api.run_cleanups)
-    signal.signal(signal.SIGTERM, api._on_signal)
+    harness.install_cleanups()
     command = command_line(["bench/sso_login.py", *(argv if argv is not None else sys.argv[1:])])
-    given = os.environ.get("DATABASE_URL")
-    database_url = api.fresh_database_on(given) if given else api.start_private_postgres()
+    database_url = harness.open_database()
     issuer = start_provider()
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-sso-"))
-    api._cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    data_dir = harness.temporary_dir("fatia-bench-sso-")
     env = {
         **os.environ,
-        "DATABASE_URL": database_url,
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "CELERY_BROKER_URL": "memory://",
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "FATIA_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "LOG_LEVEL": "WARNING",
+        **harness.portal_settings(database_url=database_url, data_dir=data_dir),
         "PYTHONPATH": str(ROOT),
         "SESSION_COOKIE_SECURE": "False",
         "CSRF_COOKIE_SECURE": "False",
@@ -126,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     connections.close_all()
     server = api.start_server("gunicorn", args.workers, env, data_dir / "server.log")
     base = f"http://127.0.0.1:{server.port}"
-    api.log(f"{server.command} on {base}; provider {issuer}")
+    harness.log(f"{server.command} on {base}; provider {issuer}")
 
     from playwright.sync_api import expect, sync_playwright
 
@@ -212,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if not args.no_write:
         write_section("sso-login", body, title="Single sign-on round trip")
-        api.log("docs/benchmarks.md updated (section sso-login)")
+        harness.log("docs/benchmarks.md updated (section sso-login)")
     return 0
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from allocations.mig.catalog import load_catalog
 from bench.placement import SYNTHETIC, load_average, pick_from
 from bench.placement_static import UNTUNED, fill_lines, fill_static, online_lines, online_static
-from bench.report import command_line, write_section
+from bench.report import command_line, publish
 
 
 def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
@@ -61,11 +61,11 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         )
     )
     md.append(f"Total run time: {time.perf_counter() - started:.0f} s; load average at the end: {load_average()}.")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("# Static MIG benchmark\n\n" + "\n".join(md) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        title = "Static MIG: agent mode against DynamicMIG, and pre-shaping"
-        print(f"wrote {write_section('placement-static', chr(10).join(md), title=title)}")
+    publish(
+        md,
+        out=args.out,
+        heading="Static MIG benchmark",
+        name="placement-static",
+        title="Static MIG: agent mode against DynamicMIG, and pre-shaping",
+    )
     return 0

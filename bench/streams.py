@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import contextlib
 import http.client
 import json
@@ -42,9 +41,7 @@ import math
 import multiprocessing
 import os
 import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -56,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import api  # noqa: E402
+from bench.harness import at_exit, install_cleanups, log, open_database, portal_settings, temporary_dir  # noqa: E402
 
 TARGET_P99_MS = 150.0
 STREAM_SECONDS = 25.0
@@ -246,28 +244,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not shutil.which("wrk"):
-        api.log("wrk is not installed (Debian package `wrk`): the list is loaded by Python clients instead")
-    atexit.register(api.run_cleanups)
-    signal.signal(signal.SIGTERM, api._on_signal)
-    signal.signal(signal.SIGINT, api._on_signal)
+        log("wrk is not installed (Debian package `wrk`): the list is loaded by Python clients instead")
+    install_cleanups()
     from bench.report import command_line, write_section
 
     given = os.environ.get("DATABASE_URL")
     command = command_line(["bench/streams.py", *(argv if argv is not None else sys.argv[1:])])
-    database_url = api.fresh_database_on(given) if given else api.start_private_postgres()
-    data_dir = Path(tempfile.mkdtemp(prefix="fatia-bench-data-"))
-    api._cleanups.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    database_url = open_database()
+    data_dir = temporary_dir("fatia-bench-data-")
     (data_dir / "staticfiles").mkdir()
     env = {
         **os.environ,
-        "DATABASE_URL": database_url,
-        "DEBUG": "False",
-        "SECRET_KEY": f"bench-{uuid.uuid4().hex}-{uuid.uuid4().hex}",
-        "CELERY_BROKER_URL": "memory://",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-        "FATIA_DATA_DIR": str(data_dir),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "LOG_LEVEL": "WARNING",
+        **portal_settings(database_url=database_url, data_dir=data_dir),
         "PYTHONPATH": str(ROOT),
         # Measure the throttles' cost without being refused (harmless where they are not configurable).
         "FATIA_THROTTLE_RATE_USER": "1000000/min",
@@ -296,10 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         streamer = api.start_server("asgi", args.stream_workers, env, data_dir / "streams.log")
     servers = [server] if streamer is server else [server, streamer]
     for s in servers:
-        api.log(f"{s.command} on 127.0.0.1:{s.port}")
+        log(f"{s.command} on 127.0.0.1:{s.port}")
     master_pid = streamer.pid
 
-    api.log("measuring the API list without streams ...")
+    log("measuring the API list without streams ...")
     alone = list_load(server.port, world, args)
     threads_alone = worker_threads(master_pid)
 
@@ -312,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         target=client_process, args=(streamer.port, cookies, clients, STREAM_SECONDS, child_end), daemon=True
     )
     clients_proc.start()
-    api._cleanups.append(clients_proc.kill)
-    api.log(f"opening {clients} stream clients over {STREAM_SECONDS:.0f} s ...")
+    at_exit(clients_proc.kill)
+    log(f"opening {clients} stream clients over {STREAM_SECONDS:.0f} s ...")
     stop_churn = threading.Event()
     made: list[int] = []
     churner = threading.Thread(
@@ -329,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         if time.monotonic() > deadline:
             raise SystemExit(f"streams did not open: {status}\n{streamer.log_tail()}")
-    api.log(f"{status['open_now']} streams open; measuring the API list with them ...")
+    log(f"{status['open_now']} streams open; measuring the API list with them ...")
     parent_end.send("sample")
     with_streams = list_load(server.port, world, args)
     threads_streams = worker_threads(master_pid)

@@ -100,7 +100,7 @@ if [ "${FATIA_QUICK:-0}" != 1 ]; then
     ruff check .
     ruff format --check .
     log "mypy"
-    mypy portal tenants allocations agent
+    mypy portal tenants allocations agent bench
     log "hadolint"
     hadolint deploy/Containerfile
     print_times

@@ -16,7 +16,8 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -33,6 +34,9 @@ from allocations import services  # noqa: E402
 from allocations.models import Allocation, NodePool  # noqa: E402
 from tenants.models import Membership, Tenant  # noqa: E402
 from tests.factories import MembershipFactory, TenantFactory, UserFactory  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.allocations.faults import PrivateRedis
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -84,6 +88,24 @@ class World:
 @pytest.fixture
 def world(db: Any) -> World:
     return build_world()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
+    """A private Redis that the test may stop and restart, as this process's Celery broker, with the short delays of
+    the lose-no-work tests (tests/allocations/faults.py); killed afterwards."""
+    # Imported here: only those tests need the faults' processes.
+    from tests.allocations.faults import FAST, PrivateRedis, celery_app_on
+
+    for name, value in FAST.items():
+        setattr(settings, name, int(value))
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        with celery_app_on(server.url):
+            yield server
+    finally:
+        server.kill()
 
 
 def build_world() -> World:

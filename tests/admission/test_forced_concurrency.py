@@ -3,7 +3,6 @@ the minute step in two workers and a release's pass, all under the pass's locks 
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import timedelta
 
@@ -16,6 +15,7 @@ from allocations.models import Allocation, SlicePlacement
 from allocations.services.queue import admit_queued
 from tenants.models import AuditEvent
 from tests.admission.helpers import holding_pool
+from tests.allocations.test_concurrency import run_in_parallel
 from tests.conftest import World
 from tests.queue.helpers import ask
 
@@ -31,28 +31,13 @@ def test_concurrent_passes_place_a_held_request_past_its_bound_exactly_once(worl
     held = [ask(world, pool, "1g.10gb"), ask(world, pool, "1g.10gb", b=True)]
     assert {a.status for a in held} == {Status.QUEUED}
     Allocation.objects.filter(pk__in=[a.pk for a in held]).update(held_until=timezone.now() - timedelta(seconds=1))
-    barrier = threading.Barrier(PASSES)
-    outcomes: list[str] = []
-    lock = threading.Lock()
 
-    def worker(i: int) -> None:
+    def one_pass(i: int) -> str:
         # when: the minute step runs in some workers while a release's pass runs in the others, all at once
-        try:
-            barrier.wait()
-            n = sum(admit_due_holds().values()) if i % 2 else len(admit_queued(pool_id=pool.pk))
-            outcome = f"admitted {n}"
-        except Exception as exc:  # noqa: BLE001 - every failure is counted and asserted on
-            outcome = type(exc).__name__
-        finally:
-            connection.close()
-        with lock:
-            outcomes.append(outcome)
+        n = sum(admit_due_holds().values()) if i % 2 else len(admit_queued(pool_id=pool.pk))
+        return f"admitted {n}"
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(PASSES)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = list(run_in_parallel(one_pass, threads=PASSES).elements())
     # then: no pass failed and two admissions happened in all, each request admitted once, forced
     assert sorted(outcomes, reverse=True)[0].startswith("admitted") and all(o.startswith("admitted") for o in outcomes)
     assert sum(int(o.split()[1]) for o in outcomes) == 2, outcomes

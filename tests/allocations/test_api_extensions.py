@@ -8,6 +8,7 @@ import pytest
 from allocations import services
 from allocations.models import Allocation, LeaseExtension, Notification
 from tenants.models import AuditEvent
+from tests.allocating import active_request
 from tests.conftest import World
 
 URL = "/api/v1/allocations/"
@@ -15,16 +16,7 @@ EXT = "/api/v1/lease-extensions/"
 
 
 def active(world: World, lease_hours: int = 8) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=lease_hours,
-        purpose="training",
-        actor=world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
+    return active_request(world, lease_hours=lease_hours, purpose="training")
 
 
 def waiting(world: World) -> tuple[Allocation, LeaseExtension]:

@@ -7,30 +7,15 @@ import pytest
 import yaml
 
 from allocations import services
-from allocations.models import Allocation
+from tests.allocating import active_request, shared_l4_pool
 from tests.conftest import World
 
 POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: mine}\nspec:\n  containers: [{name: c, image: busybox}]\n"
 
 
-def active(world: World, *, count: int = 1, profile: str = "1g.10gb") -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile=profile,
-        count=count,
-        lease_hours=8,
-        purpose="serving",
-        actor=world.alice,
-    )
-    if allocation.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=allocation.pk, actor=world.root)
-    return services.provision_allocation(allocation_id=allocation.pk)
-
-
 def test_manifests_of_an_active_request_reference_its_claim_in_its_namespace(world: World):
     # given
-    allocation = active(world)
+    allocation = active_request(world)
     # when
     response = world.client(world.alice).get(
         f"/api/v1/allocations/{allocation.pk}/manifests/", {"kind": "vllm", "model": "org/model", "args": "--x 1"}
@@ -63,7 +48,7 @@ def test_manifests_of_an_active_request_reference_its_claim_in_its_namespace(wor
     ],
 )
 def test_bad_manifest_parameters_are_400_with_the_field(world: World, params, field):
-    allocation = active(world)
+    allocation = active_request(world)
     response = world.client(world.alice).get(f"/api/v1/allocations/{allocation.pk}/manifests/", params)
     assert response.status_code == 400, response.content
     assert field in response.json()["errors"]
@@ -85,7 +70,7 @@ def test_a_request_that_is_not_active_has_no_manifests_yet(world: World):
 
 
 def test_another_tenants_request_is_not_found(world: World):
-    allocation = active(world)
+    allocation = active_request(world)
     client = world.client(world.charlie)
     assert client.get(f"/api/v1/allocations/{allocation.pk}/manifests/", {"kind": "pod"}).status_code == 404
     assert (
@@ -94,7 +79,7 @@ def test_another_tenants_request_is_not_found(world: World):
 
 
 def test_attach_returns_the_users_manifest_with_the_claim(world: World):
-    allocation = active(world)
+    allocation = active_request(world)
     response = world.client(world.alice).post(
         f"/api/v1/allocations/{allocation.pk}/attach/", {"manifest": POD, "containers": ["c"]}, format="json"
     )
@@ -120,7 +105,7 @@ def test_attach_returns_the_users_manifest_with_the_claim(world: World):
     ],
 )
 def test_bad_attach_input_is_400_with_the_field(world: World, body, field):
-    allocation = active(world)
+    allocation = active_request(world)
     response = world.client(world.alice).post(f"/api/v1/allocations/{allocation.pk}/attach/", body, format="json")
     assert response.status_code == 400, response.content
     assert field in response.json()["errors"]
@@ -135,7 +120,7 @@ def test_a_request_over_32_slices_is_in_several_claims_and_the_pod_takes_them_al
         memory_slices_limit=40,
         actor=world.root,
     )
-    allocation = active(world, count=40)
+    allocation = active_request(world, count=40)
     # when
     body = world.client(world.alice).get(f"/api/v1/allocations/{allocation.pk}/manifests/", {"kind": "job"}).json()
     # then
@@ -147,24 +132,7 @@ def test_a_request_over_32_slices_is_in_several_claims_and_the_pod_takes_them_al
 
 def test_a_shared_pool_request_gets_one_workload_per_share(world: World):
     # given
-    l4 = services.create_node_pool(name="L4", slug="l4", gpu_model="NVIDIA L4", kind="shared", actor=world.root)
-    services.register_node(pool_id=l4.pk, name="l4-node-0", gpu_count=2, actor=world.root)
-    services.set_tenant_quota(
-        tenant_id=world.tenant_a.pk, pool_id=l4.pk, compute_slices_limit=200, memory_slices_limit=64, actor=world.root
-    )
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=l4.pk,
-        profile="",
-        memory_mib=4096,
-        count=2,
-        lease_hours=3,
-        purpose="serving",
-        actor=world.alice,
-    )
-    if allocation.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=allocation.pk, actor=world.root)
-    allocation = services.provision_allocation(allocation_id=allocation.pk)
+    allocation = active_request(world, pool=shared_l4_pool(world), profile="", memory_mib=4096, count=2, lease_hours=3)
     client = world.client(world.alice)
     # when
     every = client.get(f"/api/v1/allocations/{allocation.pk}/manifests/", {"kind": "pod"}).json()

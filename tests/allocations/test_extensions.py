@@ -14,6 +14,7 @@ from allocations import services
 from allocations.models import Allocation, LeaseExtension, Notification
 from tenants.errors import InvalidInput, InvalidTransition, NotAllowed
 from tenants.models import AuditEvent, Membership
+from tests.allocating import active_request
 from tests.conftest import World
 from tests.factories import MembershipFactory, UserFactory
 
@@ -22,16 +23,7 @@ Ext = LeaseExtension.Status
 
 
 def active(world: World, *, lease_hours: int = 8, actor=None) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=lease_hours,
-        purpose="training",
-        actor=actor or world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
+    return active_request(world, lease_hours=lease_hours, purpose="training", actor=actor)
 
 
 def verbs(allocation: Allocation) -> list[str]:

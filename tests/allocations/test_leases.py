@@ -9,22 +9,14 @@ from django.utils import timezone
 from allocations import services
 from allocations.models import Allocation, Quota
 from allocations.services.leases import warning_window
+from tests.allocating import active_request
 from tests.conftest import World
 
 Status = Allocation.Status
 
 
 def active_allocation(world: World, lease_hours: int = 8) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=lease_hours,
-        purpose="lease test",
-        actor=world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
+    return active_request(world, lease_hours=lease_hours, purpose="lease test")
 
 
 def test_the_warning_window_is_a_quarter_of_short_leases_and_a_day_at_most():

@@ -3,17 +3,14 @@ worker and beat. Requests go through the API in this process; the worker and bea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from allocations.models import Allocation, OutboxMessage
 from tests.allocations.faults import (
-    FAST,
     PrivateRedis,
     assert_books_balance,
-    celery_app_on,
     celery_process,
     wait_settled,
 )
@@ -23,19 +20,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
 # Sweep every 1 s, resend after 2 s: converging takes a sweep and a task; this leaves room for a loaded machine.
 CONVERGE_S = 30.0
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path, settings) -> Iterator[PrivateRedis]:  # type: ignore[no-untyped-def]
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        with celery_app_on(server.url):
-            yield server
-    finally:
-        server.kill()
 
 
 def create(world: World, purpose: str, compute_heavy: bool = False) -> tuple[int, int]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from django.utils import timezone
 
 from allocations import services, tasks
 from allocations.models import Allocation, OutboxMessage
-from tests.allocations.faults import FAST, PrivateRedis, assert_books_balance, celery_app_on, celery_process
+from tests.allocations.faults import PrivateRedis, assert_books_balance, celery_process
 from tests.allocations.test_worker_killed import database, lock_waiters
 from tests.conftest import World, wait_for_status
 
@@ -30,19 +29,6 @@ TIMEOUTS = {"FATIA_BROKER_VISIBILITY_TIMEOUT_S": "3600", "FATIA_BROKER_VISIBILIT
 # portal/broker.py; kombu's default, every 100 s, misses this bound whenever the new worker's first scan comes before
 # the 3 s are up), then the task.
 CONVERGE_S = 60.0
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        with celery_app_on(server.url):
-            yield server
-    finally:
-        server.kill()
 
 
 def test_a_killed_workers_task_comes_back_after_its_queues_own_visibility_timeout(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -16,10 +15,8 @@ from django.conf import settings as django_settings
 
 from allocations.models import Allocation
 from tests.allocations.faults import (
-    FAST,
     PrivateRedis,
     assert_books_balance,
-    celery_app_on,
     celery_process,
     wait_settled,
 )
@@ -30,19 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
 REQUESTS = 4
 CONVERGE_S = 60.0
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path, settings) -> Iterator[PrivateRedis]:  # type: ignore[no-untyped-def]
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        with celery_app_on(server.url):
-            yield server
-    finally:
-        server.kill()
 
 
 def database() -> psycopg.Connection[tuple[object, ...]]:

@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 from allocations import services
 from allocations.models import Allocation, LeaseExtension
 from tenants.models import ApiToken
+from tests.allocating import active_request
 from tests.browser.conftest import SLOW_PAGE_MS
 from tests.conftest import World
 
@@ -29,16 +30,7 @@ def shoot(page: Page, screenshot: Callable[[Page, str], None], name: str, *, fit
 
 
 def active(world: World, *, lease_hours: int = 8) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=lease_hours,
-        purpose="Serve a model",
-        actor=world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
+    return active_request(world, lease_hours=lease_hours, purpose="Serve a model")
 
 
 def test_a_long_extension_goes_to_mallory_who_sees_it_counted_and_approves_it(world: World, signed_in, screenshot):

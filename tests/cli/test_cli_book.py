@@ -3,67 +3,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.signals import request_started
 
 from allocations.cli import main
 from allocations.models import Booking
-from tenants.services import create_api_token
+from tests.cli.test_cli import Outcome, Tokens, private_config, server, tokens  # noqa: F401  # fixtures
 from tests.conftest import World
 
 
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@dataclass(frozen=True)
-class Tokens:
-    alice: str
-    charlie: str
-
-
-@pytest.fixture(autouse=True)
-def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Its own config file and none of the caller's FATIA_* or proxy settings (as in test_cli.py)."""
-    path = tmp_path / "fatia" / "config.json"
-    monkeypatch.setenv("FATIA_CONFIG", str(path))
-    for name in ("FATIA_URL", "FATIA_TOKEN", "FATIA_TIMEOUT", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    return path
-
-
 @pytest.fixture
-def server(transactional_db: None, live_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
-    monkeypatch.setenv("FATIA_URL", live_server.url)
-    return str(live_server.url)
-
-
-@pytest.fixture
-def tokens(world: World) -> Tokens:
-    def token(user: Any) -> str:
-        _, raw = create_api_token(user=user, name=f"{user.username}-book", scope="write", expires_at=None, actor=user)
-        return raw
-
-    return Tokens(alice=token(world.alice), charlie=token(world.charlie))
-
-
-@pytest.fixture
-def fatia(capsys: pytest.CaptureFixture[str], server: str) -> Callable[..., Outcome]:
+def fatia(capsys: pytest.CaptureFixture[str], server: str) -> Callable[..., Outcome]:  # noqa: F811
     def run(token: str, *argv: str) -> Outcome:
         capsys.readouterr()
         code = main(["--token", token, *argv])
@@ -86,7 +40,7 @@ def create(profile: str = "1g.10gb", start: float = 24, end: float = 28, count: 
     ]  # fmt: skip
 
 
-def test_book_create_list_and_cancel(world: World, tokens: Tokens, fatia):
+def test_book_create_list_and_cancel(world: World, tokens: Tokens, fatia):  # noqa: F811
     created = fatia(tokens.alice, *create())
     booking = Booking.objects.get()
     assert created.code == 0, created.err
@@ -110,7 +64,7 @@ def test_book_create_list_and_cancel(world: World, tokens: Tokens, fatia):
     assert fatia(tokens.alice, "--json", "book", "list").json()[0]["status"] == "cancelled"
 
 
-def test_a_booking_over_quota_exits_1_with_the_message(world: World, tokens: Tokens, fatia):
+def test_a_booking_over_quota_exits_1_with_the_message(world: World, tokens: Tokens, fatia):  # noqa: F811
     assert fatia(tokens.alice, *create(profile="7g.80gb", count="2")).code == 0
     refused = fatia(tokens.alice, *create(start=25, end=26))
     assert refused.code == 1
@@ -119,7 +73,7 @@ def test_a_booking_over_quota_exits_1_with_the_message(world: World, tokens: Tok
     assert Booking.objects.count() == 1
 
 
-def test_bad_times_exit_2_and_another_tenants_booking_is_not_found(world: World, tokens: Tokens, fatia):
+def test_bad_times_exit_2_and_another_tenants_booking_is_not_found(world: World, tokens: Tokens, fatia):  # noqa: F811
     bad = fatia(tokens.alice, "book", "create", "--pool", "h100", "--profile", "1g.10gb", "--count", "1",
                 "--start", "tomorrow", "--end", at(3), "--purpose", "x")  # fmt: skip
     assert bad.code == 2
@@ -130,7 +84,7 @@ def test_bad_times_exit_2_and_another_tenants_booking_is_not_found(world: World,
     assert missing == Outcome(1, "", f"fatia: error: Booking {booking.pk} not found. (HTTP 404)\n")
 
 
-def test_a_lease_asks_the_bookings_owner_who_answers_from_the_cli(world: World, tokens: Tokens, fatia):
+def test_a_lease_asks_the_bookings_owner_who_answers_from_the_cli(world: World, tokens: Tokens, fatia):  # noqa: F811
     from tests.bookings.helpers import active_lease, book, small_pool  # noqa: PLC0415 (the booking tests' set-up)
 
     small = small_pool(world, gpus=1)

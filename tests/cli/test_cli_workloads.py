@@ -9,30 +9,15 @@ from pathlib import Path
 
 import yaml
 
-from allocations import services
-from allocations.models import Allocation
+from tests.allocating import active_request
 from tests.cli.test_cli import fatia, private_config, server, tokens  # noqa: F401  # fixtures
-from tests.conftest import World
 
 POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: mine}\nspec:\n  containers: [{name: c, image: busybox}]\n"
 
 
-def active(world: World) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=8,
-        purpose="serving",
-        actor=world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
-
-
 def test_manifest_prints_yaml_for_the_kind_asked(world, fatia, tokens):  # noqa: F811
     # given
-    allocation = active(world)
+    allocation = active_request(world)
     # when
     outcome = fatia(
         tokens.alice,
@@ -55,7 +40,7 @@ def test_manifest_prints_yaml_for_the_kind_asked(world, fatia, tokens):  # noqa:
 
 
 def test_manifest_writes_a_file_and_refuses_bad_input(world, fatia, tokens, tmp_path):  # noqa: F811
-    allocation = active(world)
+    allocation = active_request(world)
     target = tmp_path / "job.yaml"
     written = fatia(tokens.alice, "manifest", str(allocation.pk), "--kind", "job", "-o", str(target))
     bad = fatia(tokens.alice, "manifest", str(allocation.pk), "--kind", "pod", "--image", "two words")
@@ -68,7 +53,7 @@ def test_manifest_writes_a_file_and_refuses_bad_input(world, fatia, tokens, tmp_
 
 
 def test_attach_prints_the_users_manifest_with_the_claim(world, fatia, tokens, tmp_path):  # noqa: F811
-    allocation = active(world)
+    allocation = active_request(world)
     path = tmp_path / "mine.yaml"
     path.write_text(POD)
     outcome = fatia(tokens.alice, "attach", str(allocation.pk), "-f", str(path))
@@ -79,7 +64,7 @@ def test_attach_prints_the_users_manifest_with_the_claim(world, fatia, tokens, t
 
 
 def test_attach_errors_exit_non_zero_with_a_message(world, fatia, tokens, tmp_path):  # noqa: F811
-    allocation = active(world)
+    allocation = active_request(world)
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("kind: [unclosed\n")
     service = tmp_path / "svc.yaml"
@@ -100,7 +85,7 @@ def test_attach_errors_exit_non_zero_with_a_message(world, fatia, tokens, tmp_pa
 
 def test_attach_apply_pipes_the_result_to_the_users_kubectl(world, fatia, tokens, tmp_path, monkeypatch):  # noqa: F811
     # given: a kubectl stand-in that records its arguments and input, as the user's own kubectl would get them
-    allocation = active(world)
+    allocation = active_request(world)
     path = tmp_path / "mine.yaml"
     path.write_text(POD)
     seen = tmp_path / "seen"
@@ -119,7 +104,7 @@ def test_attach_apply_pipes_the_result_to_the_users_kubectl(world, fatia, tokens
 
 
 def test_attach_apply_reports_kubectls_failure_and_a_missing_kubectl(world, fatia, tokens, tmp_path, monkeypatch):  # noqa: F811
-    allocation = active(world)
+    allocation = active_request(world)
     path = tmp_path / "mine.yaml"
     path.write_text(POD)
     failing = tmp_path / "kubectl"

@@ -341,17 +341,7 @@ def test_a_request_refused_for_scattered_slots_on_kubernetes_waits_for_a_rescue_
     small.active("1g.10gb", gpu=2, start=0)
     small.active("3g.40gb", gpu=2, start=4)
     settings.FATIA_CLUSTER_BACKEND = "kubernetes"
-    refused, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=small.pool.pk,
-        profile="3g.40gb",
-        count=1,
-        lease_hours=4,
-        purpose="needs room",
-        actor=world.alice,
-    )
-    if refused.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
+    refused = small.approved("3g.40gb")
     # when
     waiting = kube_sync.start_provisioning(allocation_id=refused.pk)
     # then: it waits APPROVED for a plan that moves the blocker, instead of queueing

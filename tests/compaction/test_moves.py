@@ -179,17 +179,7 @@ def test_a_request_refused_for_fragmentation_is_rescued_by_moves(small: Small, w
     small.active("1g.10gb", gpu=2, start=0)
     small.active("3g.40gb", gpu=2, start=4)
     # when
-    refused, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=small.pool.pk,
-        profile="3g.40gb",
-        count=1,
-        lease_hours=4,
-        purpose="needs room",
-        actor=world.alice,
-    )
-    if refused.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
+    refused = small.approved("3g.40gb")
     waiting = services.provision_allocation(allocation_id=refused.pk)
     # then it waits for a plan of one move instead of failing
     assert waiting.status == Allocation.Status.APPROVED
@@ -213,17 +203,7 @@ def test_without_movable_slices_a_refused_request_waits_in_the_queue(small: Smal
     small.active("7g.80gb", gpu=1, start=0)
     small.active("1g.10gb", gpu=2, start=0)
     small.active("3g.40gb", gpu=2, start=4)
-    refused, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=small.pool.pk,
-        profile="3g.40gb",
-        count=1,
-        lease_hours=4,
-        purpose="needs room",
-        actor=world.alice,
-    )
-    if refused.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=refused.pk, actor=world.mallory)
+    refused = small.approved("3g.40gb")
     assert services.provision_allocation(allocation_id=refused.pk).status == Allocation.Status.QUEUED
     assert not MovePlan.objects.exists()
 

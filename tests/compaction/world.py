@@ -19,20 +19,26 @@ class Small:
     def gpu(self, index: int) -> Gpu:
         return Gpu.objects.get(node__pool=self.pool, index=index)
 
-    def active(self, profile: str, gpu: int, start: int, *, movable: bool = False) -> Allocation:
-        """An ACTIVE request of alice's with its one slice at `gpu`:`start` (provisioned by the services, then its
-        placement put at the slot the test needs: placement policy is not what these tests are about)."""
+    def approved(self, profile: str, *, purpose: str = "needs room") -> Allocation:
+        """A request of alice's for one `profile`, approved by mallory where the policy left it pending; not
+        provisioned (the object as requested: its status is not read again)."""
         allocation, _ = services.request_allocation(
             tenant_id=self.world.tenant_a.pk,
             pool_id=self.pool.pk,
             profile=profile,
             count=1,
             lease_hours=4,
-            purpose="compaction test",
+            purpose=purpose,
             actor=self.world.alice,
         )
         if allocation.status == Allocation.Status.PENDING:
             services.approve_allocation(allocation_id=allocation.pk, actor=self.world.mallory)
+        return allocation
+
+    def active(self, profile: str, gpu: int, start: int, *, movable: bool = False) -> Allocation:
+        """An ACTIVE request of alice's with its one slice at `gpu`:`start` (provisioned by the services, then its
+        placement put at the slot the test needs: placement policy is not what these tests are about)."""
+        allocation = self.approved(profile, purpose="compaction test")
         services.provision_allocation(allocation_id=allocation.pk)
         spec = gpu_model_for(H100).profile(profile)
         SlicePlacement.objects.filter(allocation=allocation).update(

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
@@ -23,7 +21,7 @@ from kubernetes import client
 
 from allocations import services
 from allocations.models import Allocation, OutboxMessage
-from tests.allocations.faults import FAST, PrivateRedis, assert_books_balance, celery_app_on, celery_process
+from tests.allocations.faults import PrivateRedis, assert_books_balance, celery_process
 from tests.kube.conftest import ControlPlane, KubeWorld, wait_for
 from tests.kube.test_faults import control_plane_script
 from tests.kube.test_provisioning import objects_of, request
@@ -35,19 +33,6 @@ OUTAGE_S = 15
 # After the API server is back: a task's own retry (every 10 s at most), or the outbox's resend (its delay doubles
 # while the cluster is away, 64 s at most with FAST), then the claim's allocation by the scheduler.
 CONVERGE_S = 240.0
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
-    for name, value in FAST.items():
-        setattr(settings, name, int(value))
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        with celery_app_on(server.url):
-            yield server
-    finally:
-        server.kill()
 
 
 def kube_env(kw: KubeWorld) -> dict[str, str]:

@@ -35,25 +35,13 @@ from allocations.cluster import fake_fleet, kube
 from allocations.cluster.checks import ENFORCE_LABEL, ClusterReport, Level, check_cluster
 from allocations.mig.catalog import load_catalog
 from tests.kube.conftest import ControlPlane, started_control_plane, wait_for
+from tests.kube.fake_cluster import PORTAL
+from tests.kube.test_check_cluster_units import ALL_OK
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA B200")
 PREFIX = "check-"
 TENANT_NAMESPACE = f"{PREFIX}team-a"
-PORTAL = "system:serviceaccount:fatia-system:fatia-portal"
-ALL_OK = {
-    "backend": Level.OK,
-    "api": Level.OK,
-    "resource-api": Level.OK,
-    "device-classes": Level.OK,
-    "driver-slices": Level.OK,
-    "mig": Level.OK,
-    "permissions": Level.OK,
-    "extra-permissions": Level.OK,
-    "pod-security": Level.OK,
-    "tenant-namespaces": Level.OK,
-    "holder-image": Level.OK,
-}
 # check_cluster reads the tenants' namespaces and requests (the tenant-namespaces check).
 pytestmark = pytest.mark.django_db
 

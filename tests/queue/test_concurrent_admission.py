@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
@@ -11,6 +10,7 @@ from django.db import connection
 from allocations.models import Allocation, SlicePlacement
 from allocations.services.queue import admit_queued
 from tenants.models import AuditEvent
+from tests.allocations.test_concurrency import run_in_parallel
 from tests.conftest import World
 from tests.queue.helpers import ask, release, small_pool
 
@@ -27,29 +27,13 @@ def test_concurrent_releases_each_followed_by_an_admission_pass_admit_each_queue
     assert {a.status for a in held} == {Status.ACTIVE}
     waiting = [ask(world, pool, "1g.10gb", b=True) for _ in range(3)]
     assert {a.status for a in waiting} == {Status.QUEUED}
-    barrier = threading.Barrier(RELEASES)
-    outcomes: list[str] = []
-    lock = threading.Lock()
 
-    def worker(i: int) -> None:
+    def release_and_admit(i: int) -> str:
         # when: five releases finish at once, each running the admission pass its task would run
-        try:
-            barrier.wait()
-            release(world, held[i])
-            admitted = admit_queued(pool_id=pool.pk)
-            outcome = f"admitted {len(admitted)}"
-        except Exception as exc:  # noqa: BLE001 - every failure is counted and asserted on
-            outcome = type(exc).__name__
-        finally:
-            connection.close()
-        with lock:
-            outcomes.append(outcome)
+        release(world, held[i])
+        return f"admitted {len(admit_queued(pool_id=pool.pk))}"
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(RELEASES)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = list(run_in_parallel(release_and_admit, threads=RELEASES).elements())
     # then: no pass failed, and three admissions happened in all
     assert sum(int(o.split()[1]) for o in outcomes if o.startswith("admitted")) == 3, outcomes
     # and: each queued request is active, admitted exactly once

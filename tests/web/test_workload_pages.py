@@ -7,7 +7,7 @@ import yaml
 from django.test import Client
 
 from allocations import services
-from allocations.models import Allocation
+from tests.allocating import active_request, shared_l4_pool
 from tests.conftest import World
 
 
@@ -17,21 +17,8 @@ def client_for(user) -> Client:
     return client
 
 
-def active(world: World) -> Allocation:
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=world.pool.pk,
-        profile="1g.10gb",
-        count=1,
-        lease_hours=8,
-        purpose="serving",
-        actor=world.alice,
-    )
-    return services.provision_allocation(allocation_id=allocation.pk)
-
-
 def test_the_request_page_shows_a_pod_by_default_and_the_kind_asked_for(world: World):
-    allocation = active(world)
+    allocation = active_request(world)
     client = client_for(world.alice)
     default = client.get(f"/requests/{allocation.pk}/").content.decode()
     vllm = client.get(f"/requests/{allocation.pk}/", {"kind": "vllm", "model": "org/m"}).content.decode()
@@ -41,7 +28,7 @@ def test_the_request_page_shows_a_pod_by_default_and_the_kind_asked_for(world: W
 
 
 def test_bad_parameters_show_the_field_not_a_500(world: World):
-    allocation = active(world)
+    allocation = active_request(world)
     response = client_for(world.alice).get(f"/requests/{allocation.pk}/", {"kind": "helm", "image": "a b"})
     page = response.content.decode()
     assert response.status_code == 200
@@ -49,7 +36,7 @@ def test_bad_parameters_show_the_field_not_a_500(world: World):
 
 
 def test_the_download_is_the_yaml_as_a_file(world: World):
-    allocation = active(world)
+    allocation = active_request(world)
     client = client_for(world.alice)
     response = client.get(f"/requests/{allocation.pk}/manifests.yaml", {"kind": "job"})
     assert response.status_code == 200
@@ -98,24 +85,7 @@ def test_the_advisor_shows_bad_input_by_field(world: World):
 
 def test_a_shared_request_page_offers_its_shares_and_one_workload_each(world: World):
     # given: two 4 GiB shares of an L4
-    l4 = services.create_node_pool(name="L4", slug="l4", gpu_model="NVIDIA L4", kind="shared", actor=world.root)
-    services.register_node(pool_id=l4.pk, name="l4-node-0", gpu_count=2, actor=world.root)
-    services.set_tenant_quota(
-        tenant_id=world.tenant_a.pk, pool_id=l4.pk, compute_slices_limit=200, memory_slices_limit=64, actor=world.root
-    )
-    allocation, _ = services.request_allocation(
-        tenant_id=world.tenant_a.pk,
-        pool_id=l4.pk,
-        profile="",
-        memory_mib=4096,
-        count=2,
-        lease_hours=3,
-        purpose="serving",
-        actor=world.alice,
-    )
-    if allocation.status == Allocation.Status.PENDING:
-        services.approve_allocation(allocation_id=allocation.pk, actor=world.root)
-    allocation = services.provision_allocation(allocation_id=allocation.pk)
+    allocation = active_request(world, pool=shared_l4_pool(world), profile="", memory_mib=4096, count=2, lease_hours=3)
     client = client_for(world.alice)
     # when
     every = client.get(f"/requests/{allocation.pk}/", {"kind": "job"}).content.decode()

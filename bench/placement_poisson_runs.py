@@ -37,8 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
+from allocations.mig.demand import DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine  # noqa: E402
-from allocations.mig.policies import FragmentationAware, HoldingFragmentationAware, Policy  # noqa: E402
+from allocations.mig.policies import FragmentationAware, HoldContext, HoldingFragmentationAware, Policy  # noqa: E402
 from bench.placement import SHAPES, Pod, profile_of  # noqa: E402
 from bench.placement_departures import poisson_pods, replay_held  # noqa: E402
 
@@ -123,13 +124,16 @@ def one_run(model: GpuModel, hours: float, tail: str, gpus: int, alpha: float, s
     mine = Counter(pods[k].shape for k in hold.started.keys() - bf.started.keys())
     print("\nAdmitted by best-fit only: " + ", ".join(f"{s} {only[s]}" for s in SHAPES if only[s]))
     print("Admitted by ours-hold only: " + ", ".join(f"{s} {mine[s]}" for s in SHAPES if mine[s]))
-    term, k = decider(pods, hold, bf)
-    if k >= 0:
+    for peer in PEERS:
+        term, k = decider(pods, hold, runs[peer])
+        if k < 0:
+            continue
         q = pods[k]
         print(
-            f"Decider: pod {k} ({q.shape}, {(q.deleted - q.created) / 3600:.1f} h), {term:+.2f} points; at its arrival "
-            f"whole GPUs free: ours-hold {seen['ours-hold'][k][0]}, best-fit {seen['best-fit'][k][0]}, "
-            f"first-fit {seen['first-fit'][k][0]}"
+            f"Decider against {peer}: pod {k} ({q.shape}, {(q.deleted - q.created) / 3600:.1f} h, arriving at "
+            f"{q.created / 3600:.1f} h), {term:+.2f} points; at its arrival GPUs left whole: ours-hold "
+            f"{seen['ours-hold'][k][0]}, {peer} {seen[peer][k][0]}; room for a 4g: ours-hold "
+            f"{seen['ours-hold'][k][1]}, {peer} {seen[peer][k][1]}"
         )
 
 
@@ -166,6 +170,29 @@ class HoldTight(HoldingFragmentationAware):
         self.name = f"ours-hold, pull {tightness:g}, open {open_gpus:g}"
 
 
+class Reserve(HoldingFragmentationAware):
+    """``ours-hold`` that also keeps the last ``keep`` whole GPUs for the largest profile where allocations end:
+    a smaller request whose every placement is flagged and whose favourite opens one of them is held (retried
+    after departures, forced at its deadline) when the largest profile is at least ``share`` of the counts of
+    now. The lottery's prize is a long pod of the largest profile that finds a whole GPU."""
+
+    def __init__(self, keep: int, share: float) -> None:
+        super().__init__()
+        self.keep = keep
+        self.share = share
+        self.name = f"ours-hold, keep {keep} whole for the largest ({share:g})"
+
+    def holds(self, ctx: HoldContext) -> bool:
+        geom = ctx.geom
+        largest = max(range(len(geom.profiles)), key=lambda q: geom.compute[q])
+        if ctx.churn > 0 and ctx.i != largest and ctx.layouts and not geom.info(ctx.key).allocated_instances:
+            whole = sum(n for k, n in ctx.layouts.items() if not geom.info(k).allocated_instances)
+            weights = DemandMix(ctx.counts, self.CONFIRM_PRIOR).weights(geom.model)
+            if whole <= self.keep and weights[largest] >= self.share:
+                return True
+        return super().holds(ctx)
+
+
 def rules() -> dict[str, str | Policy]:
     return {
         "ours": "ours",
@@ -175,6 +202,8 @@ def rules() -> dict[str, str | Policy]:
         "ours-hold, pull 0.3": HoldTight(0.3),
         "ours-hold, pull 1": HoldTight(1.0),
         "ours-hold, open 0": HoldTight(FragmentationAware.TIGHTNESS, 0.0),
+        "ours-hold, keep 1 whole (0.05)": Reserve(1, 0.05),
+        "ours-hold, keep 2 whole (0.05)": Reserve(2, 0.05),
     }
 
 
@@ -187,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=10, help="seeds per concentration (tuning: from 0)")
     ap.add_argument("--hours", type=float, nargs="*", default=[1.0, 8.0], help="mean lifetimes")
     ap.add_argument("--lottery-seeds", type=int, default=0, help="seeds per concentration for the lottery count")
-    ap.add_argument("--rules", action="store_true", help="also the variants tried (pull, opening cost)")
+    ap.add_argument("--rules", nargs="*", choices=list(rules()), help="the variants tried (all when none is named)")
     ap.add_argument(
         "--run", nargs=5, metavar=("HOURS", "TAIL", "GPUS", "ALPHA", "SEED"), help="one tuning run, arrival by arrival"
     )
@@ -198,12 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         hours, tail, gpus, alpha, seed = args.run
         one_run(h100, float(hours), tail, int(gpus), float(alpha), int(seed))
         return 0
-    if not (args.lottery_seeds or args.rules):
+    if not args.lottery_seeds and args.rules is None:
         cells(h100, args.seeds, args.hours, t0)
     if args.lottery_seeds:
         lottery(h100, args.lottery_seeds, t0)
-    if args.rules:
-        variants(h100, args.seeds, args.hours, t0)
+    if args.rules is not None:
+        variants(h100, args.seeds, args.hours, args.rules or list(rules()), t0)
     return 0
 
 
@@ -310,7 +339,7 @@ def lottery(model: GpuModel, seeds: int, t0: float) -> None:
     print("\nLargest single-pod decider per cell: " + "; ".join(largest))
 
 
-def variants(model: GpuModel, seeds: int, hours_list: Sequence[float], t0: float) -> None:
+def variants(model: GpuModel, seeds: int, hours_list: Sequence[float], names: Sequence[str], t0: float) -> None:
     print(
         "\nVariants on the same draws: vs best-fit and vs the better peer (mean, runs below, worst), "
         "skill vs best-fit\n"
@@ -329,7 +358,8 @@ def variants(model: GpuModel, seeds: int, hours_list: Sequence[float], t0: float
                 for s in range(seeds)
             ]
             peers = [{p: play(model, g, pods, p) for p in PEERS} for g, pods in draws]
-            for name, rule in rules().items():
+            for name in names:
+                rule = rules()[name]
                 got = [play(model, g, pods, rule) for g, pods in draws]
                 bf = [r.share - pr["best-fit"].share for r, pr in zip(got, peers, strict=True)]
                 bp = [r.share - max(x.share for x in pr.values()) for r, pr in zip(got, peers, strict=True)]

@@ -199,6 +199,7 @@ def rules() -> dict[str, str | Policy]:
         "ours-hold": "ours-hold",
         "ours, pull 0.3": Tight(0.3),
         "ours, pull 1": Tight(1.0),
+        "ours-hold, pull 0.2": HoldTight(0.2),
         "ours-hold, pull 0.3": HoldTight(0.3),
         "ours-hold, pull 1": HoldTight(1.0),
         "ours-hold, open 0": HoldTight(FragmentationAware.TIGHTNESS, 0.0),

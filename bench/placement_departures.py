@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from allocations.mig.catalog import GpuModel
@@ -74,10 +74,15 @@ def replay_held(
     policy: str | Policy,
     wait_s: int = HOLD_WAIT_S,
     demand: DemandMix | DemandLearner | None = None,
+    started: dict[int, int] | None = None,
+    arriving: Callable[[int, PlacementEngine], None] | None = None,
 ) -> Served:
     """Replay for a policy with admission: held pods queue (FIFO), are retried after each departure and
     forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size); the mix
-    is learnt (by ``demand`` when it is a learner) unless ``demand`` fixes it."""
+    is learnt (by ``demand`` when it is a learner) unless ``demand`` fixes it. ``started``, when given, is
+    filled with the admitted pods' indices and their start times, and ``arriving`` is called with each pod's
+    index and the engine before the pod is placed (``bench/placement_poisson_runs.py``); a policy without
+    admission replays here as in ``run_online`` (nothing is held)."""
     nodes = math.ceil(gpus / 8)
     fleet = empty_fleet(model, nodes, 8)
     extra = nodes * 8 - gpus
@@ -107,6 +112,8 @@ def replay_held(
         admitted += 1
         served += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
         where[k] = (d.node, d.gpu_index, d.start)
+        if started is not None:
+            started[k] = now
         if learner is not None:
             learner.observe_start(f"pod{k}", name, now)
         heapq.heappush(events, (now + pod.deleted - pod.created, 0, k))
@@ -135,6 +142,8 @@ def replay_held(
         else:
             pod = pods[k]
             offered += SHAPES[pod.shape][0] * (pod.deleted - pod.created) / 3600
+            if arriving is not None:
+                arriving(k, engine)
             if not start(k, now, False) and fits(profile_of(model, pod.shape)):
                 held[k] = None
                 heapq.heappush(events, (now + wait_s, 1, k))

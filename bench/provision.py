@@ -20,9 +20,11 @@ What it does, in order:
    --fill-nodes nodes of their own until 130 % of their compute was offered; a refused request (QUEUED) is
    withdrawn. What the cluster allocated (its claims, not our records) is scored against the engine alone placing
    the same requests offline with first-fit and with `ours` (bench/steering_offline.py): the share of `ours`'
-   gain in compute slices served that reaches the cluster. Then, unless --no-scheduler, the same requests as
-   claims that pin only the profile (the scheduler's choice) until the first refusal, and the burst's profile
-   sequence as such claims on the main nodes: the scheduler's own choice at the same load. Layouts are scored
+   gain in compute slices served that reaches the cluster. --fill-seeds: one trickle per seed of the request
+   sequence (default 7), each on a pool and fill nodes of its own; the tables below show the first. Then, unless
+   --no-scheduler, the same requests (the first seed's) as claims that pin only the profile (the scheduler's
+   choice) until the first refusal, and the burst's profile sequence as such claims on the main nodes: the
+   scheduler's own choice at the same load. Layouts are scored
    with the placement engine: how many more slices of each profile would still fit, and how many GPUs are left
    whole.
 6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write;

@@ -20,9 +20,11 @@ What it does, in order:
    --fill-nodes nodes of their own until 130 % of their compute was offered; a refused request (QUEUED) is
    withdrawn. What the cluster allocated (its claims, not our records) is scored against the engine alone placing
    the same requests offline with first-fit and with `ours` (bench/steering_offline.py): the share of `ours`'
-   gain in compute slices served that reaches the cluster. Then, unless --no-scheduler, the same requests as
-   claims that pin only the profile (the scheduler's choice) until the first refusal, and the burst's profile
-   sequence as such claims on the main nodes: the scheduler's own choice at the same load. Layouts are scored
+   gain in compute slices served that reaches the cluster. --fill-seeds: one trickle per seed of the request
+   sequence (default 7), each on a pool and fill nodes of its own; the tables below show the first. Then, unless
+   --no-scheduler, the same requests (the first seed's) as claims that pin only the profile (the scheduler's
+   choice) until the first refusal, and the burst's profile sequence as such claims on the main nodes: the
+   scheduler's own choice at the same load. Layouts are scored
    with the placement engine: how many more slices of each profile would still fit, and how many GPUs are left
    whole.
 6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write;
@@ -52,6 +54,7 @@ TENANTS = 10
 
 
 FILL_LABEL = "bench.fatia.io/fill"
+FILL_SEED_LABEL = "bench.fatia.io/fill-seed"  # the trickle's seed: one set of fill nodes per seed
 CPU_COLUMNS = (
     "kube-apiserver",
     "etcd",
@@ -78,6 +81,34 @@ class Scheduled:
 
 
 @dataclass
+class Trickle:
+    """One trickle (requests one at a time on fill nodes of its own) and its offline reference."""
+
+    seed: int
+    sequence: list[str]
+    served: Any  # steering_offline.Served: what the cluster allocated
+    admitted: int  # before the first refusal
+    steered: int
+    seconds: float
+    offline: dict[str, Any]  # policy -> steering_offline.Served
+    reached: float | None  # share of `ours`' offline gain over first-fit
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "requests": len(self.sequence),
+            "compute": self.served.compute,
+            "admitted": self.served.admitted,
+            "first_refusal": self.admitted,
+            "whole": self.served.whole_gpus,
+            "steered": self.steered,
+            "seconds": self.seconds,
+            "offline": {p: {"compute": r.compute, "admitted": r.admitted} for p, r in self.offline.items()},
+            "reached": self.reached,
+        }
+
+
+@dataclass
 class Result:
     latencies: list[float]
     total_s: float
@@ -86,6 +117,9 @@ class Result:
     differs: int
     approving_s: float
     cpu: dict[str, float]
+    steered: int  # requests planned off first fit (audit steer_past)
+    load: float  # the machine's 1-minute load average, mean over the run (a shared machine: read times with it)
+    slowest: list[tuple[int, float, bool]]  # (allocation, approval -> recorded s, steered), the 5 slowest
 
 
 # What each process spends: comm names as /proc shows them (at most 15 characters).
@@ -143,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         help="approvals per second of the paced runs (none: skip)",
     )
     parser.add_argument("--fill-nodes", type=int, default=4, help="nodes of the fill-until-failure comparison")
+    parser.add_argument(
+        "--fill-seeds",
+        type=int,
+        nargs="+",
+        default=[7],
+        help="seeds of the trickle's request sequence, one trickle each (the report's tables: the first)",
+    )
     parser.add_argument(
         "--steer",
         choices=["off", "adaptive", "always"],
@@ -297,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             approved_at[pk] = time.time()
         approving_s = time.time() - first
         deadline = time.monotonic() + args.timeout
+        loads = [os.getloadavg()[0]]
         while time.monotonic() < deadline:
+            loads.append(os.getloadavg()[0])
             done = Allocation.objects.filter(
                 pk__in=pending, status__in=[Allocation.Status.ACTIVE, Allocation.Status.FAILED]
             )
@@ -308,6 +351,16 @@ def main(argv: list[str] | None = None) -> int:
         latencies = [at.timestamp() - approved_at[pk] for pk, status, at in rows if status == "active" and at]
         last = max((at.timestamp() for _, status, at in rows if status == "active" and at), default=first)
         cpu_after = cpu_seconds(worker_pids)
+        steered = {
+            int(pk)
+            for pk in AuditEvent.objects.filter(verb="provision", object_id__in=[str(pk) for pk in pending])
+            .filter(after__has_key="steer_past")
+            .values_list("object_id", flat=True)
+        }
+        waited = sorted(
+            ((pk, at.timestamp() - approved_at[pk]) for pk, status, at in rows if status == "active" and at),
+            key=lambda row: -row[1],
+        )
         return Result(
             latencies=latencies,
             total_s=last - first,
@@ -316,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
             differs=AuditEvent.objects.filter(verb="placement_differs").count() - differs_before,
             approving_s=approving_s,
             cpu={k: cpu_after[k] - cpu_before[k] for k in cpu_after},
+            steered=len(steered),
+            load=sum(loads) / len(loads),
+            slowest=[(pk, s, pk in steered) for pk, s in waited[:5]],
         )
 
     def release_all(pending: list[int]) -> None:
@@ -331,7 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     # 1. Burst: every request approved back to back.
     burst_ids = request_all(profiles, pool.pk)
     burst = approve_and_wait(burst_ids, rate=0)
-    print(f"burst: {burst.active} active, {burst.failed} failed in {burst.total_s:.1f} s")
+    print(
+        f"burst: {burst.active} active, {burst.failed} failed in {burst.total_s:.1f} s, {burst.steered} steered, "
+        f"load average {burst.load:.1f}"
+    )
+    print("burst, slowest (allocation, s, steered):", burst.slowest)
     # Only what the scheduler allocated (ACTIVE) counts for the layout.
     ours_layout: dict[tuple[str, int], list[Instance]] = {}
     active_rows = SlicePlacement.objects.filter(
@@ -354,74 +414,94 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paced at {rate:g}/s: {paced[rate].active} active, {paced[rate].failed} failed")
         release_all(paced_ids)
 
-    # 3. Trickle on a small pool of its own, one request at a time, until 130 % of its compute was offered.
-    fill_rng = random.Random(7)  # noqa: S311
-    fill_sequence: list[str] = []
-    while sum(model.profile(p).compute_slices for p in fill_sequence) < 1.3 * args.fill_nodes * 8 * 7:
-        fill_sequence += fill_rng.choices(list(MIX), weights=list(MIX.values()))
-    fill_pool = services.create_node_pool(name="H100 fill", slug="h100-fill", gpu_model=GPU_MODEL, actor=root)
-    for n in range(args.fill_nodes):
-        name = f"h100-fill-{n:03d}"
-        node = fake_fleet.publish_node(admin, model, name, 8)
-        client.CoreV1Api(admin).patch_node(name, body={"metadata": {"labels": {FILL_LABEL: "true"}}})
-        kube_sync.register_cluster_node(pool_id=fill_pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))
-    for tenant in tenants:
-        services.set_tenant_quota(
-            tenant_id=tenant.pk,
-            pool_id=fill_pool.pk,
-            compute_slices_limit=10_000,
-            memory_slices_limit=10_000,
-            actor=root,
+    # 3. Trickle on a small pool of its own, one request at a time, until 130 % of its compute was offered; once
+    # per seed of the sequence, each on a pool and nodes of its own (a pool's demand learner starts empty).
+    def run_trickle(seed: int, prefix: str) -> Trickle:
+        fill_rng = random.Random(seed)  # noqa: S311
+        fill_sequence: list[str] = []
+        while sum(model.profile(p).compute_slices for p in fill_sequence) < 1.3 * args.fill_nodes * 8 * 7:
+            fill_sequence += fill_rng.choices(list(MIX), weights=list(MIX.values()))
+        fill_pool = services.create_node_pool(name=f"H100 fill {prefix}", slug=prefix, gpu_model=GPU_MODEL, actor=root)
+        for n in range(args.fill_nodes):
+            name = f"{prefix}-{n:03d}"
+            node = fake_fleet.publish_node(admin, model, name, 8)
+            client.CoreV1Api(admin).patch_node(
+                name, body={"metadata": {"labels": {FILL_LABEL: "true", FILL_SEED_LABEL: str(seed)}}}
+            )
+            kube_sync.register_cluster_node(pool_id=fill_pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))
+        for tenant in tenants:
+            services.set_tenant_quota(
+                tenant_id=tenant.pk,
+                pool_id=fill_pool.pk,
+                compute_slices_limit=10_000,
+                memory_slices_limit=10_000,
+                actor=root,
+            )
+        fill_ids: list[int] = []
+        first_refusal: int | None = None
+        trickle_started = time.perf_counter()
+        for n, profile in enumerate(fill_sequence):
+            [pk] = request_all([profile], fill_pool.pk)
+            fill_ids.append(pk)
+            services.approve_allocation(allocation_id=pk, actor=root)
+            while Allocation.objects.filter(
+                pk=pk, status__in=[Allocation.Status.APPROVED, Allocation.Status.PROVISIONING]
+            ).exists():
+                time.sleep(0.02)
+            if Allocation.objects.get(pk=pk).status != Allocation.Status.ACTIVE:
+                first_refusal = n if first_refusal is None else first_refusal
+                services.release_allocation(allocation_id=pk, actor=root)  # QUEUED -> WITHDRAWN: none departs here
+        trickle_s = time.perf_counter() - trickle_started
+        ours_admitted = first_refusal if first_refusal is not None else len(fill_sequence)
+        # What the cluster allocated, read from the claims (not our records).
+        fill_nodes = [f"{prefix}-{n:03d}" for n in range(args.fill_nodes)]
+        profile_of = dict(Allocation.objects.filter(pk__in=fill_ids).values_list("uuid", "profile"))
+        trickle_layout: dict[tuple[str, int], list[Instance]] = {}
+        for c in kube.list_claims(kube.LABEL_ALLOCATION):
+            if c.allocation is None or c.allocation.node_name not in fill_nodes:
+                continue
+            for d in c.allocation.devices:
+                where = cluster_placements.placement_of(d.device)
+                allocation_uuid = uuid.UUID(c.labels[kube.LABEL_ALLOCATION])
+                if where and allocation_uuid in profile_of:
+                    trickle_layout.setdefault((c.allocation.node_name, where[0]), []).append(
+                        Instance(profile_of[allocation_uuid], where[1], owner=str(allocation_uuid))
+                    )
+        trickle_active = Allocation.objects.filter(pk__in=fill_ids, status=Allocation.Status.ACTIVE).count()
+        trickle = steering_offline.served(
+            steering_offline.layout_fleet(fill_nodes, model, trickle_layout), trickle_active, first_refusal
         )
-    fill_ids: list[int] = []
-    first_refusal: int | None = None
-    trickle_started = time.perf_counter()
-    for n, profile in enumerate(fill_sequence):
-        [pk] = request_all([profile], fill_pool.pk)
-        fill_ids.append(pk)
-        services.approve_allocation(allocation_id=pk, actor=root)
-        while Allocation.objects.filter(
-            pk=pk, status__in=[Allocation.Status.APPROVED, Allocation.Status.PROVISIONING]
-        ).exists():
-            time.sleep(0.02)
-        if Allocation.objects.get(pk=pk).status != Allocation.Status.ACTIVE:
-            first_refusal = n if first_refusal is None else first_refusal
-            services.release_allocation(allocation_id=pk, actor=root)  # QUEUED -> WITHDRAWN: none departs here
-    trickle_s = time.perf_counter() - trickle_started
-    ours_admitted = first_refusal if first_refusal is not None else len(fill_sequence)
-    # What the cluster allocated, read from the claims (not our records).
-    fill_nodes = [f"h100-fill-{n:03d}" for n in range(args.fill_nodes)]
-    profile_of = dict(Allocation.objects.filter(pk__in=fill_ids).values_list("uuid", "profile"))
-    trickle_layout: dict[tuple[str, int], list[Instance]] = {}
-    for c in kube.list_claims(kube.LABEL_ALLOCATION):
-        if c.allocation is None or c.allocation.node_name not in fill_nodes:
-            continue
-        for d in c.allocation.devices:
-            where = cluster_placements.placement_of(d.device)
-            allocation_uuid = uuid.UUID(c.labels[kube.LABEL_ALLOCATION])
-            if where and allocation_uuid in profile_of:
-                trickle_layout.setdefault((c.allocation.node_name, where[0]), []).append(
-                    Instance(profile_of[allocation_uuid], where[1], owner=str(allocation_uuid))
-                )
-    trickle_active = Allocation.objects.filter(pk__in=fill_ids, status=Allocation.Status.ACTIVE).count()
-    trickle = steering_offline.served(
-        steering_offline.layout_fleet(fill_nodes, model, trickle_layout), trickle_active, first_refusal
+        trickle_steered = (
+            AuditEvent.objects.filter(verb="provision", object_id__in=[str(pk) for pk in fill_ids])
+            .filter(after__has_key="steer_past")
+            .count()
+        )
+        offline = {
+            policy: steering_offline.fill(fill_sequence, fill_nodes, model, policy) for policy in ("first-fit", "ours")
+        }
+        offline_gain = offline["ours"].compute - offline["first-fit"].compute
+        reached = (trickle.compute - offline["first-fit"].compute) / offline_gain if offline_gain else None
+        print(
+            f"trickle, seed {seed}: {trickle_active} active, {trickle.compute} compute slices ({trickle_steered} "
+            f"steered) in {trickle_s:.1f} s; offline first-fit {offline['first-fit'].compute}, "
+            f"ours {offline['ours'].compute}"
+        )
+        release_all(fill_ids)
+        return Trickle(seed, fill_sequence, trickle, ours_admitted, trickle_steered, trickle_s, offline, reached)
+
+    trickles = [
+        run_trickle(seed, "h100-fill" if n == 0 else f"h100-fill{seed}") for n, seed in enumerate(args.fill_seeds)
+    ]
+    # The provision section and the scheduler-alone comparison read the first seed's.
+    first_trickle = trickles[0]
+    fill_sequence, trickle, ours_admitted = first_trickle.sequence, first_trickle.served, first_trickle.admitted
+    trickle_steered, trickle_s, offline, reached = (
+        first_trickle.steered,
+        first_trickle.seconds,
+        first_trickle.offline,
+        first_trickle.reached,
     )
-    trickle_steered = (
-        AuditEvent.objects.filter(verb="provision", object_id__in=[str(pk) for pk in fill_ids])
-        .filter(after__has_key="steer_past")
-        .count()
-    )
-    offline = {
-        policy: steering_offline.fill(fill_sequence, fill_nodes, model, policy) for policy in ("first-fit", "ours")
-    }
     offline_gain = offline["ours"].compute - offline["first-fit"].compute
-    reached = (trickle.compute - offline["first-fit"].compute) / offline_gain if offline_gain else None
-    print(
-        f"trickle: {trickle_active} active, {trickle.compute} compute slices ({trickle_steered} steered) in "
-        f"{trickle_s:.1f} s; offline first-fit {offline['first-fit'].compute}, ours {offline['ours'].compute}"
-    )
-    release_all(fill_ids)
     for w in workers:
         w.terminate()
     for w in workers:
@@ -514,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         sched_admitted = 0
         for i, profile in enumerate(fill_sequence):
             name = f"fill-{i:04d}"
-            scheduler_claim(name, profile, {FILL_LABEL: "true"})
+            scheduler_claim(name, profile, {FILL_LABEL: "true", FILL_SEED_LABEL: str(first_trickle.seed)})
             outcome = wait_allocated_or_unschedulable(admin, spec.namespace, name)
             if outcome != "allocated":
                 break
@@ -610,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
                     "steer": args.steer,
                     "burst": {"active": burst.active, "failed": burst.failed, "whole": ours_whole, "fits": ours_fits},
                     "burst_s": burst.total_s,
+                    "burst_p50_s": percentile(burst.latencies, 0.5) if burst.latencies else None,
+                    "burst_p99_s": percentile(burst.latencies, 0.99) if burst.latencies else None,
+                    "burst_steered": burst.steered,
+                    "burst_load": burst.load,
+                    "burst_slowest": burst.slowest,
+                    "burst_cpu_ms": {k: v * 1000 / max(len(profiles), 1) for k, v in burst.cpu.items()},
                     "trickle": {
                         "requests": len(fill_sequence),
                         "compute": trickle.compute,
@@ -621,6 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                     },
                     "offline": {p: {"compute": r.compute, "admitted": r.admitted} for p, r in offline.items()},
                     "reached": reached,
+                    "trickles": [t.figures() for t in trickles],
                     "scheduler": {"whole": sched.whole, "fits": sched.fits, "admitted": sched.admitted}
                     if sched
                     else None,

@@ -5,9 +5,13 @@ takes the scheduler's first fit and holds no GPU. Kubernetes backend, no API ser
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from allocations import services
 from allocations.cluster.steering import Steering, decide_steering, steer_mode
@@ -150,3 +154,34 @@ def test_a_bad_steering_mode_stops_start_up_naming_the_setting() -> None:
     assert result.returncode == 1
     assert "FATIA_KUBE_STEER_SLOTS must be 'off', 'adaptive' or 'always'" in result.stderr
     assert "not 'sometimes'" in result.stderr
+
+
+def test_in_a_burst_adaptive_plans_as_off_does_for_one_query_more(world: World, pool: NodePool, settings: Any) -> None:
+    # given: three requests approved together (a burst: the others are in flight when the first is planned)
+    first, *_ = (approved(world, pool, "3g.40gb") for _ in range(3))
+
+    def plan(mode: str) -> tuple[list[str], list[tuple[int, int, list[int]]]]:
+        """The queries of planning `first` with steering `mode`, and the plan; rolled back, so every mode plans
+        from the same state."""
+        settings.FATIA_KUBE_STEER_SLOTS = mode
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            planned = where(start_provisioning(allocation_id=first.pk))
+            transaction.set_rollback(True)
+        return [q["sql"] for q in queries.captured_queries], planned
+
+    plan("off")  # whatever a first plan caches
+    # when
+    off_sql, off_plan = plan("off")
+    adaptive_sql, adaptive_plan = plan("adaptive")
+    # then: the burst's fallback is off's plan (first fit, nothing steered) for the in-flight count alone: a
+    # worker draining a burst does no more than with steering off (bench/steering.py measured the burst's time)
+    assert adaptive_plan == off_plan == [(0, 0, [])]
+    extra = Counter(map(shape, adaptive_sql)) - Counter(map(shape, off_sql))
+    assert len(adaptive_sql) == len(off_sql) + 1
+    [in_flight] = extra.elements()
+    assert 'FROM "allocations_allocation" WHERE' in in_flight and "LIMIT N" in in_flight
+
+
+def shape(sql: str) -> str:
+    """A query without its values (times, ids), to compare two plans' queries."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "?", sql))

@@ -333,8 +333,9 @@ class HoldingFragmentationAware(FragmentationAware):
     the pool's (a warm learner that trusts its mix held a 3g for every 7g to come, and fewer came), and on pools
     whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's layouts
     (:func:`.rollout.hold_gain`; above ``VETO_GPUS`` GPUs over a sample of ``VETO_SAMPLE``, session 12) veto a hold
-    that serves less than placing (a 4g held to keep a GPU whole where the 3g that come would complete it). Also until a release, :meth:`unflags` lets the engine take
-    ``ours``' favourite when the flag alone put another GPU first and the counts of now would not flag it: a
+    that serves less than placing (a 4g held to keep a GPU whole where the 3g that come would complete it). Also
+    until a release, :meth:`unflags` lets the engine take ``ours``' favourite when the flag alone put another GPU
+    first and the counts of now would not flag it: a
     young pool's published mix is mostly prior, under which pairing two 3g strands a slice, so the flag opened
     a GPU per 3g in a pool that asked for nothing else.
 

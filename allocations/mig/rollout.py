@@ -184,7 +184,7 @@ def hold_gain(
     i: int,
     mix: DemandMix,
     counts: Mapping[LayoutKey, int],
-    held: float = 0.0,
+    withheld: float = 0.0,
 ) -> float | None:
     """Compute slices a pool is expected to serve more if it holds one instance of profile ``i`` (``option`` on a
     GPU with layout ``key``) than if it places it; negative when placing pays. The same future arrivals (drawn as in
@@ -194,7 +194,7 @@ def hold_gain(
     ``LOAD`` x the free compute is offered: a hold that the per-GPU value of ``ours`` favours can still lose when
     the requests that would use the kept room are too few for all the GPUs that keep it. ``None`` when that is
     more than ``HORIZON`` arrivals (a large pool: long rollouts, and the per-GPU value tells as much there).
-    ``held``: compute slices this fill has held already (scaled to ``counts``' GPUs): the futures then offer no more
+    ``withheld``: compute slices this fill has held already (scaled to ``counts``' GPUs): the futures then offer no more
     than a fill of ``LOAD`` x the fleet's compute still has to, after what it placed and held (a held request was part
     of the fill's offer, and the room it left free is not more to come); whether the rollouts run at all is decided
     without it, as without holds."""
@@ -205,7 +205,7 @@ def hold_gain(
     if not 0 < arrivals <= HORIZON:
         return None
     allocated = sum(counts.values()) * geom.model.compute_slices - free
-    arrivals = math.ceil(min(LOAD * free, LOAD * (allocated + free) - allocated - held) / mean_compute)
+    arrivals = math.ceil(min(LOAD * free, LOAD * (allocated + free) - allocated - withheld) / mean_compute)
     if arrivals <= 0:  # the fill has held all it still offers: placing serves the request, holding nothing
         return -float(geom.compute[i])
 

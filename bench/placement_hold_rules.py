@@ -1,4 +1,4 @@
-"""``python bench/placement_hold_rules.py [--gpus 8 64] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]
+"""``python bench/placement_hold_rules.py [--gpus 8 64 512] [--alphas 0.5 2] [--warm] [--skip-family] [--skip-online]
 [--trace-dir DIR]``: how ``ours-hold``'s admission rule was chosen (issue 14, sessions 10 and 11). TUNING draws only
 (the trace, with ``--trace-dir``, is the one workload the issue names; it is reported, not held out).
 
@@ -17,6 +17,10 @@ fleet's layouts (``allocations/mig/rollout.py``, ``hold_gain``: futures drawn ar
 confirm the flag that put an unflagged GPU first ("unflag"). Run it with and without ``--warm``, and with
 ``--alphas 0.2``.
 
+Session 12: ``--gpus 512`` (H100, seeds 0-5 per concentration): above 64 GPUs the veto's rollouts run on a sample
+of 64 GPUs in the pool's proportions, their futures bounded by what the fill still offers after what it placed and
+held (session 11 had no veto there); at 8 and 64 GPUs the rule is session 11's.
+
 Session 10, lifetimes (``bench/placement_lifetimes.py``, online only: with no departures nothing ends, so the
 rule is the kept one): the kept rule whose hold must also be confirmed in slice-hours (veto), with lifetimes
 learnt from ended requests plus the ages of running ones or from ended requests alone, and the rule confirming in
@@ -29,7 +33,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
@@ -53,7 +57,7 @@ from bench.placement_family import Outcome, Sample, make_sample, run_sample, sum
 from bench.placement_lifetimes import LifetimeHold, LifetimeLearner  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
-SEEDS = {8: 40, 64: 20}
+SEEDS = {8: 40, 64: 20, 512: 6}
 ONLINE_GPUS = (16, 32)
 ONLINE_SEEDS = 3
 ONLINE_PODS = 2000
@@ -150,15 +154,28 @@ class Rule(HoldingFragmentationAware):
 
 
 SESSION10 = "session 10 (counts now, prior 10, 0.2 + 0.8 / GPUs)"
-KEPT = "ours-hold (kept: s10 + unflag (flag) + budget 0.4 + veto once 100 requests, up to 64 GPUs)"
+KEPT = "ours-hold (kept: s10 + unflag (flag) + budget 0.4 + veto once 100 requests, above 64 GPUs on a sample)"
+SESSION11 = "session 11 (kept then: no veto above 64 GPUs)"
+
+
+class Session11(HoldingFragmentationAware):
+    """Session 11's kept rule: no veto above ``VETO_GPUS`` GPUs."""
+
+    VETO_SAMPLE = 0
+
+
+class SampleOnly(HoldingFragmentationAware):
+    """Session 12's veto on a sample above ``VETO_GPUS`` GPUs, whose futures ignore what the fill has held."""
+
+    def veto_held(self, ctx: HoldContext, fleet: Mapping[LayoutKey, int]) -> float:
+        return 0.0
 
 
 def variants() -> dict[str, Rule | HoldingFragmentationAware]:
-    session9 = {"hold": 0.3, "confirm": None}
     return {
-        "session 9 (HOLD 0.3, no confirmation)": Rule(**session9),
-        "session 9, threshold 0.3 + 0.1 x compute": Rule(**session9, per_compute=0.1),
-        "session 9, only while 2+ more fit": Rule(**session9, min_room=2),
+        "session 9 (HOLD 0.3, no confirmation)": Rule(hold=0.3, confirm=None),
+        "session 9, threshold 0.3 + 0.1 x compute": Rule(hold=0.3, confirm=None, per_compute=0.1),
+        "session 9, only while 2+ more fit": Rule(hold=0.3, confirm=None, min_room=2),
         "confirmed, published counts, 0.2 + 0.8 / GPUs": Rule(published=True),
         "confirmed, counts now, prior 10, 0.2": Rule(per_gpu=0.0),
         "confirmed, counts now, prior 10, 0.3": Rule(confirm=0.3, per_gpu=0.0),
@@ -185,6 +202,8 @@ def variants() -> dict[str, Rule | HoldingFragmentationAware]:
             budget=0.4, veto=0.0, veto_seen=100.0, unflag="confirm"
         ),
         "s10 + unflag (flag) + budget 0.4": Rule(budget=0.4, unflag="flag"),
+        SESSION11: Session11(),
+        "kept, sampled veto's futures ignoring the fill's held compute": SampleOnly(),
         KEPT: HoldingFragmentationAware(),
     }
 
@@ -228,7 +247,7 @@ def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--gpus", type=int, nargs="*", default=list(SEEDS), choices=list(SEEDS))
+    ap.add_argument("--gpus", type=int, nargs="*", default=[8, 64], choices=list(SEEDS))
     ap.add_argument("--alphas", type=float, nargs="*", default=list(ALPHAS), choices=[0.2, *ALPHAS])
     ap.add_argument("--warm", action="store_true", help="learners first see the sample's 500-request history")
     ap.add_argument("--skip-family", action="store_true")
@@ -281,11 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nAlibaba trace ({time.perf_counter() - t0:.0f} s)\n")
         print("| rule | GPUs | served of offered | vs first-fit | vs best-fit |\n|---|---:|---:|---:|---:|")
         for gpus in TRACE_GPUS:
-            ff, bf = (replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit"))
+            first, best = (replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit"))
             for name in ONLINE:
                 share = replay_rule(h100, gpus, pods, name)
                 print(f"| {name} | {gpus} | {100 * share:.3f} % ", end="")
-                print(f"| {100 * (share - ff):+.3f} | {100 * (share - bf):+.3f} |", flush=True)
+                print(f"| {100 * (share - first):+.3f} | {100 * (share - best):+.3f} |", flush=True)
     return 0
 
 

@@ -331,10 +331,11 @@ class HoldingFragmentationAware(FragmentationAware):
     Until the pool sees a release (a fill: the per-GPU value assumes requests keep coming to use the room a hold
     keeps, and a fill ends), two more terms (session 11): the compute held since stays within ``HOLD_BUDGET`` of
     the pool's (a warm learner that trusts its mix held a 3g for every 7g to come, and fewer came), and on pools
-    of up to ``VETO_GPUS`` GPUs whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's
-    layouts (:func:`.rollout.hold_gain`) veto a hold that serves less than placing (a 4g held to keep a GPU
-    whole where the 3g that come would complete it). Also until a release, :meth:`unflags` lets the engine take
-    ``ours``' favourite when the flag alone put another GPU first and the counts of now would not flag it: a
+    whose counts hold ``VETO_SEEN`` requests, rollouts of that mix over the fleet's layouts
+    (:func:`.rollout.hold_gain`; above ``VETO_GPUS`` GPUs over a sample of ``VETO_SAMPLE``, session 12) veto a hold
+    that serves less than placing (a 4g held to keep a GPU whole where the 3g that come would complete it). Also
+    until a release, :meth:`unflags` lets the engine take ``ours``' favourite when the flag alone put another GPU
+    first and the counts of now would not flag it: a
     young pool's published mix is mostly prior, under which pairing two 3g strands a slice, so the flag opened
     a GPU per 3g in a pool that asked for nothing else.
 
@@ -367,9 +368,12 @@ class HoldingFragmentationAware(FragmentationAware):
     VETO_SEEN = 100.0
     #: Compute slices a hold must gain in the rollouts (mean over the futures) not to be vetoed.
     VETO_MARGIN = 0.0
-    #: Pools of more GPUs of the model get no veto: near the end of their fill the rollouts walk hundreds of distinct
-    #: layouts (at 512 GPUs they doubled the mean decision time and tripled its p99), and none was tuned there.
+    #: Pools of more GPUs of the model get the veto on a sample (``VETO_SAMPLE``): near the end of their fill rollouts
+    #: over the whole pool walk hundreds of distinct layouts (at 512 GPUs they doubled the mean decision time and
+    #: tripled its p99).
     VETO_GPUS = 64
+    #: GPUs (in the pool's proportions) the veto's rollouts run on above ``VETO_GPUS``; 0: no veto there (session 11).
+    VETO_SAMPLE = 64
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -392,12 +396,34 @@ class HoldingFragmentationAware(FragmentationAware):
         if ctx.held and ctx.held + geom.compute[ctx.i] > budget:  # the first hold is free: a 1-GPU pool may hold a 4g
             return False
         fixed = ctx.mix.prior_weight <= 0
-        if not ctx.layouts or ctx.gpus > self.VETO_GPUS or (not fixed and sum(ctx.counts.values()) < self.VETO_SEEN):
+        fleet = self.veto_fleet(ctx)
+        if fleet is None or (not fixed and sum(ctx.counts.values()) < self.VETO_SEEN):
             return True
         mix = ctx.mix if fixed else DemandMix(ctx.counts, ctx.mix.prior_weight)
         ours = FragmentationAware(self.persistence, self.open_cost)
-        gain = rollout.hold_gain(ours, geom, ctx.key, ctx.option, ctx.i, mix, ctx.layouts)
+        gain = rollout.hold_gain(ours, geom, ctx.key, ctx.option, ctx.i, mix, fleet, self.veto_held(ctx, fleet))
         return gain is None or gain > self.VETO_MARGIN
+
+    def veto_fleet(self, ctx: HoldContext) -> dict[LayoutKey, int] | None:
+        """The GPUs per layout the veto's rollouts run on: the pool's own, up to ``VETO_GPUS`` GPUs; above, a sample of
+        ``VETO_SAMPLE`` GPUs in the pool's proportions (:func:`.rollout.sample_fleet`: rollouts over the whole pool
+        walk hundreds of layouts, and start only near the end of its fill), or none (no veto) when that is 0; none
+        without layouts. Session 12: at 512 GPUs without a veto, a mix of 3g and 7g held a 3g for every GPU kept whole
+        until the budget (0.4 of the pool's compute) ran out, more than the fill's excess, and served less than
+        first-fit."""
+        if not ctx.layouts:
+            return None
+        if ctx.gpus <= self.VETO_GPUS:
+            return dict(ctx.layouts)
+        return rollout.sample_fleet(ctx.layouts, ctx.key, self.VETO_SAMPLE) if self.VETO_SAMPLE else None
+
+    def veto_held(self, ctx: HoldContext, fleet: Mapping[LayoutKey, int]) -> float:
+        """Compute slices the veto's rollouts take from what the fill still offers, for the requests it held already:
+        on a sampled fleet, the pool's held compute in the sample's proportion (a held request was part of the fill's
+        offer, and the room it left free makes the free compute overstate what is still to come; without this the
+        rollouts valued each further 3g held for a 7g at +0.3 slices to the end). On the pool's own GPUs (up to
+        ``VETO_GPUS``) none, as tuned in session 11."""
+        return ctx.held * sum(fleet.values()) / ctx.gpus if ctx.gpus > self.VETO_GPUS else 0.0
 
     def strands(self, ctx: HoldContext) -> bool:
         """Whether ``ctx.option`` strands more than ``CONFIRM + CONFIRM_GPUS / GPUs`` with the counts of now, priced

@@ -184,6 +184,7 @@ def hold_gain(
     i: int,
     mix: DemandMix,
     counts: Mapping[LayoutKey, int],
+    withheld: float = 0.0,
 ) -> float | None:
     """Compute slices a pool is expected to serve more if it holds one instance of profile ``i`` (``option`` on a
     GPU with layout ``key``) than if it places it; negative when placing pays. The same future arrivals (drawn as in
@@ -192,13 +193,21 @@ def hold_gain(
     fleet's layouts (``counts``: GPUs per layout) after the placement and without it. The fill ends after
     ``LOAD`` x the free compute is offered: a hold that the per-GPU value of ``ours`` favours can still lose when
     the requests that would use the kept room are too few for all the GPUs that keep it. ``None`` when that is
-    more than ``HORIZON`` arrivals (a large pool: long rollouts, and the per-GPU value tells as much there)."""
+    more than ``HORIZON`` arrivals (a large pool: long rollouts, and the per-GPU value tells as much there).
+    ``withheld``: compute slices this fill has held already (scaled to ``counts``' GPUs): the futures then offer no more
+    than a fill of ``LOAD`` x the fleet's compute still has to, after what it placed and held (a held request was part
+    of the fill's offer, and the room it left free is not more to come); whether the rollouts run at all is decided
+    without it, as without holds."""
     weights = tuple(round(w, 2) for w in mix.weights(geom.model))
     mean_compute = sum(w * c for w, c in zip(weights, geom.compute, strict=True))
     free = sum(n * (geom.model.compute_slices - geom.info(k).allocated_compute) for k, n in counts.items())
     arrivals = math.ceil(LOAD * free / mean_compute) if mean_compute else 0
     if not 0 < arrivals <= HORIZON:
         return None
+    allocated = sum(counts.values()) * geom.model.compute_slices - free
+    arrivals = math.ceil(min(LOAD * free, LOAD * (allocated + free) - allocated - withheld) / mean_compute)
+    if arrivals <= 0:  # the fill has held all it still offers: placing serves the request, holding nothing
+        return -float(geom.compute[i])
 
     def ranks(q: int) -> RankTable:
         table_key = (id(geom), weights, policy.open_cost, q)
@@ -218,3 +227,24 @@ def hold_gain(
         gain += _serve(policy, geom, held, seq, weights, ranks)
         gain -= geom.compute[i] + _serve(policy, geom, placed, seq, weights, ranks)
     return gain / sequences
+
+
+def sample_fleet(counts: Mapping[LayoutKey, int], key: LayoutKey, size: int) -> dict[LayoutKey, int]:
+    """A fleet of ``size`` GPUs in the proportions of ``counts`` (GPUs per layout): one GPU with layout ``key`` (the one
+    a decision is about) plus the other GPUs apportioned by largest remainder (ties by layout, so the sample is
+    deterministic). The rollouts of :func:`hold_gain` on a large pool run on it: a hold's effect is local to its GPU,
+    and what the fill's end offers its partners scales with the fleet, so a miniature in the same proportions tells
+    the same story at the cost of a pool of ``size`` GPUs. ``counts`` itself when it is no larger."""
+    total = sum(counts.values())
+    if total <= size:
+        return dict(counts)
+    others = dict(counts)
+    others[key] -= 1
+    rest = total - 1
+    quota = {k: n * (size - 1) / rest for k, n in others.items() if n}
+    out = {k: int(q) for k, q in quota.items()}
+    left = size - 1 - sum(out.values())
+    for k in sorted(quota, key=lambda k: (out[k] - quota[k], k))[:left]:
+        out[k] += 1
+    out[key] = out.get(key, 0) + 1
+    return {k: n for k, n in out.items() if n}

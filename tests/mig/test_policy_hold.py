@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from allocations.mig import rollout
 from allocations.mig.demand import DemandLearner, DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import PlacementRequest
@@ -268,3 +269,46 @@ def test_once_allocations_end_the_flag_orders_placement_again() -> None:
     # when the next 3g.40gb arrives, then the unflagged GPU wins again (session 10's rule, for departures)
     d = engine.choose(PlacementRequest("3g.40gb"))
     assert d is not None and (d.gpu_index, d.start) != (first.gpu_index, 0) and d.rank[0] == 0.0
+
+
+def test_above_64_gpus_rollouts_over_a_sample_of_the_pool_veto_a_hold_that_the_gpu_alone_favours() -> None:
+    # given an empty pool of 128 H100 GPUs whose tenants ask for whole GPUs and 1g.10gb, half and half
+    mix = DemandMix.from_shares({"7g.80gb": 0.5, "1g.10gb": 0.5})
+    engine = PlacementEngine(empty_fleet(model(H100), 16, 8), "ours-hold", mix)
+    # when a 1g.10gb arrives, then it is placed although its GPU alone would hold it (the rank flags it): rollouts
+    # over 64 GPUs in the pool's proportions see the 1g.10gb that come fill the GPU it opens
+    decision = engine.choose(PlacementRequest("1g.10gb"))
+    assert decision is not None and decision.rank[0] == 1.0
+    # and without the sample (session 11: no veto above 64 GPUs) it was held
+    no_sample = HoldingFragmentationAware()
+    no_sample.VETO_SAMPLE = 0
+    assert PlacementEngine(empty_fleet(model(H100), 16, 8), no_sample, mix).choose(PlacementRequest("1g.10gb")) is None
+
+
+def test_above_64_gpus_the_veto_counts_what_the_fill_has_held_already() -> None:
+    # given an empty pool of 128 H100 GPUs (896 compute slices) whose tenants ask for 3g.40gb and whole GPUs, 7 to 3
+    mix = DemandMix.from_shares({"3g.40gb": 0.7, "7g.80gb": 0.3})
+    fresh = PlacementEngine(empty_fleet(model(H100), 16, 8), "ours-hold", mix)
+    # when a 3g.40gb arrives first, then it is held: the whole GPUs to come need the GPU it would break
+    assert fresh.choose(PlacementRequest("3g.40gb")) is None
+    # but when the fill has already held 300 compute slices (within the budget of 0.4 x 896), then it is placed: a fill
+    # of 130 % of the pool's compute has only 1,165 - 300 slices left to offer, too few whole GPUs to need every GPU
+    engine = PlacementEngine(empty_fleet(model(H100), 16, 8), "ours-hold", mix)
+    engine.held = 300.0
+    decision = engine.choose(PlacementRequest("3g.40gb"))
+    assert decision is not None and decision.rank[0] == 1.0
+
+
+def test_a_sampled_fleet_keeps_the_pools_proportions_and_the_gpu_decided_on() -> None:
+    geom = geometry(model(H100))
+    empty = geom.named_key(())
+    one = geom.named_key((("3g.40gb", 4, False),))
+    whole = geom.named_key((("7g.80gb", 0, False),))
+    # given 512 GPUs: 300 empty, 200 with a 3g.40gb, 12 with a whole GPU
+    pool = {empty: 300, one: 200, whole: 12}
+    # when 64 are sampled around a GPU with a whole GPU, then 64 in the same proportions, that GPU's layout included
+    sample = rollout.sample_fleet(pool, whole, 64)
+    assert sum(sample.values()) == 64
+    assert sample[empty] in (37, 38) and sample[one] == 25 and sample[whole] in (1, 2)
+    # and a pool no larger than the sample is itself
+    assert rollout.sample_fleet({empty: 3, one: 1}, one, 64) == {empty: 3, one: 1}

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
 
     from allocations.models import Node
-    from allocations.selectors import fleet_versions
+    from allocations.selectors import DASHBOARD_PAGE_SIZE, fleet_versions
 
     load_before = " ".join(f"{n:.2f}" for n in os.getloadavg())
     seeded = seed(nodes=args.nodes, gpus=args.gpus, tenants=args.tenants)
@@ -206,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     admin.force_login(User.objects.get(username="bench-root"))
     member.force_login(User.objects.get(username="bench-user-00"))
     pool = seeded.pool_id
-    node = Node.objects.filter(pool_id=pool).order_by("name").values_list("pk", flat=True)[500]
+    # The middle node and page 7 at 1,000 nodes; a smaller fleet (--nodes under 501 read past its nodes) gets its
+    # middle node and its last page when it has fewer than 7.
+    node = Node.objects.filter(pool_id=pool).order_by("name").values_list("pk", flat=True)[seeded.nodes // 2]
+    page = min(7, -(-seeded.nodes // DASHBOARD_PAGE_SIZE))
     results = [
         measure("GET /dashboard/ (admin)", lambda: admin.get("/dashboard/"), args.runs),
         measure("GET /dashboard/ (member)", lambda: member.get("/dashboard/"), args.runs),
         measure("pool summary fragment", lambda: member.get(f"/dashboard/pools/{pool}/summary/"), args.runs),
-        measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page=7"), args.runs),
+        measure("node page fragment", lambda: member.get(f"/dashboard/pools/{pool}/nodes/?page={page}"), args.runs),
         measure("stream version poll (selector)", fleet_versions, args.runs),
         measure("GET /dashboard/fleet/ (admin)", lambda: admin.get("/dashboard/fleet/"), args.runs),
         measure("GET /dashboard/fleet/ (member)", lambda: member.get("/dashboard/fleet/"), args.runs),

@@ -250,7 +250,16 @@ def size_fleet(pods: Sequence[Pod], model: GpuModel) -> int:
     return max(1, round(peak / (model.compute_slices * LOAD)))
 
 
-def run_online(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str, defrag_samples: int) -> OnlineResult:
+def run_online(
+    model: GpuModel,
+    gpus: int,
+    pods: Sequence[Pod],
+    policy: str,
+    defrag_samples: int,
+    started: dict[int, int] | None = None,
+) -> OnlineResult:
+    """``started``, when given, is filled with the admitted pods' indices and their start (arrival) times, as by
+    ``bench.placement_departures.replay_held``."""
     nodes = math.ceil(gpus / 8)
     fleet = empty_fleet(model, nodes, 8)
     extra = nodes * 8 - gpus
@@ -279,6 +288,8 @@ def run_online(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str, def
         admitted += 1
         served += SHAPES[pod.shape][0] * hours
         where[k] = (d.node, d.gpu_index, d.start)
+        if started is not None:
+            started[k] = pod.created
     # Defrag: replay again up to sampled rejections and ask the planner (all running pods idle).
     step = max(1, len(rejections) // max(1, defrag_samples))
     sample = {k for k, _ in rejections[::step][:defrag_samples]}

@@ -11,7 +11,7 @@ ends (departures first at equal times, as in ``bench.placement.run_online``):
   over Dirichlet-sampled mixes (``bench.placement_family``), several seeds.
 
 The figure is slice-hours served (compute slices x hours of the admitted pods) as a share of offered,
-and admitted pods.
+and admitted pods; beside it the compute admitted (:func:`compute_share`), the low-noise part of slice-hours.
 
 ``ours-hold`` (admission) is replayed with a queue, as the portal would run it (:func:`replay_held`): a pod it
 holds waits, is retried after every departure, and is forced after ``HOLD_WAIT_S``; a held pod that no
@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from allocations.mig.catalog import GpuModel
@@ -58,13 +58,25 @@ class Served:
         return self.slice_hours / self.offered_slice_hours if self.offered_slice_hours else math.nan
 
 
-def replay(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Served:
-    """A policy with admission replays with a queue (:func:`replay_held`); the others place on arrival or drop."""
+def replay(
+    model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy, started: dict[int, int] | None = None
+) -> Served:
+    """A policy with admission replays with a queue (:func:`replay_held`); the others place on arrival or drop.
+    ``started``, when given, is filled with the admitted pods' indices and start times (:func:`compute_share`)."""
     if policy == "ours-hold" or getattr(policy, "admission", False):
-        return replay_held(model, gpus, pods, policy)
+        return replay_held(model, gpus, pods, policy, started=started)
     name = policy if isinstance(policy, str) else policy.name
-    r = run_online(model, gpus, pods, policy, 0)  # type: ignore[arg-type]  # run_online takes a name or a policy
+    # run_online takes a name or a policy
+    r = run_online(model, gpus, pods, policy, 0, started=started)  # type: ignore[arg-type]
     return Served(name, r.admitted, r.offered, r.slice_hours, r.offered_slice_hours)
+
+
+def compute_share(pods: Sequence[Pod], started: Iterable[int]) -> float:
+    """Compute slices of the admitted pods (``started``: their indices) as a share of those offered: the
+    policy's skill, free of the luck of which long pods it happened to admit, since no policy sees a pod's
+    lifetime (``bench/placement_poisson_runs.py``)."""
+    offered = sum(SHAPES[p.shape][0] for p in pods)
+    return sum(SHAPES[pods[k].shape][0] for k in started) / offered if offered else math.nan
 
 
 def replay_held(

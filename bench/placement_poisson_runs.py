@@ -41,7 +41,7 @@ from allocations.mig.demand import DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine  # noqa: E402
 from allocations.mig.policies import FragmentationAware, HoldContext, HoldingFragmentationAware, Policy  # noqa: E402
 from bench.placement import SHAPES, Pod, profile_of  # noqa: E402
-from bench.placement_departures import poisson_pods, replay_held  # noqa: E402
+from bench.placement_departures import compute_share, poisson_pods, replay_held  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
 GPUS = (16, 32)
@@ -66,8 +66,7 @@ class Run:
 def play(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Run:
     started: dict[int, int] = {}
     served = replay_held(model, gpus, pods, policy, started=started)
-    compute = sum(SHAPES[p.shape][0] for p in pods)
-    return Run(served.share, sum(SHAPES[pods[k].shape][0] for k in started) / compute, started)
+    return Run(served.share, compute_share(pods, started), started)
 
 
 def one_run(model: GpuModel, hours: float, tail: str, gpus: int, alpha: float, seed: int) -> None:
@@ -88,8 +87,7 @@ def one_run(model: GpuModel, hours: float, tail: str, gpus: int, alpha: float, s
 
         started: dict[int, int] = {}
         served = replay_held(model, gpus, pods, p, started=started, arriving=look)
-        compute = sum(SHAPES[q.shape][0] for q in pods)
-        runs[p] = Run(served.share, sum(SHAPES[pods[k].shape][0] for k in started) / compute, started)
+        runs[p] = Run(served.share, compute_share(pods, started), started)
         seen[p] = room
     offered = Counter(q.shape for q in pods)
     print(

@@ -1,13 +1,17 @@
 """The departures replay (bench/placement_departures.py) tells the engine how held pods ended, and ``ours-hold``
-prices its next holds by it."""
+prices its next holds by it; the report (bench/placement_departures_report.py) puts the compute admitted beside
+slice-hours."""
 
 from __future__ import annotations
+
+import pytest
 
 from allocations.mig.catalog import load_catalog
 from allocations.mig.demand import DemandMix
 from allocations.mig.policies import HoldingFragmentationAware
 from bench.placement import Pod
-from bench.placement_departures import replay_held
+from bench.placement_departures import compute_share, replay, replay_held
+from bench.placement_departures_report import at_least, spread, worst
 from bench.placement_hold_outcomes import Unpriced
 
 H100 = load_catalog().model("NVIDIA H100 80GB HBM3")
@@ -30,3 +34,26 @@ def test_a_long_request_that_its_holds_keep_losing_to_short_whole_gpus_is_placed
     # and 2.7 less half of 4 is 0.7
     assert priced.admitted == 10
     assert round(priced.slice_hours, 6) == round(7 * 1000 / 3600 + 9 * 4 * 4, 6)
+
+
+def test_the_compute_admitted_counts_slices_not_lifetimes_whether_a_policy_holds_or_not() -> None:
+    # given one H100, a whole GPU for 10 hours, a 1g that arrives while it runs, and a 1g after it ended
+    hour = 3600
+    pods = [Pod("7g", 0, 10 * hour), Pod("1g", 10, 10 + hour), Pod("1g", 11 * hour, 12 * hour)]
+    for policy in ("first-fit", "ours-hold"):  # placed on arrival (run_online), and with a queue (replay_held)
+        admits: dict[int, int] = {}
+        # when the report replays them
+        served = replay(H100, 1, pods, policy, admits)
+        # then the second pod is refused: 71 of 72 slice-hours, but 8 of the 9 compute slices offered
+        assert admits == {0: 0, 2: 11 * hour}
+        assert served.share == pytest.approx(71 / 72)
+        assert compute_share(pods, admits) == pytest.approx(8 / 9)
+
+
+def test_the_report_pairs_runs_by_draw_and_gives_the_peers_own_spread_as_the_noise() -> None:
+    # given three draws: first-fit 2 points below best-fit, then 3 above, then level
+    first, best = [0.60, 0.73, 0.70], [0.62, 0.70, 0.70]
+    # then first-fit is at least best-fit on 2 runs, its worst run is 2 points below, and the spread is -2 / +3
+    assert at_least(first, best) == 2
+    assert worst(first, best) == "-2.00"
+    assert spread(first, best) == "-2.00 / +3.00"

@@ -16,7 +16,8 @@ reads no outcomes), in a pool with many requests and ended holds.
    pass, services/queue.py) and as it ran before (read per try: the bench alone swaps the pass's read-once block
    for one that registers nothing, so every plan reads the database as session 11's code did), and with the pool's
    layout and demand read by every step of a try (services/queue.py reads them once per try since session 12:
-   `placement.read_once_per_try`, which the bench alone swaps for a block that registers nothing).
+   `placement.read_once_per_try`, which the bench alone swaps for a block that registers nothing). The three ways
+   take turns, pass by pass, so a change of load weighs on each alike.
 """
 
 from __future__ import annotations
@@ -198,26 +199,39 @@ def admission_pass(
         raise SystemExit("the whole GPU was not placed")
     if {ask("1g.10gb").status for _ in range(args.queued)} != {Allocation.Status.QUEUED}:
         raise SystemExit("the 1g.10gb requests did not all wait for room")
-    # The "before" row swaps the pass's read-once block for one that reads on every try (the name admit_queued looks
+    # The "before" rows swap the pass's read-once blocks for ones that register nothing (the names admit_queued looks
     # up in its module).
     read_once = outcomes.read_once_per_pass
     per_try = placement.read_once_per_try
     out: dict[str, tuple[int, ...]] = {}
-    times = {}
     ways = {
         "once": (read_once, per_try),
         "per step": (read_once, lambda p: nullcontext()),
         "per try": (lambda p: nullcontext(PassHistory(p.pk)), lambda p: nullcontext()),
     }
-    for way, (pass_block, try_block) in ways.items():
+
+    def one_pass(way: str) -> float:
+        pass_block, try_block = ways[way]
         with (
             mock.patch.object(queue, "read_once_per_pass", pass_block),
             mock.patch.object(queue, "read_once_per_try", try_block),
         ):
-            times[way] = mean_ms(lambda: queue.admit_queued(pool_id=pool.pk), args.pass_runs)
-            with CaptureQueriesContext(connection) as queries:
-                if queue.admit_queued(pool_id=pool.pk):
-                    raise SystemExit("a pass admitted a request: the bench's passes must change nothing")
+            start = time.perf_counter()
+            if queue.admit_queued(pool_id=pool.pk):
+                raise SystemExit("a pass admitted a request: the bench's passes must change nothing")
+            return (time.perf_counter() - start) * 1000
+
+    # The ways take turns (after one warm-up pass each), so a change of load on the shared cores weighs on all alike.
+    for way in ways:
+        one_pass(way)
+    spent = dict.fromkeys(ways, 0.0)
+    for _ in range(args.pass_runs):
+        for way in ways:
+            spent[way] += one_pass(way)
+    times = {way: ms / args.pass_runs for way, ms in spent.items()}
+    for way in ways:
+        with CaptureQueriesContext(connection) as queries:
+            one_pass(way)
         sql = [q["sql"] for q in queries.captured_queries]
         out[way] = (
             len(sql),

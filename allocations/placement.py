@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
 from django.conf import settings
@@ -68,6 +71,53 @@ def dra_device_name(*, gpu_index: int, profile: str, profile_id: int, start: int
     with '+' as '-' (an RFC 1123 label), e.g. gpu-0-mig-1g10gb-19-0 or gpu-0-mig-1g10gb-me-20-3."""
     label = re.sub(r"[^a-z0-9-]", "", profile.replace("+", "-").lower())
     return f"gpu-{gpu_index}-mig-{label}-{profile_id}-{start}"
+
+
+# --- one placement try's reads (issue 14) ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _TryReads:
+    """A pool's layout and demand, read at most once within one placement try (`read_once_per_try`)."""
+
+    pool_id: int
+    layout: PoolLayout | None = None
+    demand: DemandMix | None = None
+
+
+# The placement try in progress in this thread, if any (read_once_per_try).
+_TRY: ContextVar[_TryReads | None] = ContextVar("fatia_placement_try", default=None)
+
+
+@contextmanager
+def read_once_per_try(pool: NodePool) -> Iterator[None]:
+    """Within this block, `read_pool` and `recent_demand` of `pool` read the database once, not once per step.
+
+    One try plans unforced, then forced, measures what a hold would strand, may look for a rescue plan and checks
+    the reservation: each step read the layout and the demand again (a queued request that fits nowhere: three of
+    each). Within one try only: its caller holds the pool's lock (services/locks.py), so no other transaction
+    places a slice in the pool meanwhile, and the try's own placement (services/lifecycle.record_placements) calls
+    `layout_changed`. What others may commit meanwhile only frees room (a release or a failure deletes placements
+    without the pool's lock) and queues another admission pass (services/queue_trigger), which reads afresh. Not
+    across tries: a try that places changes the layout. The demand counts the pool's recent requests by profile,
+    which a try does not create or change."""
+    token = _TRY.set(_TryReads(pool.pk))
+    try:
+        yield
+    finally:
+        _TRY.reset(token)
+
+
+def layout_changed(pool_id: int) -> None:
+    """The pool's placements changed within the try in progress: its layout is read afresh next time."""
+    memo = _TRY.get()
+    if memo is not None and memo.pool_id == pool_id:
+        memo.layout = None
+
+
+def _this_try(pool: NodePool) -> _TryReads | None:
+    memo = _TRY.get()
+    return memo if memo is not None and memo.pool_id == pool.pk else None
 
 
 class PoolBusy(Exception):
@@ -145,7 +195,33 @@ class PoolLayout:
 
 def read_pool(pool: NodePool) -> PoolLayout:
     """The pool's ready nodes in device order with the instances held by live allocations and by claims
-    made outside the portal (the cluster holds them: counted as settled occupancy)."""
+    made outside the portal (the cluster holds them: counted as settled occupancy). Within `read_once_per_try`
+    for this pool, read once and handed out as copies (a caller may change its copy's instances)."""
+    memo = _this_try(pool)
+    if memo is None:
+        return _read_layout(pool)
+    if memo.layout is None:
+        memo.layout = _read_layout(pool)
+    return _copied(memo.layout)
+
+
+def _copied(layout: PoolLayout) -> PoolLayout:
+    nodes = [
+        Node(n.name, [Gpu(g.node, g.index, g.model, list(g.instances)) for g in n.gpus], n.pool)
+        for n in layout.fleet.nodes
+    ]
+    return PoolLayout(
+        fleet=Fleet(nodes),
+        by_position=dict(layout.by_position),
+        settled={k: list(v) for k, v in layout.settled.items()},
+        waiting={k: [(a, list(claim)) for a, claim in v] for k, v in layout.waiting.items()},
+        unreadable=list(layout.unreadable),
+        steered=set(layout.steered),
+        models=dict(layout.models),
+    )
+
+
+def _read_layout(pool: NodePool) -> PoolLayout:
     pool_model = gpu_model_for(pool.gpu_model)
     gpus = list(
         GpuRow.objects.filter(node__pool=pool, node__state=NodeRow.State.READY)
@@ -219,7 +295,17 @@ def empty_pool_fleet(pool: NodePool) -> Fleet:
 
 
 def recent_demand(pool: NodePool) -> DemandMix:
-    """Profiles requested in this pool lately (approved or not: demand is what people ask for)."""
+    """Profiles requested in this pool lately (approved or not: demand is what people ask for). Within
+    `read_once_per_try` for this pool, read once (a DemandMix does not change)."""
+    memo = _this_try(pool)
+    if memo is None:
+        return _read_demand(pool)
+    if memo.demand is None:
+        memo.demand = _read_demand(pool)
+    return memo.demand
+
+
+def _read_demand(pool: NodePool) -> DemandMix:
     recent = Allocation.objects.filter(pool=pool).order_by("-created_at").values_list("pk", flat=True)[:DEMAND_WINDOW]
     counts = Allocation.objects.filter(pk__in=list(recent)).values("profile").annotate(n=Sum("count")).order_by()
     return DemandMix(counts={row["profile"]: float(row["n"]) for row in counts}, prior_weight=DEMAND_PRIOR_WEIGHT)

@@ -14,7 +14,10 @@ reads no outcomes), in a pool with many requests and ended holds.
 4. An admission pass (session 12): the pool's GPU taken whole, --queued 1g.10gb requests waiting for room (each try
    plans unforced, so it may hold); the pass's time and queries, as it runs (the pool's hold history read once per
    pass, services/queue.py) and as it ran before (read per try: the bench alone swaps the pass's read-once block
-   for one that registers nothing, so every plan reads the database as session 11's code did).
+   for one that registers nothing, so every plan reads the database as session 11's code did), and with the pool's
+   layout and demand read by every step of a try (services/queue.py reads them once per try since session 12:
+   `placement.read_once_per_try`, which the bench alone swaps for a block that registers nothing). The three ways
+   take turns, pass by pass, so a change of load weighs on each alike.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     holds = len([1 for k in range(args.requests) if k % args.every == 0])
     forced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1), args.runs)
     unforced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1, force=False), args.runs)
-    per_pass, per_try, queries = admission_pass(pool, root, tenant, args)
+    times, queries = admission_pass(pool, root, tenant, args)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     body = (
         f"Command: `{command}`\n\nLoad average when it ended (1 / 5 / 15 min): {load}; other jobs share the cores, so\n"
@@ -141,11 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         f"| `plan_slices`, forced (reads no outcomes) | {forced:.1f} |\n"
         f"| `plan_slices`, unforced (reads them) | {unforced:.1f} |\n"
         f"\nAn admission pass over {args.queued} queued 1g.10gb waiting for room in that pool (its GPU taken whole), "
-        f"mean of {args.pass_runs}\npasses: the pool's hold history read once per pass (session 12) against once per "
-        "try (session 11).\n\n"
-        "| Pass | ms | queries | history reads |\n|---|---:|---:|---:|\n"
-        f"| read once per pass | {per_pass:.1f} | {queries['once'][0]} | {queries['once'][1]} |\n"
-        f"| read per try (before) | {per_try:.1f} | {queries['per try'][0]} | {queries['per try'][1]} |\n"
+        f"mean of {args.pass_runs}\npasses: the pool's hold history read once per pass (session 12) or once per try "
+        "(session 11); its layout and demand\nread once per try (session 12) or by every step of a try (before).\n\n"
+        "| Pass | ms | queries | history reads | layout reads | demand reads |\n|---|---:|---:|---:|---:|---:|\n"
+        + "".join(
+            f"| {label} | {times[way]:.1f} | {' | '.join(str(n) for n in queries[way])} |\n" for way, label in PASS_WAYS
+        )
     )
     print(body)
     if not args.no_write:
@@ -153,15 +157,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# The admission pass's ways (admission_pass): key, row label.
+PASS_WAYS = (
+    ("once", "history once per pass, layout and demand once per try"),
+    ("per step", "history once per pass, layout and demand per step (before)"),
+    ("per try", "history per try, layout and demand per step (session 11)"),
+)
+LAYOUT_READ = '"allocations_sliceplacement"."blocked_starts" AS "blocked_starts"'
+DEMAND_READ = 'SUM("allocations_allocation"."count") AS "n"'
+
+
 def admission_pass(
     pool: Any, root: Any, tenant: Any, args: argparse.Namespace
-) -> tuple[float, float, dict[str, tuple[int, int]]]:
-    """Mean ms of an admission pass over --queued requests waiting for room, read once per pass and per try; per way,
-    (queries, history reads) of one pass. A pass that admits nothing changes nothing: it can be timed again."""
+) -> tuple[dict[str, float], dict[str, tuple[int, ...]]]:
+    """Per way (PASS_WAYS), the mean ms of an admission pass over --queued requests waiting for room, and (queries,
+    history reads, layout reads, demand reads) of one pass. A pass that admits nothing changes nothing: it can be
+    timed again."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from allocations import services
+    from allocations import placement, services
     from allocations.admission import outcomes
     from allocations.admission.outcomes import PassHistory
     from allocations.models import Allocation
@@ -184,27 +199,63 @@ def admission_pass(
         raise SystemExit("the whole GPU was not placed")
     if {ask("1g.10gb").status for _ in range(args.queued)} != {Allocation.Status.QUEUED}:
         raise SystemExit("the 1g.10gb requests did not all wait for room")
-    # The "before" row swaps the pass's read-once block for one that reads on every try (the name admit_queued looks
+    # The "before" rows swap the pass's read-once blocks for ones that register nothing (the names admit_queued looks
     # up in its module).
     read_once = outcomes.read_once_per_pass
-    out: dict[str, tuple[int, int]] = {}
-    times = {}
-    for way, block in (("once", read_once), ("per try", lambda p: nullcontext(PassHistory(p.pk)))):
-        with mock.patch.object(queue, "read_once_per_pass", block):
-            times[way] = mean_ms(lambda: queue.admit_queued(pool_id=pool.pk), args.pass_runs)
-            with CaptureQueriesContext(connection) as queries:
-                if queue.admit_queued(pool_id=pool.pk):
-                    raise SystemExit("a pass admitted a request: the bench's passes must change nothing")
-        reads = len([q for q in queries.captured_queries if "hold_ended_at IS NOT NULL" in q["sql"]])
-        out[way] = (len(queries.captured_queries), reads)
+    per_try = placement.read_once_per_try
+    out: dict[str, tuple[int, ...]] = {}
+    ways = {
+        "once": (read_once, per_try),
+        "per step": (read_once, lambda p: nullcontext()),
+        "per try": (lambda p: nullcontext(PassHistory(p.pk)), lambda p: nullcontext()),
+    }
+
+    def one_pass(way: str) -> float:
+        pass_block, try_block = ways[way]
+        with (
+            mock.patch.object(queue, "read_once_per_pass", pass_block),
+            mock.patch.object(queue, "read_once_per_try", try_block),
+        ):
+            start = time.perf_counter()
+            if queue.admit_queued(pool_id=pool.pk):
+                raise SystemExit("a pass admitted a request: the bench's passes must change nothing")
+            return (time.perf_counter() - start) * 1000
+
+    # The ways take turns (after one warm-up pass each), so a change of load on the shared cores weighs on all alike.
+    for way in ways:
+        one_pass(way)
+    spent = dict.fromkeys(ways, 0.0)
+    for _ in range(args.pass_runs):
+        for way in ways:
+            spent[way] += one_pass(way)
+    times = {way: ms / args.pass_runs for way, ms in spent.items()}
+    for way in ways:
+        with CaptureQueriesContext(connection) as queries:
+            one_pass(way)
+        sql = [q["sql"] for q in queries.captured_queries]
+        out[way] = (
+            len(sql),
+            *(
+                len([q for q in sql if marker in q])
+                for marker in ("hold_ended_at IS NOT NULL", LAYOUT_READ, DEMAND_READ)
+            ),
+        )
     if args.profile:
         import cProfile
+        from collections import Counter
+
+        # The pass's queries by statement (literals differ per try: keep the statement's start), most repeated first.
+        with CaptureQueriesContext(connection) as queries:
+            queue.admit_queued(pool_id=pool.pk)
+        shapes = Counter(q["sql"][:160] for q in queries.captured_queries)
+        for statement, n in shapes.most_common(40):
+            print(f"{n:5d}  {statement}")
         import pstats
 
         profiler = cProfile.Profile()
         profiler.runcall(queue.admit_queued, pool_id=pool.pk)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
-    return times["once"], times["per try"], out
+    return times, out
 
 
 if __name__ == "__main__":

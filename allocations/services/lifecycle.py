@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocations.models import Allocation, SlicePlacement
-from allocations.placement import PlannedSlice
+from allocations.placement import PlannedSlice, layout_changed
 from allocations.services.locks import lock_allocation
 from allocations.services.queue_trigger import request_admission
 from allocations.services.quotas import free_quota
@@ -21,6 +21,7 @@ Status = Allocation.Status
 
 def record_placements(*, allocation: Allocation, slices: list[PlannedSlice]) -> None:
     """Save the planned slices of an allocation; the caller holds its pool's lock."""
+    layout_changed(allocation.pool_id)  # a layout read once per try (placement.read_once_per_try) is stale now
     SlicePlacement.objects.bulk_create(
         [
             SlicePlacement(

@@ -123,12 +123,14 @@ def family(model: GpuModel, gpus: int, alphas: Sequence[float], t0: float) -> No
     for label, outcomes in (("cold", cold), ("warm learner", warm)):
         print(f"\n{gpus} GPUs, concentrations {list(alphas)}, {len(outcomes)} tuning samples, {label}", end="")
         print(f" ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | worst | below a peer |\n|---|---:|---:|---:|---:|")
+        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
+        print("|---|---:|---:|---:|---:|---|")
         for name in rules():
             s = summarise(outcomes, name)
+            moved = [o.served[name] - o.served[KEPT] for o in outcomes if o.served[name] != o.served[KEPT]]
             print(
                 f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
-                f"| {max(s.below.values())} |",
+                f"| {max(s.below.values())} | {len(moved)}: {', '.join(f'{d:+d}' for d in moved)} |",
                 flush=True,
             )
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from allocations.mig.catalog import GpuModel
 from allocations.mig.demand import DemandLearner, DemandMix
 from allocations.mig.engine import PlacementEngine, empty_fleet
-from allocations.mig.fleet import PlacementRequest
+from allocations.mig.fleet import Fleet, PlacementRequest
 from allocations.mig.policies import Policy
 from bench.placement import SHAPES, Pod, profile_of, run_online
 from bench.placement_family import dirichlet
@@ -88,19 +88,21 @@ def replay_held(
     demand: DemandMix | DemandLearner | None = None,
     started: dict[int, int] | None = None,
     arriving: Callable[[int, PlacementEngine], None] | None = None,
+    make_engine: Callable[[Fleet, Policy | str, DemandMix | DemandLearner], PlacementEngine] = PlacementEngine,
 ) -> Served:
     """Replay for a policy with admission: held pods queue (FIFO), are retried after each departure and
     forced after ``wait_s``. Fleet as in ``run_online`` (8 GPUs a node, the last node cut to size); the mix
     is learnt (by ``demand`` when it is a learner) unless ``demand`` fixes it. ``started``, when given, is
     filled with the admitted pods' indices and their start times, and ``arriving`` is called with each pod's
-    index and the engine before the pod is placed (``bench/placement_poisson_runs.py``); a policy without
-    admission replays here as in ``run_online`` (nothing is held)."""
+    index and the engine before the pod is placed (``bench/placement_poisson_runs.py``); ``make_engine`` builds the
+    engine (``bench/placement_fill_pull.py``); a policy without admission replays here as in ``run_online``
+    (nothing is held)."""
     nodes = math.ceil(gpus / 8)
     fleet = empty_fleet(model, nodes, 8)
     extra = nodes * 8 - gpus
     if extra:
         fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
-    engine = PlacementEngine(fleet, policy, demand if demand is not None else DemandLearner())
+    engine = make_engine(fleet, policy, demand if demand is not None else DemandLearner())
     # Lifetimes (bench/placement_lifetimes.py): told when each pod starts and ends, never how long it will run.
     learner = engine.demand if isinstance(engine.demand, LifetimeLearner) else None
     # (time, kind, pod): departures (0) before deadlines (1) before arrivals (2) at equal times.

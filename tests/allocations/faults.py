@@ -71,6 +71,16 @@ class PrivateRedis:
 
         return int(redis.Redis.from_url(self.url).llen("celery"))
 
+    def queued_tasks(self) -> list[str]:
+        """The task names of the messages waiting in the default queue (Celery's message protocol 2: the name is in
+        the headers)."""
+        import json
+
+        import redis
+
+        messages = redis.Redis.from_url(self.url).lrange("celery", 0, -1)
+        return [str(json.loads(m).get("headers", {}).get("task")) for m in messages]
+
 
 @contextlib.contextmanager
 def celery_app_on(url: str) -> Iterator[None]:

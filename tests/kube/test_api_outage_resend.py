@@ -35,6 +35,13 @@ OUTAGE_S = 15
 CONVERGE_S = 240.0
 
 
+def beat_tasks() -> set[str]:
+    """The tasks beat sends by itself (portal/celery.py's schedule)."""
+    from portal.celery import app
+
+    return {str(entry["task"]) for entry in app.conf.beat_schedule.values()}
+
+
 def kube_env(kw: KubeWorld) -> dict[str, str]:
     return {
         "FATIA_CLUSTER_BACKEND": "kubernetes",
@@ -91,7 +98,9 @@ def test_work_lost_during_an_api_server_outage_is_sent_again_when_it_returns(
                 first.wait(timeout=10)
                 redis_server.kill()
                 redis_server.start()
-                assert redis_server.queued() == 0
+                # Nothing of the lost work is queued again by anyone but the database: beat, which keeps running, may
+                # already have sent one of its own periodic tasks (the outbox sweep is due every second here).
+                assert set(redis_server.queued_tasks()) <= beat_tasks()
                 time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped_at)))
             finally:
                 control_plane_script(control_plane, "start-apiserver")

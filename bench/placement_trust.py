@@ -137,7 +137,9 @@ def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
     return served
 
 
-def cells(samples: Sequence[Sample], chosen: dict[str, HoldingFragmentationAware], title: str, t0: float) -> None:
+def cells(
+    samples: Sequence[Sample], chosen: dict[str, HoldingFragmentationAware], title: str, t0: float, warm_too: bool
+) -> None:
     cold: list[Outcome] = []
     warm: list[Outcome] = []
     for sample in samples:
@@ -145,10 +147,11 @@ def cells(samples: Sequence[Sample], chosen: dict[str, HoldingFragmentationAware
         w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
         for name, p in chosen.items():
             o.served[name] = serve(sample, p, False)
-            w.served[name] = serve(sample, p, True)
+            if warm_too:
+                w.served[name] = serve(sample, p, True)
         cold.append(o)
         warm.append(w)
-    for label, outcomes in (("cold", cold), ("warm learner", warm)):
+    for label, outcomes in (("cold", cold), ("warm learner", warm))[: 2 if warm_too else 1]:
         print(f"\n{title}, {len(outcomes)} samples, {label} ({time.perf_counter() - t0:.0f} s)\n")
         print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
         print("|---|---:|---:|---:|---:|---|")
@@ -173,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rules", nargs="*", help="rule names (default: all); the kept rule is always run")
     ap.add_argument("--holdout", action="store_true", help="the hold-out cells instead of the tuning draws")
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="with --holdout")
+    ap.add_argument("--cold-only", action="store_true", help="learners from the prior only (no warm column)")
     args = ap.parse_args(argv)
     every = rules()
     unknown = [r for r in args.rules or () if r not in every]
@@ -181,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = {n: p for n, p in every.items() if n == KEPT or not args.rules or n in args.rules}
     catalog = load_catalog()
     t0 = time.perf_counter()
+    warm_too = not args.cold_only
     for gpus in args.gpus:
         if args.holdout:
             for short in args.models:
@@ -190,11 +195,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for a in HOLDOUT_ALPHAS
                     for s in range(HOLDOUT_SEEDS[gpus])
                 ]
-                cells(samples, chosen, f"HOLD-OUT {short}, {gpus} GPUs, concentrations {list(HOLDOUT_ALPHAS)}", t0)
+                cells(
+                    samples,
+                    chosen,
+                    f"HOLD-OUT {short}, {gpus} GPUs, concentrations {list(HOLDOUT_ALPHAS)}",
+                    t0,
+                    warm_too,
+                )
         else:
             h100 = catalog.model(MODELS["H100"])
             samples = [make_sample(h100, gpus, a, s) for a in args.alphas for s in range(TUNING_SEEDS[gpus])]
-            cells(samples, chosen, f"tuning H100, {gpus} GPUs, concentrations {args.alphas}", t0)
+            cells(samples, chosen, f"tuning H100, {gpus} GPUs, concentrations {args.alphas}", t0, warm_too)
     return 0
 
 

@@ -1,7 +1,7 @@
 """``python bench/placement_trust.py [--gpus 8 64] [--alphas 0.5 2 | 0.2] [--rules NAME ...]`` (tuning draws) and
 ``python bench/placement_trust.py --holdout --rules NAME [--gpus 8] [--models H100 H200]`` (hold-out cells, run only
 for the chosen candidate): a best-fit pull in ``ours-hold``'s fill whose strength follows how much the learnt mix is
-trusted (issue 14, session 13).
+trusted (issue 14, session 13; measured, not adopted: on the hold-out it changes no H100 8-GPU sample).
 
 Session 12 (``bench/placement_fill_pull.py``) found that a pull of 0.3 per free compute slice (``ours``' 0.1) while
 the pool fills gains on a cold learner (tuning, 8 GPUs: 59.6 -> 61.5 % per sample) and loses 0.3 points on the warm

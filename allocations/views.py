@@ -193,7 +193,7 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
 def _after_transition(
     request: HttpRequest,
     allocation: Allocation,
-    transition: Callable[[], object],
+    transition: Callable[[], Allocation],
     done: Callable[[Allocation], str] = outcome_message,
 ) -> HttpResponse:
     """Run a button's service call; say how it went in a message (from the request as it is after the

@@ -196,17 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             h100, gpus, args.alphas, SEEDS[gpus], lambda s: {name: serve(s, p, args.warm) for name, p in rules.items()}
         )
         heading = f"{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples"
-        cost = ("test ms mean / p99 (n)", "---:", lambda name: test_cost(rules[name]))
+        cost = ("test ms mean / p99 (n)", "---:", lambda name: gate_cost(rules[name]))
         print_table(outcomes, list(rules), heading + (", warm learner" if args.warm else ""), t0, columns=[cost])
     return 0
 
 
-def test_cost(policy: HoldingFragmentationAware) -> str:
+def gate_cost(policy: HoldingFragmentationAware) -> str:
     """The CPU time of a variant's tests in the column just run ("-" where none ran), then forgotten: a column's
     cost is its own."""
-    times = sorted(policy.times) if isinstance(policy, Spread) else []
-    if not times:
+    if not isinstance(policy, Spread) or not policy.times:
         return "-"
+    times = sorted(policy.times)
     policy.times.clear()
     p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
     return f"{1000 * statistics.fmean(times):.2f} / {1000 * p99:.1f} ({len(times)})"

@@ -21,9 +21,7 @@ from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import Fleet, PlacementRequest  # noqa: E402
 from allocations.mig.policies import Policy  # noqa: E402
-from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
-
-PEERS = ["first-fit", "best-fit", "hami"]
+from bench.placement_family import PEERS, Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
 
 #: Builds the engine a sample is served by (``PlacementEngine`` or a bench's own subclass).
 EngineFactory = Callable[[Fleet, Policy, DemandLearner | DemandMix], PlacementEngine]

@@ -7,7 +7,6 @@ from datetime import date
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -17,8 +16,8 @@ from allocations import booking_selectors, selectors
 from allocations.booking_forms import BookingForm
 from allocations.models import Booking, ExtensionConsent
 from allocations.services import bookings, extension_consents
-from tenants.errors import DomainError, InvalidInput, NotAllowed
-from tenants.forms import add_service_errors, form_status
+from tenants.forms import form_status
+from tenants.service_calls import run_action, submit_form
 from tenants.views import signed_in_user, staff_required
 
 
@@ -46,8 +45,9 @@ def booking_new(request: HttpRequest) -> HttpResponse:
     form = BookingForm(request.POST or None, tenants=tenants, pools=pools)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        try:
-            booking = bookings.request_booking(
+        booking = submit_form(
+            form,
+            lambda: bookings.request_booking(
                 tenant_id=data["tenant"].pk,
                 pool_id=data["pool"].pk,
                 profile=data["profile"],
@@ -56,12 +56,9 @@ def booking_new(request: HttpRequest) -> HttpResponse:
                 ends_at=data["ends_at"],
                 purpose=data["purpose"],
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+            ),
+        )
+        if booking is not None:
             messages.success(request, f"Booking #{booking.pk}: {booking.status_message}")
             return redirect("bookings")
     return render(
@@ -77,18 +74,16 @@ def _booking_action(request: HttpRequest, booking_id: int, verb: str) -> HttpRes
     if not Booking.objects.for_user(user).filter(pk=booking_id).exists():
         raise Http404("No such booking.")
     reason = request.POST.get("reason", "")
-    try:
+
+    def act() -> Booking:
         if verb == "approve":
-            booking = bookings.approve_booking(booking_id=booking_id, actor=user, reason=reason)
-        elif verb == "reject":
-            booking = bookings.reject_booking(booking_id=booking_id, actor=user, reason=reason)
-        else:
-            booking = bookings.cancel_booking(booking_id=booking_id, actor=user, reason=reason)
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, f"Booking #{booking_id}: {exc.message}")
-    else:
+            return bookings.approve_booking(booking_id=booking_id, actor=user, reason=reason)
+        if verb == "reject":
+            return bookings.reject_booking(booking_id=booking_id, actor=user, reason=reason)
+        return bookings.cancel_booking(booking_id=booking_id, actor=user, reason=reason)
+
+    booking = run_action(request, act, about=f"Booking #{booking_id}: ")
+    if booking is not None:
         messages.success(request, f"Booking #{booking.pk} is {booking.get_status_display().lower()}.")
     return redirect("bookings")
 
@@ -138,16 +133,13 @@ def _consent_action(request: HttpRequest, consent_id: int, verb: str) -> HttpRes
     if not ExtensionConsent.objects.for_user(user).filter(pk=consent_id).exists():
         raise Http404("No such question.")
     reason = request.POST.get("reason", "")
-    try:
-        if verb == "agree":
-            consent = extension_consents.agree_to_extension(consent_id=consent_id, actor=user, reason=reason)
-        else:
-            consent = extension_consents.refuse_extension(consent_id=consent_id, actor=user, reason=reason)
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, f"Question #{consent_id} about a booking's room: {exc.message}")
-    else:
+    answer = extension_consents.agree_to_extension if verb == "agree" else extension_consents.refuse_extension
+    consent = run_action(
+        request,
+        lambda: answer(consent_id=consent_id, actor=user, reason=reason),
+        about=f"Question #{consent_id} about a booking's room: ",
+    )
+    if consent is not None:
         verdict = "agreed to" if consent.status == ExtensionConsent.Status.AGREED else "refused"
         messages.success(request, f"You {verdict} the extension that would use booking #{consent.booking_id}'s room.")
     return redirect("bookings")

@@ -7,7 +7,6 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -17,8 +16,8 @@ from allocations.admission.hold import is_held
 from allocations.models import Allocation
 from allocations.queue_state import queue_entry_of
 from allocations.services.queue_priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_STATES, set_allocation_priority
-from tenants.errors import DomainError, NotAllowed
 from tenants.selectors import can_manage_tenant
+from tenants.service_calls import run_action
 from tenants.views import redirect_back, signed_in_user
 
 
@@ -50,12 +49,12 @@ def request_priority(request: HttpRequest, allocation_id: int) -> HttpResponse:
         errors = [str(e) for e in form.errors.get("priority", ["Bad value."])]
         messages.error(request, f"Request #{allocation.pk}: {' '.join(errors)}")
     else:
-        try:
-            set_allocation_priority(allocation_id=allocation.pk, priority=form.cleaned_data["priority"], actor=user)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        except DomainError as exc:
-            messages.error(request, f"Request #{allocation.pk}: {exc.message}")
-        else:
+        priority = form.cleaned_data["priority"]
+        done = run_action(
+            request,
+            lambda: set_allocation_priority(allocation_id=allocation.pk, priority=priority, actor=user),
+            about=f"Request #{allocation.pk}: ",
+        )
+        if done is not None:
             messages.success(request, f"Request #{allocation.pk} now has priority {form.cleaned_data['priority']}.")
     return redirect_back(request, fallback=reverse("request-detail", args=[allocation.pk]))

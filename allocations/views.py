@@ -1,7 +1,7 @@
 """Browser pages for slice requests, approvals, quotas and (for platform admins) pools and quota changes.
 
-Each view reads through a selector, or parses a form and calls one service; a DomainError becomes a
-field error or a message, NotAllowed a 403, and another tenant's (or a missing) object a 404.
+Each view reads through a selector, or parses a form and calls one service (through tenants/service_calls.py); a
+DomainError becomes a field error or a message, NotAllowed a 403, and another tenant's (or a missing) object a 404.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ from allocations.services.booking_guard import ASK_HINT
 from allocations.share_text import share_summary
 from allocations.sharing.isolation import weaker_warning
 from tenants import selectors as tenant_selectors
-from tenants.errors import DomainError, IdempotencyConflict, InvalidInput, NotAllowed
-from tenants.forms import add_service_errors, form_status
+from tenants.errors import DomainError, IdempotencyConflict, NotAllowed
+from tenants.forms import form_status
 from tenants.models import Tenant
 from tenants.selectors import managed_tenant_ids
+from tenants.service_calls import run_action, submit_form
 from tenants.views import redirect_back, signed_in_user, staff_required
 
 Status = Allocation.Status
@@ -116,28 +117,29 @@ def request_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            allocation, created = services.request_allocation(
-                tenant_id=data["tenant"].pk,
-                pool_id=data["pool"].pk,
-                profile=data["profile"] or "",
-                count=data["count"],
-                lease_hours=data["lease_hours"],
-                purpose=data["purpose"],
-                memory_mib=form.memory_mib(),
-                thread_percentage=data.get("thread_percentage"),
-                movable=data.get("movable"),
-                namespace=data.get("namespace") or None,
-                actor=user,
-                idempotency_key=key[:128],
+            done = submit_form(
+                form,
+                lambda: services.request_allocation(
+                    tenant_id=data["tenant"].pk,
+                    pool_id=data["pool"].pk,
+                    profile=data["profile"] or "",
+                    count=data["count"],
+                    lease_hours=data["lease_hours"],
+                    purpose=data["purpose"],
+                    memory_mib=form.memory_mib(),
+                    thread_percentage=data.get("thread_percentage"),
+                    movable=data.get("movable"),
+                    namespace=data.get("namespace") or None,
+                    actor=user,
+                    idempotency_key=key[:128],
+                ),
             )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
         except IdempotencyConflict:
             form.add_error(None, "This form was already submitted with other values. Reload the page to start anew.")
             key = uuid.uuid4().hex
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+            done = None
+        if done is not None:
+            allocation, created = done
             allocation.refresh_from_db()
             if not created:
                 messages.info(request, f"Request #{allocation.pk} was already submitted; here it is.")
@@ -191,18 +193,12 @@ def request_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
 def _after_transition(
     request: HttpRequest,
     allocation: Allocation,
-    transition: Callable[[], object],
+    transition: Callable[[], Allocation],
     done: Callable[[Allocation], str] = outcome_message,
 ) -> HttpResponse:
     """Run a button's service call; say how it went in a message (from the request as it is after the
     commit), then go back where the button was."""
-    try:
-        transition()
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, f"Request #{allocation.pk}: {exc.message}")
-    else:
+    if run_action(request, transition, about=f"Request #{allocation.pk}: ") is not None:
         allocation.refresh_from_db()
         messages.success(request, done(allocation))
     return redirect_back(request, fallback=reverse("request-detail", args=[allocation.pk]))
@@ -327,13 +323,9 @@ def _after_extension_decision(
     request: HttpRequest, extension: LeaseExtension, decide: Callable[[], LeaseExtension]
 ) -> HttpResponse:
     allocation = extension.allocation
-    try:
-        extension = decide()
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, f"Extending request #{allocation.pk}: {exc.message}")
-    else:
+    decided = run_action(request, decide, about=f"Extending request #{allocation.pk}: ")
+    if decided is not None:
+        extension = decided
         allocation.refresh_from_db()
         if extension.status == LeaseExtension.Status.APPROVED:
             messages.success(request, extension_message(extension, allocation))
@@ -441,8 +433,9 @@ def quotas(request: HttpRequest) -> HttpResponse:
         form = QuotaChangeForm(request.POST, tenants=selectors.request_form_tenants(user), pools=pools)
         if form.is_valid():
             data = form.cleaned_data
-            try:
-                change, _ = services.request_quota_change(
+            sent = submit_form(
+                form,
+                lambda: services.request_quota_change(
                     tenant_id=data["tenant"].pk,
                     pool_id=data["pool"].pk,
                     compute_slices_limit=data["compute_slices_limit"],
@@ -450,12 +443,10 @@ def quotas(request: HttpRequest) -> HttpResponse:
                     profile_caps=data["profile_caps"],
                     justification=data["justification"],
                     actor=user,
-                )
-            except InvalidInput as exc:
-                add_service_errors(form, exc)
-            except NotAllowed as exc:
-                raise PermissionDenied(exc.message) from exc
-            else:
+                ),
+            )
+            if sent is not None:
+                change, _ = sent
                 messages.success(
                     request, f"Quota change #{change.pk} for {change.tenant.name} is sent to the platform admins."
                 )
@@ -492,21 +483,20 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
     tolerations_form, tolerations_pool = _pool_tolerations_form(request, editing)
     if editing and tolerations_form is not None and tolerations_form.is_valid():
         pool = tolerations_form.cleaned_data["pool"]
-        try:
-            services.update_node_pool(
+        updated = submit_form(
+            tolerations_form,
+            lambda: services.update_node_pool(
                 pool_id=pool.pk, tolerations=tolerations_form.cleaned_data["tolerations"], actor=user
-            )
-        except InvalidInput as exc:
-            add_service_errors(tolerations_form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+            ),
+        )
+        if updated is not None:
             messages.success(request, f"The holder pods of {pool.name} now tolerate what is listed for it.")
             return redirect("manage-pools")
     if request.method == "POST" and not editing and form.is_valid():
         data = form.cleaned_data
-        try:
-            pool = services.create_node_pool(
+        new_pool = submit_form(
+            form,
+            lambda: services.create_node_pool(
                 name=data["name"],
                 slug=data["slug"],
                 gpu_model=data["gpu_model"],
@@ -519,18 +509,15 @@ def manage_pools(request: HttpRequest) -> HttpResponse:
                 kind=data["kind"] or NodePool.Kind.MIG,
                 sharing_interval=data["sharing_interval"] or NodePool.SharingInterval.DEFAULT,
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+            ),
+        )
+        if new_pool is not None:
             created = (
-                f"{pool.get_kind_display().lower()} shares of whole {pool.gpu_model} GPUs"
-                if pool.is_shared
-                else f"{len(pool.profiles)} profiles"
+                f"{new_pool.get_kind_display().lower()} shares of whole {new_pool.gpu_model} GPUs"
+                if new_pool.is_shared
+                else f"{len(new_pool.profiles)} profiles"
             )
-            messages.success(request, f"Pool {pool.name} is created with {created}.")
+            messages.success(request, f"Pool {new_pool.name} is created with {created}.")
             return redirect("manage-pools")
     return _pools_page(request, form, tolerations=(tolerations_form, tolerations_pool))
 
@@ -595,24 +582,22 @@ def manage_pool_selector(request: HttpRequest, pool_id: int) -> HttpResponse:
     form = PoolSelectorForm(request.POST, prefix=f"pool-{pool.pk}")
     mode_before = pool.mig_mode
     if form.is_valid():
-        try:
-            pool = services.update_node_pool(
+        updated = submit_form(
+            form,
+            lambda: services.update_node_pool(
                 pool_id=pool.pk,
                 node_selector=form.cleaned_data["node_selector"],
                 # An older form without the field leaves the mode as it is.
                 mig_mode=form.cleaned_data["mig_mode"] or None,
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
-            joined = pool.nodes.count()
-            what = f"“{pool.node_selector}”" if pool.node_selector else "none (nodes registered by hand only)"
+            ),
+        )
+        if updated is not None:
+            joined = updated.nodes.count()
+            what = f"“{updated.node_selector}”" if updated.node_selector else "none (nodes registered by hand only)"
             nodes = "1 node is" if joined == 1 else f"{joined} nodes are"
-            mode = f" MIG mode: {pool.get_mig_mode_display()}." if pool.mig_mode != mode_before else ""
-            messages.success(request, f"The node selector of {pool.name} is {what}; {nodes} in the pool.{mode}")
+            mode = f" MIG mode: {updated.get_mig_mode_display()}." if updated.mig_mode != mode_before else ""
+            messages.success(request, f"The node selector of {updated.name} is {what}; {nodes} in the pool.{mode}")
             return redirect("manage-pools")
     return _pools_page(request, PoolForm(models=selectors.gpu_model_choices()), (pool.pk, form))
 
@@ -630,20 +615,18 @@ def manage_quotas(request: HttpRequest) -> HttpResponse:
         form = SetQuotaForm(request.POST, tenants=tenants, pools=pools)
         if form.is_valid():
             data = form.cleaned_data
-            try:
-                services.set_tenant_quota(
+            quota = submit_form(
+                form,
+                lambda: services.set_tenant_quota(
                     tenant_id=data["tenant"].pk,
                     pool_id=data["pool"].pk,
                     compute_slices_limit=data["compute_slices_limit"],
                     memory_slices_limit=data["memory_slices_limit"],
                     profile_caps=data["profile_caps"],
                     actor=user,
-                )
-            except InvalidInput as exc:
-                add_service_errors(form, exc)
-            except NotAllowed as exc:
-                raise PermissionDenied(exc.message) from exc
-            else:
+                ),
+            )
+            if quota is not None:
                 messages.success(request, f"The quota of {data['tenant'].name} in {data['pool'].name} is set.")
                 return redirect("manage-quotas")
     else:
@@ -692,13 +675,8 @@ def _quota_change_or_404(user: User, change_id: int) -> QuotaChangeRequest:
 
 
 def _after_decision(request: HttpRequest, change_id: int, decide: Callable[[], QuotaChangeRequest]) -> HttpResponse:
-    try:
-        change = decide()
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, f"Quota change #{change_id}: {exc.message}")
-    else:
+    change = run_action(request, decide, about=f"Quota change #{change_id}: ")
+    if change is not None:
         messages.success(request, f"Quota change #{change.pk} is {change.get_status_display().lower()}.")
     return redirect("manage-quota-changes")
 

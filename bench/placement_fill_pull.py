@@ -29,12 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
-from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
+from allocations.mig.engine import PlacementEngine  # noqa: E402
 from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest  # noqa: E402
 from allocations.mig.policies import FragmentationAware, HoldingFragmentationAware, Policy  # noqa: E402
 from bench.placement import SHAPES  # noqa: E402
 from bench.placement_departures import poisson_pods, replay_held  # noqa: E402
-from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+from bench.placement_family import Outcome, Sample  # noqa: E402
+from bench.placement_sweep import print_table, serve, sweep  # noqa: E402
 
 SEEDS = {8: 40, 64: 20}
 ONLINE_GPUS = (16, 32)
@@ -93,46 +94,31 @@ def rules() -> dict[str, HoldingFragmentationAware]:
     }
 
 
-def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
-    """Compute slices the policy serves on the fill-until-full sample (no release: the fill pull throughout)."""
-    per_node = min(8, sample.gpus)
-    learner = DemandLearner()
-    for name in sample.history if warm else ():
-        learner.observe(name)
-    engine = FillPullEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), policy, learner)
-    served = 0
-    for k, name in enumerate(sample.requests):
-        if engine.place(PlacementRequest(name), f"r{k}") is not None:
-            served += sample.model.profile(name).compute_slices
-    return served
-
-
 def family(model: GpuModel, gpus: int, alphas: Sequence[float], t0: float) -> None:
-    cold: list[Outcome] = []
-    warm: list[Outcome] = []
-    for alpha in alphas:
-        for seed in range(SEEDS[gpus]):
-            sample = make_sample(model, gpus, alpha, seed)
-            o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-            w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
-            for name, p in rules().items():
-                o.served[name] = serve(sample, p, False)
-                w.served[name] = serve(sample, p, True)
-            cold.append(o)
-            warm.append(w)
+    """The fill-until-full columns, cold and warm learner: no release, so the fill pull throughout."""
+    warm_served: list[dict[str, int]] = []
+
+    def served(sample: Sample) -> dict[str, int]:
+        # Each rule cold, then warm on the same draw; the warm column shares the draw's peers and optimum.
+        cold: dict[str, int] = {}
+        warm: dict[str, int] = {}
+        for name, p in rules().items():
+            cold[name] = serve(sample, p, False, FillPullEngine)
+            warm[name] = serve(sample, p, True, FillPullEngine)
+        warm_served.append(warm)
+        return cold
+
+    cold = sweep(model, gpus, alphas, SEEDS[gpus], served)
+    warm = [Outcome(o.sample, o.optimum, o.proven, {**o.served, **w}) for o, w in zip(cold, warm_served, strict=True)]
     for label, outcomes in (("cold", cold), ("warm learner", warm)):
-        print(f"\n{gpus} GPUs, concentrations {list(alphas)}, {len(outcomes)} tuning samples, {label}", end="")
-        print(f" ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
-        print("|---|---:|---:|---:|---:|---|")
-        for name in rules():
-            s = summarise(outcomes, name)
-            moved = [o.served[name] - o.served[KEPT] for o in outcomes if o.served[name] != o.served[KEPT]]
-            print(
-                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
-                f"| {max(s.below.values())} | {len(moved)}: {', '.join(f'{d:+d}' for d in moved)} |",
-                flush=True,
-            )
+
+        def moved(name: str, outcomes: list[Outcome] = outcomes) -> str:
+            slices = [o.served[name] - o.served[KEPT] for o in outcomes if o.served[name] != o.served[KEPT]]
+            return f"{len(slices)}: {', '.join(f'{d:+d}' for d in slices)}"
+
+        heading = f"{gpus} GPUs, concentrations {list(alphas)}, {len(outcomes)} tuning samples, {label}"
+        column = ("samples moved vs kept: slices", "---", moved)
+        print_table(outcomes, list(rules()), heading, t0, worst=True, columns=[column])
 
 
 def online(model: GpuModel, hours: float, seeds: int, t0: float) -> None:

@@ -40,9 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from allocations.mig import rollout  # noqa: E402
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
-from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
-from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
-from allocations.mig.fleet import PlacementRequest  # noqa: E402
+from allocations.mig.demand import DemandMix  # noqa: E402
 from allocations.mig.layout import Geometry, LayoutKey, Option  # noqa: E402
 from allocations.mig.policies import (  # noqa: E402
     FragmentationAware,
@@ -53,8 +51,8 @@ from allocations.mig.policies import (  # noqa: E402
 )
 from bench.placement import Pod, read_trace  # noqa: E402
 from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
-from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
 from bench.placement_lifetimes import LifetimeHold, LifetimeLearner  # noqa: E402
+from bench.placement_sweep import print_table, serve, sweep  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
 SEEDS = {8: 40, 64: 20, 512: 6}
@@ -232,19 +230,6 @@ def replay_rule(model: GpuModel, gpus: int, pods: Sequence[Pod], name: str) -> f
     return replay_held(model, gpus, pods, variants()[name]).share
 
 
-def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
-    per_node = min(8, sample.gpus)
-    learner = DemandLearner()
-    for name in sample.history if warm else ():
-        learner.observe(name)
-    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), policy, learner)
-    served = 0
-    for k, name in enumerate(sample.requests):
-        if engine.place(PlacementRequest(name), f"r{k}") is not None:
-            served += sample.model.profile(name).compute_slices
-    return served
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--gpus", type=int, nargs="*", default=[8, 64], choices=list(SEEDS))
@@ -258,23 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules = variants()
     t0 = time.perf_counter()
     for gpus in [] if args.skip_family else args.gpus:
-        outcomes: list[Outcome] = []
-        for alpha in args.alphas:
-            for seed in range(SEEDS[gpus]):
-                sample = make_sample(h100, gpus, alpha, seed)
-                o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-                o.served.update({name: serve(sample, p, args.warm) for name, p in rules.items()})
-                outcomes.append(o)
-        print(f"\n{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples", end="")
-        print(f"{', warm learner' if args.warm else ''} ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | worst | below a peer |\n|---|---:|---:|---:|---:|")
-        for name in rules:
-            s = summarise(outcomes, name)
-            print(
-                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
-                f"| {max(s.below.values())} |",
-                flush=True,
-            )
+        outcomes = sweep(
+            h100, gpus, args.alphas, SEEDS[gpus], lambda s: {name: serve(s, p, args.warm) for name, p in rules.items()}
+        )
+        heading = f"{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples"
+        print_table(outcomes, list(rules), heading + (", warm learner" if args.warm else ""), t0, worst=True)
     if args.skip_online:
         return 0
     print(f"\nDepartures, tuning draws ({time.perf_counter() - t0:.0f} s)\n")

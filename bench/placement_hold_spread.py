@@ -44,9 +44,9 @@ from allocations.mig.catalog import load_catalog  # noqa: E402
 from allocations.mig.demand import DemandMix, default_shares  # noqa: E402
 from allocations.mig.layout import LayoutKey  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware, _fill  # noqa: E402
-from bench.placement_family import Outcome, make_sample, run_sample, summarise  # noqa: E402
-from bench.placement_hold_rules import ALPHAS, SEEDS, serve  # noqa: E402
+from bench.placement_hold_rules import ALPHAS, SEEDS  # noqa: E402
 from bench.placement_hold_young import Young  # noqa: E402
+from bench.placement_sweep import print_table, serve, sweep  # noqa: E402
 
 
 class Spread(HoldingFragmentationAware):
@@ -192,30 +192,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         rules = {k: v for k, v in rules.items() if k in args.rules or k == "ours-hold (kept)"}
     t0 = time.perf_counter()
     for gpus in args.gpus:
-        outcomes: list[Outcome] = []
-        for alpha in args.alphas:
-            for seed in range(SEEDS[gpus]):
-                sample = make_sample(h100, gpus, alpha, seed)
-                o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-                o.served.update({name: serve(sample, p, args.warm) for name, p in rules.items()})
-                outcomes.append(o)
-        print(f"\n{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples", end="")
-        print(f"{', warm learner' if args.warm else ''} ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | below a peer | test ms mean / p99 (n) |\n|---|---:|---:|---:|---:|")
-        for name, p in rules.items():
-            s = summarise(outcomes, name)
-            times = sorted(p.times) if isinstance(p, Spread) else []
-            cost = "-"
-            if times:
-                p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
-                cost = f"{1000 * statistics.fmean(times):.2f} / {1000 * p99:.1f} ({len(times)})"
-            print(
-                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {max(s.below.values())} | {cost} |",
-                flush=True,
-            )
-            if isinstance(p, Spread):
-                p.times.clear()
+        outcomes = sweep(
+            h100, gpus, args.alphas, SEEDS[gpus], lambda s: {name: serve(s, p, args.warm) for name, p in rules.items()}
+        )
+        heading = f"{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples"
+        cost = ("test ms mean / p99 (n)", "---:", lambda name: gate_cost(rules[name]))
+        print_table(outcomes, list(rules), heading + (", warm learner" if args.warm else ""), t0, columns=[cost])
     return 0
+
+
+def gate_cost(policy: HoldingFragmentationAware) -> str:
+    """The CPU time of a variant's tests in the column just run ("-" where none ran), then forgotten: a column's
+    cost is its own."""
+    if not isinstance(policy, Spread) or not policy.times:
+        return "-"
+    times = sorted(policy.times)
+    policy.times.clear()
+    p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
+    return f"{1000 * statistics.fmean(times):.2f} / {1000 * p99:.1f} ({len(times)})"
 
 
 if __name__ == "__main__":

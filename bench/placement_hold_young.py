@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from allocations.mig.catalog import load_catalog  # noqa: E402
 from allocations.mig.demand import DemandMix  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
-from bench.placement_family import Outcome, make_sample, run_sample, summarise  # noqa: E402
-from bench.placement_hold_rules import ALPHAS, SEEDS, serve  # noqa: E402
+from bench.placement_hold_rules import ALPHAS, SEEDS  # noqa: E402
+from bench.placement_sweep import print_table, serve, sweep  # noqa: E402
 
 
 class Young(HoldingFragmentationAware):
@@ -143,19 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules = variants()
     t0 = time.perf_counter()
     for gpus in args.gpus:
-        outcomes: list[Outcome] = []
-        for alpha in args.alphas:
-            for seed in range(SEEDS[gpus]):
-                sample = make_sample(h100, gpus, alpha, seed)
-                o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-                o.served.update({name: serve(sample, p, args.warm) for name, p in rules.items()})
-                outcomes.append(o)
-        print(f"\n{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples", end="")
-        print(f"{', warm learner' if args.warm else ''} ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | below a peer |\n|---|---:|---:|---:|")
-        for name in rules:
-            s = summarise(outcomes, name)
-            print(f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {max(s.below.values())} |", flush=True)
+        outcomes = sweep(
+            h100, gpus, args.alphas, SEEDS[gpus], lambda s: {name: serve(s, p, args.warm) for name, p in rules.items()}
+        )
+        heading = f"{gpus} GPUs, concentrations {args.alphas}, {len(outcomes)} tuning samples"
+        print_table(outcomes, list(rules), heading + (", warm learner" if args.warm else ""), t0)
     return 0
 
 

@@ -262,14 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(args.nodes):
         node = fake_fleet.publish_node(admin, model, f"h100-{n:03d}", 8)
         kube_sync.register_cluster_node(pool_id=pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))
+
+    def unlimited_quota(tenant_id: int, pool_id: int) -> None:
+        # The bench measures provisioning: a quota no run reaches.
+        services.set_tenant_quota(
+            tenant_id=tenant_id, pool_id=pool_id, compute_slices_limit=10_000, memory_slices_limit=10_000, actor=root
+        )
+
     tenants = []
     for t in range(TENANTS):
         tenant = tenant_services.create_tenant(
             name=f"Bench {t}", slug=f"bench-{t}", actor=root, auto_approve_max_compute_slices=0
         )
-        services.set_tenant_quota(
-            tenant_id=tenant.pk, pool_id=pool.pk, compute_slices_limit=10_000, memory_slices_limit=10_000, actor=root
-        )
+        unlimited_quota(tenant.pk, pool.pk)
         kube_sync.onboard_tenant(tenant_id=tenant.pk)
         tenants.append(tenant)
     core = client.CoreV1Api(admin)
@@ -430,13 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             kube_sync.register_cluster_node(pool_id=fill_pool.pk, name=node.name, gpu_uuids=list(node.gpu_uuids))
         for tenant in tenants:
-            services.set_tenant_quota(
-                tenant_id=tenant.pk,
-                pool_id=fill_pool.pk,
-                compute_slices_limit=10_000,
-                memory_slices_limit=10_000,
-                actor=root,
-            )
+            unlimited_quota(tenant.pk, fill_pool.pk)
         fill_ids: list[int] = []
         first_refusal: int | None = None
         trickle_started = time.perf_counter()

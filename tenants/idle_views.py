@@ -10,10 +10,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from tenants import services
-from tenants.errors import InvalidInput, NotAllowed
-from tenants.forms import IdleReclaimForm, add_service_errors, form_status
+from tenants.forms import IdleReclaimForm, form_status
 from tenants.models import Tenant
 from tenants.selectors import can_manage_tenant
+from tenants.service_calls import submit_form
 from tenants.views import signed_in_user
 
 FIELD_ALIASES = {"idle_reclaim_enabled": "enabled"}
@@ -33,19 +33,18 @@ def idle_reclaim(request: HttpRequest, tenant_id: int) -> HttpResponse:
             raise PermissionDenied("Only the tenant's managers and platform admins can change idle reclaim.")
         if form.is_valid():
             data = form.cleaned_data
-            try:
-                services.set_idle_reclaim(
+            saved = submit_form(
+                form,
+                lambda: services.set_idle_reclaim(
                     tenant_id=tenant.pk,
                     actor=user,
                     enabled=data["enabled"],
                     idle_after_minutes=data["idle_after_minutes"],
                     idle_grace_minutes=data["idle_grace_minutes"],
-                )
-            except InvalidInput as exc:
-                add_service_errors(form, exc, FIELD_ALIASES)
-            except NotAllowed as exc:
-                raise PermissionDenied(exc.message) from exc
-            else:
+                ),
+                aliases=FIELD_ALIASES,
+            )
+            if saved is not None:
                 state = "on" if data["enabled"] else "off"
                 messages.success(request, f"Idle reclaim for {tenant.name} is {state}.")
                 return redirect("tenant-idle-reclaim", tenant_id=tenant.pk)

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from tenants import selectors as tenant_selectors
 from tenants import services
-from tenants.errors import DomainError, InvalidInput, NotAllowed
+from tenants.errors import NotAllowed
 from tenants.forms import (
     ApiTokenForm,
     AuditFilterForm,
@@ -33,10 +33,10 @@ from tenants.forms import (
     MemberRoleForm,
     TenantCreateForm,
     TenantPolicyForm,
-    add_service_errors,
     form_status,
 )
 from tenants.models import ApiToken, Membership, Tenant
+from tenants.service_calls import run_action, submit_form
 
 P = ParamSpec("P")
 AUDIT_PAGE_SIZE = 50
@@ -129,17 +129,19 @@ def tokens(request: HttpRequest) -> HttpResponse:
     user = signed_in_user(request)
     form = ApiTokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
-            token, secret = services.create_api_token(
+        made = submit_form(
+            form,
+            lambda: services.create_api_token(
                 user=user,
                 name=form.cleaned_data["name"],
                 scope=form.cleaned_data["scope"],
                 expires_at=form.expires_at(),
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc, aliases={"expires_at": "expires_in_days"})
-        else:
+            ),
+            aliases={"expires_at": "expires_in_days"},
+        )
+        if made is not None:
+            token, secret = made
             request.session[NEW_TOKEN_SESSION_KEY] = {"id": token.pk, "name": token.name, "secret": secret}
             return redirect("tokens")
     created = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
@@ -178,13 +180,8 @@ def manage_tenants(request: HttpRequest) -> HttpResponse:
     user = signed_in_user(request)
     form = TenantCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
-            tenant = services.create_tenant(actor=user, **form.cleaned_data)
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+        tenant = submit_form(form, lambda: services.create_tenant(actor=user, **form.cleaned_data))
+        if tenant is not None:
             messages.success(request, f"Tenant {tenant.name} is created. Add its members and set its quotas.")
             return redirect("manage-tenant", tenant_id=tenant.pk)
     return render(
@@ -234,15 +231,12 @@ def manage_tenant(request: HttpRequest, tenant_id: int) -> HttpResponse:
         return _tenant_page(request, tenant)
     form = TenantPolicyForm.for_tenant(tenant, request.POST)
     if form.is_valid():
-        try:
-            tenant = services.update_tenant_policy(tenant_id=tenant.pk, actor=user, **form.cleaned_data)
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
-            messages.success(request, f"The policy of {tenant.name} is saved.")
-            return redirect("manage-tenant", tenant_id=tenant.pk)
+        saved = submit_form(
+            form, lambda: services.update_tenant_policy(tenant_id=tenant.pk, actor=user, **form.cleaned_data)
+        )
+        if saved is not None:
+            messages.success(request, f"The policy of {saved.name} is saved.")
+            return redirect("manage-tenant", tenant_id=saved.pk)
     return _tenant_page(request, tenant, policy_form=form)
 
 
@@ -254,18 +248,16 @@ def member_add(request: HttpRequest, tenant_id: int) -> HttpResponse:
     tenant = _tenant_or_404(user, tenant_id)
     form = MemberAddForm(request.POST)
     if form.is_valid():
-        try:
-            membership = services.add_member(
+        membership = submit_form(
+            form,
+            lambda: services.add_member(
                 tenant_id=tenant.pk,
                 username=form.cleaned_data["username"].strip(),
                 role=form.cleaned_data["role"],
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+            ),
+        )
+        if membership is not None:
             messages.success(
                 request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}."
             )
@@ -290,16 +282,12 @@ def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose a role: member or manager.")
         return redirect("manage-tenant", tenant_id=membership.tenant_id)
-    try:
-        membership = services.change_member_role(
-            membership_id=membership.pk, role=form.cleaned_data["role"], actor=user
-        )
-    except NotAllowed as exc:
-        raise PermissionDenied(exc.message) from exc
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{membership.user.get_username()} is now a {membership.get_role_display().lower()}.")
+    changed = run_action(
+        request,
+        lambda: services.change_member_role(membership_id=membership.pk, role=form.cleaned_data["role"], actor=user),
+    )
+    if changed is not None:
+        messages.success(request, f"{changed.user.get_username()} is now a {changed.get_role_display().lower()}.")
     return redirect("manage-tenant", tenant_id=membership.tenant_id)
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import floatformat
 from django.views.decorators.http import require_http_methods
 
 from allocations.admission.outcomes import Outcomes, recent_hold_outcomes
@@ -18,8 +18,7 @@ from allocations.admission.setting import MAX_HOLD_MINUTES_LIMIT
 from allocations.mig.policies import HoldingFragmentationAware
 from allocations.models import Allocation, NodePool
 from allocations.services.pools import update_node_pool
-from tenants.errors import InvalidInput, NotAllowed
-from tenants.forms import add_service_errors
+from tenants.service_calls import submit_form
 from tenants.views import signed_in_user, staff_required
 
 
@@ -50,46 +49,50 @@ def pool_admission(request: HttpRequest, pool_id: int) -> HttpResponse:
     initial = {"admission": pool.admission, "max_hold_minutes": pool.max_hold_minutes}
     form = AdmissionForm(request.POST if request.method == "POST" else None, initial=initial)
     if request.method == "POST" and form.is_valid():
-        try:
-            pool = update_node_pool(
+        updated = submit_form(
+            form,
+            lambda: update_node_pool(
                 pool_id=pool.pk,
                 admission=form.cleaned_data["admission"],
                 max_hold_minutes=form.cleaned_data["max_hold_minutes"],
                 actor=user,
-            )
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
-            if pool.holds_requests:
-                said = f"holds requests that would strand room, at most {pool.max_hold_minutes} min"
+            ),
+        )
+        if updated is not None:
+            if updated.holds_requests:
+                said = f"holds requests that would strand room, at most {updated.max_hold_minutes} min"
             else:
                 said = "places whatever fits"
-            messages.success(request, f"{pool.name} now {said}.")
-            return redirect("manage-pool-admission", pool_id=pool.pk)
+            messages.success(request, f"{updated.name} now {said}.")
+            return redirect("manage-pool-admission", pool_id=updated.pk)
     held = Allocation.objects.filter(pool=pool, held=True).select_related("tenant").order_by("held_until", "pk")
     return render(
         request,
         "allocations/manage_admission.html",
-        {"pool": pool, "form": form, "held": held, "outcomes": outcome_rows(recent_hold_outcomes(pool))},
+        {
+            "pool": pool,
+            "form": form,
+            "held": held,
+            "outcomes": outcome_rows(recent_hold_outcomes(pool)),
+            "outcome_columns": OUTCOME_COLUMNS,
+        },
         status=400 if request.method == "POST" else 200,
     )
 
 
-def outcome_rows(outcomes: Outcomes) -> list[dict[str, object]]:
+#: The columns of the page's "How holds ended lately" table.
+OUTCOME_COLUMNS = ("Profile", "Ended", "Placed after a release", "Placed at the deadline", "Lost", "Counted as lost")
+
+
+def outcome_rows(outcomes: Outcomes) -> list[list[tuple[str, str]]]:
     """Per profile, how the pool's recent holds ended, as the hold policy weighs them (recent ones weigh more), and
     the share of them it counts as lost when it prices the next hold (`HoldingFragmentationAware.priced`: lost over
-    ended plus its placed pseudo-outcome)."""
+    ended plus its placed pseudo-outcome): the table's cells, as (column, text)."""
     prior = HoldingFragmentationAware.OUTCOME_PRIOR
-    return [
-        {
-            "profile": profile,
-            "ended": ended,
-            "retried": max(0.0, ended - lost - forced),
-            "forced": forced,
-            "lost": lost,
-            "lost_share": lost / (ended + prior),
-        }
-        for profile, (ended, lost, forced) in sorted(outcomes.items())
-    ]
+    rows: list[list[tuple[str, str]]] = []
+    for profile, (ended, lost, forced) in sorted(outcomes.items()):
+        weights = (ended, max(0.0, ended - lost - forced), forced, lost)
+        # Worded as the page always said them: Django's floatformat:1, and a whole percent rounded as widthratio.
+        texts = (profile, *(floatformat(w, 1) for w in weights), f"{round(lost / (ended + prior) * 100)} %")
+        rows.append(list(zip(OUTCOME_COLUMNS, texts, strict=True)))
+    return rows

@@ -14,9 +14,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from allocations.namespaces.selectors import namespace_rows
 from allocations.services.tenant_namespaces import NamespaceInUse, assign_namespace, remove_namespace
-from tenants.errors import InvalidInput, NotAllowed
-from tenants.forms import add_service_errors
+from tenants.errors import NotAllowed
 from tenants.models import Tenant, TenantNamespace
+from tenants.service_calls import submit_form
 from tenants.views import signed_in_user, staff_required
 
 
@@ -63,13 +63,10 @@ def tenant_namespaces(request: HttpRequest, tenant_id: int) -> HttpResponse:
         raise PermissionDenied("Only platform admins assign namespaces.")
     form = AssignNamespaceForm(request.POST)
     if form.is_valid():
-        try:
-            ns = assign_namespace(tenant_id=tenant.pk, name=form.cleaned_data["name"], actor=user)
-        except InvalidInput as exc:
-            add_service_errors(form, exc)
-        except NotAllowed as exc:
-            raise PermissionDenied(exc.message) from exc
-        else:
+        ns = submit_form(
+            form, lambda: assign_namespace(tenant_id=tenant.pk, name=form.cleaned_data["name"], actor=user)
+        )
+        if ns is not None:
             messages.success(
                 request, f"{ns.name} is {tenant.name}'s; its RoleBindings are applied on the cluster in a moment."
             )

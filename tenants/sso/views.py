@@ -7,14 +7,13 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from tenants.errors import InvalidInput, NotAllowed
-from tenants.forms import MemberRoleForm, SsoGroupMappingForm, add_service_errors
+from tenants.forms import MemberRoleForm, SsoGroupMappingForm
 from tenants.models import Membership, SsoGroupMapping
+from tenants.service_calls import submit_form
 from tenants.sso import services
 from tenants.views import signed_in_user, staff_required
 
@@ -47,18 +46,16 @@ def manage_sso(request: HttpRequest) -> HttpResponse:
     form = SsoGroupMappingForm(request.POST or None)
     if request.method == "POST":
         if form.is_valid():
-            try:
-                mapping = services.create_sso_group_mapping(
+            mapping = submit_form(
+                form,
+                lambda: services.create_sso_group_mapping(
                     group=form.cleaned_data["group"],
                     tenant_id=form.cleaned_data["tenant"].pk,
                     role=form.cleaned_data["role"],
                     actor=user,
-                )
-            except InvalidInput as exc:
-                add_service_errors(form, exc)
-            except NotAllowed as exc:
-                raise PermissionDenied(exc.message) from exc
-            else:
+                ),
+            )
+            if mapping is not None:
                 messages.success(
                     request,
                     f"Members of {mapping.group} become {mapping.get_role_display().lower()}s of "

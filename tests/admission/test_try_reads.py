@@ -1,5 +1,6 @@
 """One admission try reads its pool's layout and demand once (issue 14), on PostgreSQL: a queued request that does not
-fit is planned unforced, forced, then offered a rescue plan, and each step used to read both again."""
+fit is planned unforced, forced, then offered a rescue plan, and each step used to read both again. A fresh request's
+placement (provision_allocation, either backend) is one try as well (session 13)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from allocations import services
-from allocations.models import Allocation
+from allocations.cluster.sync import start_provisioning
+from allocations.models import Allocation, NodePool
 from allocations.placement import plan_slices, read_once_per_try, read_pool, recent_demand
 from allocations.services.lifecycle import record_placements
+from allocations.services.provisioning import provision_allocation
 from allocations.services.queue import admit_queued
 from tests.admission.helpers import holding_pool
 from tests.conftest import World
@@ -79,3 +82,65 @@ def test_within_a_try_the_layout_is_read_once_and_afresh_after_a_placement(world
         record_placements(allocation=approved, slices=planned)
         # then: the next read sees it
         assert sorted(i.profile for i in read_pool(pool).fleet.gpus()[0].instances) == ["1g.10gb", "2g.20gb"]
+
+
+def approve(world: World, pool: NodePool, profile: str) -> Allocation:
+    allocation, _ = services.request_allocation(
+        tenant_id=world.tenant_b.pk, pool_id=pool.pk, profile=profile, count=1, lease_hours=1, purpose="fresh",
+        actor=world.charlie,
+    )  # fmt: skip
+    assert allocation.status == Status.APPROVED
+    return allocation
+
+
+def test_a_fresh_request_that_fits_nowhere_reads_the_layout_and_the_demand_once(world: World):
+    # given: a pool with admission on, its GPU taken whole, and a fresh 1g.10gb approved
+    pool = holding_pool(world)
+    assert ask(world, pool, "7g.80gb").status == Status.ACTIVE
+    fresh = approve(world, pool, "1g.10gb")
+    # when: it is provisioned (planned unforced, forced, offered a rescue: three of each before)
+    with CaptureQueriesContext(connection) as captured:
+        assert provision_allocation(allocation_id=fresh.pk).status == Status.QUEUED
+    # then: one layout read and one demand read
+    assert (reads(captured, LAYOUT_READ), reads(captured, DEMAND_READ)) == (1, 1)
+
+
+def test_a_fresh_request_held_reads_the_layout_and_the_demand_once(world: World):
+    # given: a pool with admission on, its only GPU free and its demand whole GPUs: a 1g.10gb would break it
+    pool = holding_pool(world)
+    fresh = approve(world, pool, "1g.10gb")
+    # when: it is provisioned (planned unforced, forced, and what it would strand measured: three of each before)
+    with CaptureQueriesContext(connection) as captured:
+        held = provision_allocation(allocation_id=fresh.pk)
+    # then: held, on one layout read and one demand read
+    assert (held.status, held.held) == (Status.QUEUED, True)
+    assert (reads(captured, LAYOUT_READ), reads(captured, DEMAND_READ)) == (1, 1)
+
+
+def test_on_kubernetes_a_fresh_request_held_reads_the_layout_and_the_demand_once(world: World, settings):
+    # given: the Kubernetes backend (planning talks to no cluster) and the same pool and request
+    settings.FATIA_CLUSTER_BACKEND = "kubernetes"
+    settings.FATIA_KUBECONFIG = "unused: planning talks to no cluster"
+    pool = holding_pool(world)
+    fresh = approve(world, pool, "1g.10gb")
+    # when: its placement step runs
+    with CaptureQueriesContext(connection) as captured:
+        held = start_provisioning(allocation_id=fresh.pk)
+    # then: held, on one layout read and one demand read
+    assert (held.status, held.held) == (Status.QUEUED, True)
+    assert (reads(captured, LAYOUT_READ), reads(captured, DEMAND_READ)) == (1, 1)
+
+
+def test_a_block_within_a_try_of_the_same_pool_joins_it(world: World):
+    # given: a pool (no admission) with a 1g.10gb approved, and a try in progress that read the layout
+    pool = holding_pool(world, hold=False)
+    approved = approve(world, pool, "1g.10gb")
+    with read_once_per_try(pool):
+        assert read_pool(pool).fleet.gpus()[0].instances == []
+        # when: a block entered inside it (the backend's own, within the pass's try) places the request
+        with read_once_per_try(pool):
+            planned = plan_slices(pool=pool, profile="1g.10gb", count=1)
+            assert planned is not None
+            record_placements(allocation=approved, slices=planned)
+        # then: the outer block reads the layout afresh, with the placement
+        assert [i.profile for i in read_pool(pool).fleet.gpus()[0].instances] == ["1g.10gb"]

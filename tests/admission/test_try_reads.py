@@ -4,6 +4,8 @@ placement (provision_allocation, either backend) is one try as well (session 13)
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -16,6 +18,7 @@ from allocations.services.lifecycle import record_placements
 from allocations.services.provisioning import provision_allocation
 from allocations.services.queue import admit_queued
 from tests.admission.helpers import holding_pool
+from tests.cohorts.helpers import cohort_pool
 from tests.conftest import World
 from tests.queue.helpers import ask, release
 
@@ -25,6 +28,10 @@ Status = Allocation.Status
 # The statements read_pool and recent_demand run (one of each per read).
 LAYOUT_READ = '"allocations_sliceplacement"."blocked_starts" AS "blocked_starts"'
 DEMAND_READ = 'SUM("allocations_allocation"."count") AS "n"'
+
+
+# A statement that reads quota rows (not one that locks them).
+QUOTA_READ = 'FROM "allocations_quota"'
 
 
 def reads(captured: CaptureQueriesContext, statement: str) -> int:
@@ -117,7 +124,7 @@ def test_a_fresh_request_held_reads_the_layout_and_the_demand_once(world: World)
     assert (reads(captured, LAYOUT_READ), reads(captured, DEMAND_READ)) == (1, 1)
 
 
-def test_on_kubernetes_a_fresh_request_held_reads_the_layout_and_the_demand_once(world: World, settings):
+def test_on_kubernetes_a_fresh_request_held_reads_the_layout_and_the_demand_once(world: World, settings: Any):
     # given: the Kubernetes backend (planning talks to no cluster) and the same pool and request
     settings.FATIA_CLUSTER_BACKEND = "kubernetes"
     settings.FATIA_KUBECONFIG = "unused: planning talks to no cluster"
@@ -144,3 +151,25 @@ def test_a_block_within_a_try_of_the_same_pool_joins_it(world: World):
             record_placements(allocation=approved, slices=planned)
         # then: the outer block reads the layout afresh, with the placement
         assert [i.profile for i in read_pool(pool).fleet.gpus()[0].instances] == ["1g.10gb"]
+
+
+def test_a_lender_in_a_full_pool_reads_its_cohorts_quota_rows_three_times(world: World):
+    # given: a cohort whose Team B borrows the pool's two GPUs whole; Team A, within its guarantee, asks for a slice
+    pool, _ = cohort_pool(world)
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
+        actor=world.root,
+    )  # fmt: skip
+    assert {ask(world, pool, "7g.80gb", b=True).status for _ in range(2)} == {Status.ACTIVE}
+    fresh, _ = services.request_allocation(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, profile="1g.10gb", count=1, lease_hours=1, purpose="lender",
+        actor=world.alice,
+    )  # fmt: skip
+    # when: it is provisioned (no room: it waits, and a borrowed GPU is given notice for it)
+    with CaptureQueriesContext(connection) as captured:
+        assert provision_allocation(allocation_id=fresh.pk).status == Status.QUEUED
+    assert Allocation.objects.filter(reclaimed_for=fresh).count() == 1
+    # then: its quota and its cohort's members read in one statement by the reclaim check (two before), once more
+    # when it is queued for room, and the members to give notice among
+    locked = len([q for q in captured.captured_queries if QUOTA_READ in q["sql"] and "FOR NO KEY UPDATE" in q["sql"]])
+    assert reads(captured, QUOTA_READ) - locked == 3

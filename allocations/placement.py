@@ -100,7 +100,14 @@ def read_once_per_try(pool: NodePool) -> Iterator[None]:
     `layout_changed`. What others may commit meanwhile only frees room (a release or a failure deletes placements
     without the pool's lock) and queues another admission pass (services/queue_trigger), which reads afresh. Not
     across tries: a try that places changes the layout. The demand counts the pool's recent requests by profile,
-    which a try does not create or change."""
+    which a try does not create or change.
+
+    Enter it after the pool's lock (services/provisioning.py and cluster/sync.py do, for fresh and queued requests
+    alike), so that the first read already sees every placement committed before the lock. A block entered within a
+    try of the same pool joins it: one memo, so a placement recorded inside reaches the outer block too."""
+    if _this_try(pool) is not None:
+        yield
+        return
     token = _TRY.set(_TryReads(pool.pk))
     try:
         yield

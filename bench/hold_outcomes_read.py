@@ -15,9 +15,14 @@ reads no outcomes), in a pool with many requests and ended holds.
    plans unforced, so it may hold); the pass's time and queries, as it runs (the pool's hold history read once per
    pass, services/queue.py) and as it ran before (read per try: the bench alone swaps the pass's read-once block
    for one that registers nothing, so every plan reads the database as session 11's code did), and with the pool's
-   layout and demand read by every step of a try (services/queue.py reads them once per try since session 12:
-   `placement.read_once_per_try`, which the bench alone swaps for a block that registers nothing). The three ways
-   take turns, pass by pass, so a change of load weighs on each alike.
+   layout and demand read by every step of a try (read once per try since session 12: `placement.read_once_per_try`,
+   entered by the backend's placement step, services/provisioning.py since session 13, which the bench alone swaps
+   for a block that registers nothing). The three ways take turns, pass by pass, so a change of load weighs on each
+   alike.
+5. A fresh request (session 13): --fresh-runs 1g.10gb requests made and provisioned one by one in that pool (its GPU
+   still taken whole: each is planned unforced, forced, offered a rescue, then queued), each rolled back after it is
+   measured, so every one sees the same pool; its layout and demand read once (as it runs) or by every step (the
+   same swap as above). The two ways take turns.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--queued", type=int, default=20, help="requests waiting in the admission pass's queue")
     parser.add_argument("--pass-runs", type=int, default=5, help="admission passes timed, each way")
+    parser.add_argument("--fresh-runs", type=int, default=20, help="fresh requests provisioned, each way")
     parser.add_argument("--profile", action="store_true", help="print where one admission pass spends its time")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
     parser.add_argument("--explain", action="store_true", help="print the read's EXPLAIN ANALYZE")
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     forced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1), args.runs)
     unforced = mean_ms(lambda: plan_slices(pool=pool, profile="1g.10gb", count=1, force=False), args.runs)
     times, queries = admission_pass(pool, root, tenant, args)
+    fresh_times, fresh_queries = fresh_requests(pool, root, tenant, args)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     body = (
         f"Command: `{command}`\n\nLoad average when it ended (1 / 5 / 15 min): {load}; other jobs share the cores, so\n"
@@ -150,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         + "".join(
             f"| {label} | {times[way]:.1f} | {' | '.join(str(n) for n in queries[way])} |\n" for way, label in PASS_WAYS
         )
+        + "\nA fresh 1g.10gb request provisioned in that pool (`provision_allocation`: planned unforced, forced, "
+        f"offered a rescue,\nthen queued; rolled back after each), mean of {args.fresh_runs}: its layout and demand "
+        "read once (session 13) or by\nevery step (before).\n\n"
+        "| Fresh request | ms | queries | layout reads | demand reads |\n|---|---:|---:|---:|---:|\n"
+        + "".join(
+            f"| {label} | {fresh_times[way]:.1f} | {' | '.join(str(n) for n in fresh_queries[way])} |\n"
+            for way, label in FRESH_WAYS
+        )
     )
     print(body)
     if not args.no_write:
@@ -162,6 +177,11 @@ PASS_WAYS = (
     ("once", "history once per pass, layout and demand once per try"),
     ("per step", "history once per pass, layout and demand per step (before)"),
     ("per try", "history per try, layout and demand per step (session 11)"),
+)
+# A fresh request's ways (fresh_requests): key, row label.
+FRESH_WAYS = (
+    ("once", "layout and demand once per request"),
+    ("per step", "layout and demand per step (before)"),
 )
 LAYOUT_READ = '"allocations_sliceplacement"."blocked_starts" AS "blocked_starts"'
 DEMAND_READ = 'SUM("allocations_allocation"."count") AS "n"'
@@ -180,7 +200,7 @@ def admission_pass(
     from allocations.admission import outcomes
     from allocations.admission.outcomes import PassHistory
     from allocations.models import Allocation
-    from allocations.services import queue
+    from allocations.services import provisioning, queue
     from allocations.services.provisioning import provision_allocation
     from tenants.models import Tenant
 
@@ -199,8 +219,8 @@ def admission_pass(
         raise SystemExit("the whole GPU was not placed")
     if {ask("1g.10gb").status for _ in range(args.queued)} != {Allocation.Status.QUEUED}:
         raise SystemExit("the 1g.10gb requests did not all wait for room")
-    # The "before" rows swap the pass's read-once blocks for ones that register nothing (the names admit_queued looks
-    # up in its module).
+    # The "before" rows swap the pass's read-once blocks for ones that register nothing (the names admit_queued and the
+    # simulated backend's placement step look up in their modules).
     read_once = outcomes.read_once_per_pass
     per_try = placement.read_once_per_try
     out: dict[str, tuple[int, ...]] = {}
@@ -214,7 +234,7 @@ def admission_pass(
         pass_block, try_block = ways[way]
         with (
             mock.patch.object(queue, "read_once_per_pass", pass_block),
-            mock.patch.object(queue, "read_once_per_try", try_block),
+            mock.patch.object(provisioning, "read_once_per_try", try_block),
         ):
             start = time.perf_counter()
             if queue.admit_queued(pool_id=pool.pk):
@@ -256,6 +276,51 @@ def admission_pass(
         profiler.runcall(queue.admit_queued, pool_id=pool.pk)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
     return times, out
+
+
+def fresh_requests(
+    pool: Any, root: Any, tenant: Any, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, tuple[int, ...]]]:
+    """Per way (FRESH_WAYS), the mean ms of `provision_allocation` for a fresh 1g.10gb request that waits for room,
+    and (queries, layout reads, demand reads) of one. Each request is made and provisioned in a transaction rolled
+    back afterwards, so every one finds the pool as the last did."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from allocations import placement, services
+    from allocations.models import Allocation
+    from allocations.services import provisioning
+
+    ways = {"once": placement.read_once_per_try, "per step": lambda p: nullcontext()}
+
+    def one_request(way: str, queries: CaptureQueriesContext | None = None) -> float:
+        with transaction.atomic(), mock.patch.object(provisioning, "read_once_per_try", ways[way]):
+            made, _ = services.request_allocation(
+                tenant_id=tenant.pk, pool_id=pool.pk, profile="1g.10gb", count=1, lease_hours=8, purpose="bench",
+                actor=root,
+            )  # fmt: skip
+            with queries if queries is not None else nullcontext():
+                start = time.perf_counter()
+                done = provisioning.provision_allocation(allocation_id=made.pk)
+                spent = (time.perf_counter() - start) * 1000
+            if done.status != Allocation.Status.QUEUED:
+                raise SystemExit(f"a fresh request ended {done.status}, not queued: the bench measures a wait for room")
+            transaction.set_rollback(True)
+        return spent
+
+    for way in ways:  # one warm-up each
+        one_request(way)
+    spent = dict.fromkeys(ways, 0.0)
+    for _ in range(args.fresh_runs):
+        for way in ways:
+            spent[way] += one_request(way)
+    out: dict[str, tuple[int, ...]] = {}
+    for way in ways:
+        captured = CaptureQueriesContext(connection)
+        one_request(way, captured)
+        sql = [q["sql"] for q in captured.captured_queries]
+        out[way] = (len(sql), *(len([q for q in sql if marker in q]) for marker in (LAYOUT_READ, DEMAND_READ)))
+    return {way: ms / args.fresh_runs for way, ms in spent.items()}, out
 
 
 if __name__ == "__main__":

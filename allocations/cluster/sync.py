@@ -29,7 +29,7 @@ from allocations.cohorts.members import memory_ceiling
 from allocations.costs import gpu_model_for
 from allocations.models import MAX_REQUESTS_PER_CLAIM, Allocation, Gpu, Node, NodePool, Quota
 from allocations.models import tenant_namespace as tenant_namespace  # re-exported: reconcile and bench use it
-from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler
+from allocations.placement import dra_device_name, gpu_model_of, plan_slices_for_scheduler, read_once_per_try
 from allocations.queue_reservation import reservation_blocker
 from allocations.services.admission import hold_allocation
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
@@ -95,6 +95,14 @@ def start_provisioning(*, allocation_id: int) -> Allocation:
         return shared_provisioning.provision_shared(allocation=allocation, pool=pool)
     if pool.is_static:  # pre-created MIG devices: pin one by uuid, or change the layout first
         return static_provisioning.start_static_provisioning(allocation=allocation, pool=pool)
+    # Every step below plans on one read of the pool's layout and demand, as a queued request's try (issue 14).
+    with read_once_per_try(pool):
+        return _start_dynamic(allocation, pool)
+
+
+def _start_dynamic(allocation: Allocation, pool: NodePool) -> Allocation:
+    """start_provisioning's steps in a dynamic MIG pool, under the allocation's and the pool's locks: plan (or hold),
+    around lenders' rooms, a rescue by moves, then claim or queue."""
     steering = decide_steering(allocation=allocation)
     slices, hold = plan_or_hold(  # a pool with admission may hold it (issue 14, allocations/admission/)
         pool=pool,

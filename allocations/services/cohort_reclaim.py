@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
@@ -48,10 +48,25 @@ LENDER_WAITING = (Status.APPROVED, Status.QUEUED)
 
 def _cohort_quota(allocation: Allocation) -> Quota | None:
     quota = Quota.objects.select_related("cohort").filter(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id)
-    row = quota.first()
+    row = quota.order_by("pk").first()  # one row: not the default ordering's joins
     if row is None or row.cohort is None or row.cohort.pool_id != allocation.pool_id:
         return None
     return row
+
+
+def _cohort_members(allocation: Allocation) -> tuple[Quota | None, list[Quota]]:
+    """The request's quota row and its cohort's member rows in its pool (tenant order, its own among them) in one
+    statement, so both come from one snapshot (it was two: the own row, then the members); (None, []) outside a
+    cohort of the pool. Not kept for the rest of the try: the rows are not locked here, and a release or a new
+    request of a member commits its quota change without the pool's lock (services/quotas.py)."""
+    own_cohort = Quota.objects.filter(tenant_id=allocation.tenant_id, pool_id=allocation.pool_id).values("cohort_id")
+    own_cohort = own_cohort.order_by()  # one row (unique per tenant and pool): no join for the default ordering
+    rows = list(
+        Quota.objects.select_related("cohort")
+        .filter(pool_id=allocation.pool_id, cohort__pool_id=allocation.pool_id, cohort_id__in=Subquery(own_cohort))
+        .order_by("tenant_id")
+    )
+    return next((q for q in rows if q.tenant_id == allocation.tenant_id), None), rows
 
 
 def _borrows(allocation: Allocation) -> bool:
@@ -68,7 +83,7 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
     what its own charge adds to the cohort's overdraft."""
     if _borrows(allocation):
         return False  # a request that borrows never reclaims (Kueue's reclaimWithinCohort)
-    quota = _cohort_quota(allocation)
+    quota, rows = _cohort_members(allocation)
     if quota is None or quota.cohort is None:
         return False
     compute, memory = held_quota(allocation)
@@ -76,7 +91,7 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
         member_state(q, less_compute=compute, less_memory=memory)
         if q.tenant_id == allocation.tenant_id
         else member_state(q)
-        for q in Quota.objects.filter(cohort=quota.cohort, pool_id=allocation.pool_id).order_by("tenant_id")
+        for q in rows
     ]
     need = reclaim_shortfall(members, allocation.tenant_id, compute, memory)
     if not need.any:

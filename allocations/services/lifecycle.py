@@ -109,6 +109,7 @@ def fail_locked_allocation(allocation: Allocation, reason: str) -> Allocation:
     """-> FAILED with `reason`, freeing quota and placements once; the caller holds the allocation's lock."""
     previous = allocation.status
     if previous in Allocation.QUOTA_HOLDING:
+        layout_changed(allocation.pool_id)  # as record_placements: a try's layout read once is stale once they go
         deleted, _ = SlicePlacement.objects.filter(allocation=allocation).delete()
         free_quota(allocation=allocation)
         if deleted:

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from allocations.admission.hold import Hold, plan_or_hold, plans_forced
 from allocations.cohorts.fence import place_around
-from allocations.models import Allocation
-from allocations.placement import plan_slices
+from allocations.models import Allocation, NodePool
+from allocations.placement import plan_slices, read_once_per_try
 from allocations.queue_reservation import reservation_blocker
 from allocations.services.admission import hold_allocation
 from allocations.services.cohort_reclaim import WAITING as RECLAIM_WAITING
@@ -81,6 +81,14 @@ def _provision_simulated(*, allocation_id: int) -> Allocation:
     if allocation.status != Status.APPROVED:
         return allocation
     pool = lock_pool(pool_id=allocation.pool_id)
+    # Every step below plans on one read of the pool's layout and demand, as a queued request's try (issue 14).
+    with read_once_per_try(pool):
+        return _place_simulated(allocation, pool)
+
+
+def _place_simulated(allocation: Allocation, pool: NodePool) -> Allocation:
+    """_provision_simulated's steps, under the allocation's and the pool's locks: plan (or hold), around lenders'
+    rooms, a rescue by moves, then place, queue or fail."""
     hold: Hold | None = None
     if pool.is_shared:
         slices = plan_shares(pool=pool, allocation=allocation)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from allocations.admission.hold import is_due, is_held
 from allocations.admission.outcomes import PassHistory, read_once_per_pass
 from allocations.models import Allocation, NodePool
-from allocations.placement import PoolBusy, read_once_per_try
+from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
 from allocations.services.admission import end_hold, keep_hold
 from allocations.services.cohort_handover import hand_over_notices
@@ -92,8 +92,7 @@ def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory) -> 
         history.set_held(allocation, held=is_held(allocation))
         return None
     try:
-        with read_once_per_try(pool):  # the pool's layout and demand read once per try, not per step (issue 14)
-            placed = start_allocation(allocation_id=allocation.pk)
+        placed = start_allocation(allocation_id=allocation.pk)  # reads the layout and demand once (read_once_per_try)
     except PoolBusy:
         placed = None  # fits only next to claims still being allocated: the next pass sees them settled
     if placed is None or placed.status == Status.QUEUED:

@@ -16,7 +16,8 @@ engine does after its first release.
 And it tells the engine the compute of the pool's requests held now (`PlacementEngine.held`, which `ours-hold`'s
 fill budget bounds): a fresh engine has held nothing, so without it the budget never bound in the portal. The
 request planned is never among them: a fresh one is not queued, and the admission pass clears a queued one's `held`
-for its try (services/queue.py), so a retried held request does not count against itself.
+for its try (services/queue.py), so a retried held request does not count against itself. Nor is one another transaction
+holds (its withdrawal in progress: _CHURN_SQL).
 
 An admission pass tries each queued request with the placement step, and each try may plan: it reads all this once
 per pass (`read_once_per_pass`) and keeps it current through the pass (`PassHistory`).
@@ -139,13 +140,22 @@ def hold_history(pool: NodePool, *, force: bool) -> HoldHistory:
 # Allocations of the pool that held slices and ended since the oldest of its last `window` requests, how many requests
 # that window holds, and the pool's requests held now with their compute ([[id, compute slices], ...], NULL for none).
 # An allocation that never ran (withdrawn, refused) freed nothing: not a release.
+# A held request another transaction holds (FOR SHARE SKIP LOCKED: a row lock or an update in progress; foreign-key
+# checks' KEY SHARE do not conflict) is not counted: in practice its withdrawal, which the admission pass skips too
+# (services/queue.py), and which would otherwise count against the budget until the next read. Counting it would
+# place, for good, a request the pool could hold; leaving out one that stays held (a priority change in progress)
+# holds at most that much more until the next pass or plan, which reads it again. The read's share locks (the pass
+# holds these rows already; a fresh request's step holds the pool) make a withdrawal wait for the plan, not the
+# other way round: SKIP LOCKED never waits, so it cannot deadlock against the lock order (services/locks.py).
 _CHURN_SQL = """
 WITH recent AS (
     SELECT created_at FROM {table} WHERE pool_id = %(pool)s ORDER BY created_at DESC LIMIT %(window)s
+), held AS (
+    SELECT id, compute_slices FROM {table} WHERE pool_id = %(pool)s AND status = %(queued)s AND held
+    FOR SHARE SKIP LOCKED
 )
 SELECT (SELECT count(*) FROM recent), count(*), (
-    SELECT array_agg(ARRAY[id, compute_slices::bigint] ORDER BY id) FROM {table}
-    WHERE pool_id = %(pool)s AND status = %(queued)s AND held
+    SELECT array_agg(ARRAY[id, compute_slices::bigint] ORDER BY id) FROM held
 ) FROM {table}
 WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
     AND ended_at >= (SELECT coalesce(min(created_at), '-infinity') FROM recent)
@@ -154,7 +164,7 @@ WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
 
 def recent_churn_and_held(pool: NodePool) -> tuple[float, dict[int, int]]:
     """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests, and its requests held now
-    (id -> compute slices): one query."""
+    (id -> compute slices) but those another transaction holds (_CHURN_SQL): one query."""
     with connection.cursor() as cursor:
         cursor.execute(
             _CHURN_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),

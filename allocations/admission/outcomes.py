@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
+from allocations.admission import outcomes_portable
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import CHURN_SMOOTHING, HOLD_OUTCOME_HALF_LIFE, PlacementEngine
 from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest
@@ -90,14 +91,8 @@ def recent_hold_outcomes(pool: NodePool) -> Outcomes:
     """Per profile, the pool's holds that ended within its last OUTCOME_WINDOW requests: how many (`ended`), of
     which `lost` (no longer fit when retried or forced: they wait for room) and `forced` (placed at the deadline),
     each weighed 0.5 ** (the pool's requests created since it ended / half-life). One query (_SINCE_SQL)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _SINCE_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
-            {"pool": pool.pk, "window": OUTCOME_WINDOW},
-        )
-        ended = cursor.fetchall()
     out: Outcomes = {}
-    for profile, outcome, n in ended:
+    for profile, outcome, n in ended_holds(pool):
         weight = 0.5 ** (n / HOLD_OUTCOME_HALF_LIFE)
         was_ended, lost, forced = out.get(profile, (0.0, 0.0, 0.0))
         out[profile] = (
@@ -106,6 +101,19 @@ def recent_hold_outcomes(pool: NodePool) -> Outcomes:
             forced + weight * (outcome == HoldOutcome.FORCED),
         )
     return out
+
+
+def ended_holds(pool: NodePool) -> list[tuple[str, str, int]]:
+    """(profile, outcome, the pool's requests created since it ended) per hold of `pool` that ended within its last
+    OUTCOME_WINDOW requests: one statement (_SINCE_SQL), or the ORM's few on the demo's SQLite."""
+    if connection.vendor != "postgresql":
+        return outcomes_portable.ended_holds(pool, OUTCOME_WINDOW)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SINCE_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
+            {"pool": pool.pk, "window": OUTCOME_WINDOW},
+        )
+        return [(profile, outcome, since) for profile, outcome, since in cursor.fetchall()]
 
 
 def choose_priced(
@@ -165,6 +173,9 @@ WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
 def recent_churn_and_held(pool: NodePool) -> tuple[float, dict[int, int]]:
     """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests, and its requests held now
     (id -> compute slices) but those another transaction holds (_CHURN_SQL): one query."""
+    if connection.vendor != "postgresql":
+        requests, ended, by_id = outcomes_portable.churn_and_held(pool, CHURN_WINDOW)  # the demo's SQLite
+        return (ended / requests if requests else 0.0), by_id
     with connection.cursor() as cursor:
         cursor.execute(
             _CHURN_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),

@@ -26,10 +26,11 @@ def ended_holds(pool: NodePool, window: int) -> list[tuple[str, str, int]]:
     ended = Allocation.objects.filter(pool=pool, hold_ended_at__isnull=False)
     if recent:
         ended = ended.filter(hold_ended_at__gte=recent[-1])
-    return [
-        (profile, outcome, sum(1 for created in recent if created > at))
-        for profile, outcome, at in ended.values_list("profile", "hold_outcome", "hold_ended_at")
-    ]
+    rows = []
+    for profile, outcome, at in ended.values_list("profile", "hold_outcome", "hold_ended_at"):
+        if at is not None:  # always (filtered above): for the type checker
+            rows.append((profile, outcome, len([created for created in recent if created > at])))
+    return rows
 
 
 def churn_and_held(pool: NodePool, window: int) -> tuple[int, int, dict[int, int]]:

@@ -223,8 +223,25 @@ def _allocation(actor: str, verb: str, before: dict[str, Any], after: dict[str, 
             "slice(s) of movable requests to make room"
         ),
         # The queue (issue 15, allocations/services/queue.py)
-        "queue": lambda: "No free layout fits it yet: it waits in the pool's queue, its quota held",
-        "admit": lambda: f"Admitted from the queue after {_waited(after.get('waited_s'))}",
+        "queue": lambda: (
+            "It waits in the pool's queue by the pool's choice, its quota held"
+            if after.get("held")
+            else "No free layout fits it yet: it waits in the pool's queue, its quota held"
+        ),
+        "admit": lambda: (
+            f"Admitted from the queue after {_waited(after.get('waited_s'))}"
+            + (
+                ": its hold had reached its time limit, so it was placed where it fits"
+                if after.get("forced_after_hold")
+                else ""
+            )
+        ),
+        # Holds (issue 14, allocations/services/admission.py): before, the timeline said "system: hold" and its queue
+        # event that no layout fitted, which is what a hold is not.
+        "hold": lambda: (
+            "It fits, but every place it fits now would break up room that larger requests need: held in the queue, "
+            f"placed at the latest at {human_when(after.get('held_until'))}"
+        ),
         # Cohorts (issue 15, allocations/services/cohort_notices.py, cohort_reclaim.py)
         "reclaim_notice": lambda: (
             f"Runs on borrowed slices that a lender needs back (request #{after.get('for', '?')}): taken back at "

@@ -231,6 +231,18 @@ def test_the_demo_is_friendly_and_quiet(demo: tuple[str, subprocess.Popen[str], 
     assert "There is nothing here" in missing.text
     assert "URLconf" not in missing.text
     assert URL.findall(redoc.text) == []
+    # when: the demo's held request (issue 14) and its holding pool's admission page, on the demo's SQLite
+    charlie, admin = sign_in(url, "charlie", logins["charlie"]), sign_in(url, "admin", logins["admin"])
+    mine = charlie.get(f"{url}/api/v1/allocations/", timeout=10).json()
+    (held,) = [a for a in (mine["results"] if isinstance(mine, dict) else mine) if a["hold_outcome"]]
+    request_page = charlie.get(f"{url}/requests/{held['id']}/", timeout=10)
+    pools = admin.get(f"{url}/api/v1/pools/", timeout=10).json()
+    (holding,) = [p for p in (pools["results"] if isinstance(pools, dict) else pools) if p["admission"] == "hold"]
+    admission = admin.get(f"{url}/manage/pools/{holding['id']}/admission/", timeout=10)
+    # then: its page says how its hold ended, and the admission page answers (both read PostgreSQL-only SQL before)
+    assert request_page.status_code == 200
+    assert "Held for 15 min, placed at the deadline." in request_page.text
+    assert admission.status_code == 200
     # then: the logins once, how to run the CLI, and no traceback for the 403
     output = log_showing(log, "Forbidden (Permission denied): /manage/tenants/", "GET /static/css/fatia.css")
     assert output.count(f"alice    {logins['alice']}") == 1

@@ -16,7 +16,8 @@ engine does after its first release.
 And it tells the engine the compute of the pool's requests held now (`PlacementEngine.held`, which `ours-hold`'s
 fill budget bounds): a fresh engine has held nothing, so without it the budget never bound in the portal. The
 request planned is never among them: a fresh one is not queued, and the admission pass clears a queued one's `held`
-for its try (services/queue.py), so a retried held request does not count against itself.
+for its try (services/queue.py), so a retried held request does not count against itself. Nor is one another transaction
+holds (its withdrawal in progress: _CHURN_SQL).
 
 An admission pass tries each queued request with the placement step, and each try may plan: it reads all this once
 per pass (`read_once_per_pass`) and keeps it current through the pass (`PassHistory`).
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
+from allocations.admission import outcomes_portable
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import CHURN_SMOOTHING, HOLD_OUTCOME_HALF_LIFE, PlacementEngine
 from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest
@@ -89,14 +91,8 @@ def recent_hold_outcomes(pool: NodePool) -> Outcomes:
     """Per profile, the pool's holds that ended within its last OUTCOME_WINDOW requests: how many (`ended`), of
     which `lost` (no longer fit when retried or forced: they wait for room) and `forced` (placed at the deadline),
     each weighed 0.5 ** (the pool's requests created since it ended / half-life). One query (_SINCE_SQL)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _SINCE_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
-            {"pool": pool.pk, "window": OUTCOME_WINDOW},
-        )
-        ended = cursor.fetchall()
     out: Outcomes = {}
-    for profile, outcome, n in ended:
+    for profile, outcome, n in ended_holds(pool):
         weight = 0.5 ** (n / HOLD_OUTCOME_HALF_LIFE)
         was_ended, lost, forced = out.get(profile, (0.0, 0.0, 0.0))
         out[profile] = (
@@ -105,6 +101,19 @@ def recent_hold_outcomes(pool: NodePool) -> Outcomes:
             forced + weight * (outcome == HoldOutcome.FORCED),
         )
     return out
+
+
+def ended_holds(pool: NodePool) -> list[tuple[str, str, int]]:
+    """(profile, outcome, the pool's requests created since it ended) per hold of `pool` that ended within its last
+    OUTCOME_WINDOW requests: one statement (_SINCE_SQL), or the ORM's few on the demo's SQLite."""
+    if connection.vendor != "postgresql":
+        return outcomes_portable.ended_holds(pool, OUTCOME_WINDOW)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SINCE_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),
+            {"pool": pool.pk, "window": OUTCOME_WINDOW},
+        )
+        return [(profile, outcome, since) for profile, outcome, since in cursor.fetchall()]
 
 
 def choose_priced(
@@ -139,13 +148,22 @@ def hold_history(pool: NodePool, *, force: bool) -> HoldHistory:
 # Allocations of the pool that held slices and ended since the oldest of its last `window` requests, how many requests
 # that window holds, and the pool's requests held now with their compute ([[id, compute slices], ...], NULL for none).
 # An allocation that never ran (withdrawn, refused) freed nothing: not a release.
+# A held request another transaction holds (FOR SHARE SKIP LOCKED: a row lock or an update in progress; foreign-key
+# checks' KEY SHARE do not conflict) is not counted: in practice its withdrawal, which the admission pass skips too
+# (services/queue.py), and which would otherwise count against the budget until the next read. Counting it would
+# place, for good, a request the pool could hold; leaving out one that stays held (a priority change in progress)
+# holds at most that much more until the next pass or plan, which reads it again. The read's share locks (the pass
+# holds these rows already; a fresh request's step holds the pool) make a withdrawal wait for the plan, not the
+# other way round: SKIP LOCKED never waits, so it cannot deadlock against the lock order (services/locks.py).
 _CHURN_SQL = """
 WITH recent AS (
     SELECT created_at FROM {table} WHERE pool_id = %(pool)s ORDER BY created_at DESC LIMIT %(window)s
+), held AS (
+    SELECT id, compute_slices FROM {table} WHERE pool_id = %(pool)s AND status = %(queued)s AND held
+    FOR SHARE SKIP LOCKED
 )
 SELECT (SELECT count(*) FROM recent), count(*), (
-    SELECT array_agg(ARRAY[id, compute_slices::bigint] ORDER BY id) FROM {table}
-    WHERE pool_id = %(pool)s AND status = %(queued)s AND held
+    SELECT array_agg(ARRAY[id, compute_slices::bigint] ORDER BY id) FROM held
 ) FROM {table}
 WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
     AND ended_at >= (SELECT coalesce(min(created_at), '-infinity') FROM recent)
@@ -154,7 +172,10 @@ WHERE pool_id = %(pool)s AND activated_at IS NOT NULL AND ended_at IS NOT NULL
 
 def recent_churn_and_held(pool: NodePool) -> tuple[float, dict[int, int]]:
     """Allocations of `pool` that ended per request, over its last CHURN_WINDOW requests, and its requests held now
-    (id -> compute slices): one query."""
+    (id -> compute slices) but those another transaction holds (_CHURN_SQL): one query."""
+    if connection.vendor != "postgresql":
+        requests, ended, by_id = outcomes_portable.churn_and_held(pool, CHURN_WINDOW)  # the demo's SQLite
+        return (ended / requests if requests else 0.0), by_id
     with connection.cursor() as cursor:
         cursor.execute(
             _CHURN_SQL.format(table=connection.ops.quote_name(Allocation._meta.db_table)),

@@ -10,9 +10,11 @@ demand: 40 min). Now the notices go to the waiting lenders whose room their rele
 kept, the room held for the new lender (cohorts/fence.py); only the rest are called off. Audited
 `reclaim_handover` on each borrowed allocation handed over.
 
-Called by the admission pass (services/queue.py) for the request it just admitted: it holds the pool's queued
-requests' locks (an heir is one of them) and the pool's; the borrowed allocations are taken with SKIP LOCKED
-(services/locks.py), as cancel_notices_for does.
+Called by the admission pass (services/queue.py, `hand_over_admitted`) for the request it just admitted: it holds the
+pool's queued requests' locks (an heir is one of them, and only those) and the pool's; the borrowed allocations are
+taken with SKIP LOCKED (services/locks.py), all of them or none: when another transaction holds one, the pass leaves
+the notices standing and hands them over after commit, as for a withdrawn lender (session 13; before, it handed over
+and called off the rest without the held one, which an heir could need together with them).
 
 A lender *withdrawn* hands its notices over too, but not inside the withdrawal: that holds the lender's quota row,
 and an heir's row comes before quota in the lock order. The withdrawal queues `hand_over_withdrawn` through the
@@ -31,7 +33,7 @@ from allocations.mig.fleet import PlacementRequest
 from allocations.models import Allocation, Quota
 from allocations.placement import read_pool
 from allocations.queue_state import queued_in_order
-from allocations.services.cohort_notices import RECLAIMABLE, cancel_notices_for
+from allocations.services.cohort_notices import RECLAIMABLE, cancel_notices_for, hand_over_later
 from allocations.services.compaction import rescue_applying
 from allocations.services.lender_room import hold_room
 from allocations.services.locks import lock_pool
@@ -127,9 +129,10 @@ def hand_over_notices(placed: Allocation, *, why: str, among: set[int] | None = 
 
 @transaction.atomic
 def hand_over_withdrawn(*, lender_id: int) -> int:
-    """The notices still standing for a withdrawn lender go to the waiting lenders whose room they make, deadline
-    kept, audited `reclaim_handover`; the rest are called off (`reclaim_cancel`), as when a lender is admitted
-    elsewhere. How many were handed over. Run by hand_over_notices_task after the withdrawal commits.
+    """The notices still standing for a withdrawn lender (or one admitted while one of them was held: see
+    `hand_over_admitted`) go to the waiting lenders whose room they make, deadline kept, audited `reclaim_handover`;
+    the rest are called off (`reclaim_cancel`). How many were handed over. Run by hand_over_notices_task after the
+    withdrawal (or the admission) commits.
 
     Locks as an admission pass does (services/queue.admit_queued): the pool's queued requests and the lender, in pk
     order, then the pool; the borrowed allocations with SKIP LOCKED, all of them or nothing is done (the task runs
@@ -149,15 +152,37 @@ def hand_over_withdrawn(*, lender_id: int) -> int:
     lender = Allocation.objects.select_related("pool").get(pk=lender_id)
     if lender.status in (Status.APPROVED, Status.QUEUED):
         return 0
+    if not _all_free(lender):
+        return 0  # all or none: the task runs again (notices_left)
+    return hand_over_notices(lender, why=_why(lender), among=locked - {lender_id})
+
+
+def hand_over_admitted(placed: Allocation, *, among: set[int]) -> int:
+    """The admission pass admitted `placed` (a lender, perhaps): its notices go to a waiting lender of `among` (the
+    queued rows the pass holds) whose room they make, deadline kept; the rest are called off. All or none, as for a
+    withdrawn lender: when another transaction holds one of the borrowed allocations (a due sweep taking it back, its
+    owner releasing it), choosing without it could call off a notice an heir needs together with it, so the pass
+    leaves them all standing and hands them over after commit (`hand_over_withdrawn`, through the outbox, as a
+    withdrawal does); its room ends now. How many were handed over now. Caller holds `placed`'s lock and the pool's."""
+    if not _all_free(placed):
+        hand_over_later(placed)
+        return 0
+    return hand_over_notices(placed, why=_why(placed), among=among - {placed.pk})
+
+
+def _all_free(lender: Allocation) -> bool:
+    """Lock the borrowed allocations whose notices stand for `lender` (SKIP LOCKED: never waits); whether no other
+    transaction held any of them."""
     standing = Allocation.objects.filter(reclaimed_for=lender, status__in=RECLAIMABLE, reclaim_at__isnull=False)
     free = standing.select_for_update(no_key=True, of=("self",), skip_locked=True).order_by("pk").values_list("pk")
-    if len(free) < standing.count():
-        # One is held by another transaction: choosing without it could call off a notice an heir needs together
-        # with it. All or none: the task runs again (notices_left).
-        return 0
-    return hand_over_notices(
-        lender, why=f"request #{lender.pk} it was taken back for was withdrawn", among=locked - {lender_id}
-    )
+    return len(free) == standing.count()
+
+
+def _why(lender: Allocation) -> str:
+    """What the owners of the notices called off are told."""
+    if lender.status == Status.WITHDRAWN:
+        return f"request #{lender.pk} it was taken back for was withdrawn"
+    return f"request #{lender.pk} it was taken back for started without it"
 
 
 def notices_left(lender_id: int) -> bool:

@@ -7,7 +7,9 @@ Cohort reclaim (issue 15, services/cohort_notices.py) marks other tenants' borro
 lender's allocation and its pool: it takes them with SKIP LOCKED (never waits, so it cannot deadlock against the
 order above) and passes over any that another transaction holds.
 The admission pass (services/queue.py) locks the pool's queued requests, then the pool; requests queued since its
-first lock it takes the same way, with SKIP LOCKED, and tries none it does not hold.
+first lock it takes the same way, with SKIP LOCKED, and tries none it does not hold, nor hands notices to one
+(services/cohort_handover.py). A plan that may hold reads the pool's held requests `FOR SHARE SKIP LOCKED`
+(admission/outcomes.py: one another transaction holds is not counted), after the pool's lock: it never waits.
 
 Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
 `select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key

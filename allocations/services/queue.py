@@ -23,7 +23,7 @@ from allocations.models import Allocation, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
 from allocations.services.admission import end_hold, keep_hold
-from allocations.services.cohort_handover import hand_over_notices
+from allocations.services.cohort_handover import hand_over_admitted
 from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again
 from allocations.services.locks import lock_pool
@@ -72,7 +72,7 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
         for allocation in lenders_first(queued):
             if wait_for_reclaim(allocation):
                 continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
-            placed = _try_admit(allocation, pool, history)
+            placed = _try_admit(allocation, pool, history, locked)
             if placed is not None:
                 admitted.append(placed)
             elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
@@ -80,9 +80,10 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     return admitted
 
 
-def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory) -> Allocation | None:
+def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory, locked: set[int]) -> Allocation | None:
     """Place one queued request, or leave it exactly as it was (savepoint rolled back). `history` (the pass's hold
-    history) learns whether it is held afterwards; while it is tried it is not, so it does not count against itself."""
+    history) learns whether it is held afterwards; while it is tried it is not, so it does not count against itself.
+    `locked`: the queued requests the pass holds (the only ones its notices may be handed to)."""
     savepoint = transaction.savepoint()
     # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.
     Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED, held=False)
@@ -120,8 +121,9 @@ def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory) -> 
         before={"status": Status.QUEUED},
         after={"status": placed.status, "pool": pool.slug, "waited_s": round(waited, 1), **forced},
     )
-    # Its notices go to a waiting lender whose room they make (deadline kept), else are called off (issue 15).
-    hand_over_notices(placed, why=f"request #{placed.pk} it was taken back for started without it")
+    # Its notices go to a waiting lender the pass holds whose room they make (deadline kept), else are called off
+    # (issue 15); all or none: after commit if another transaction holds one of their allocations.
+    hand_over_admitted(placed, among=locked)
     if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
     return placed

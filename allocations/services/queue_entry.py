@@ -61,7 +61,7 @@ def enqueue_allocation(
         obj=allocation,
         tenant_id=allocation.tenant_id,
         before={"status": previous},
-        after={"status": Status.QUEUED, "pool": pool.slug},
+        after={"status": Status.QUEUED, "pool": pool.slug, **({"held": True} if held else {})},
     )
     if not waiting_for:
         reclaim_room_for(allocation)  # within guarantee: borrowed slices of its cohort make room (issue 15)

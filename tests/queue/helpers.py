@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.db import connection, transaction
 from django.utils import timezone
 
 from allocations import services
@@ -62,3 +66,37 @@ def backdate(allocation: Allocation, *, activated_h: float, ended_h: float | Non
 
 def nodes_of(allocation: Allocation) -> set[str]:
     return set(allocation.placements.values_list("gpu__node__name", flat=True))
+
+
+# Two transactions at once on PostgreSQL (real threads): tests/queue/test_withdrawn_during_pass.py and
+# tests/admission/test_hold_budget_locked.py.
+def until(done: Callable[[], bool]) -> None:
+    """Poll (short intervals) until `done`; a bound only against a hung thread, not a timed assertion."""
+    for _ in range(2000):
+        if done():
+            return
+        time.sleep(0.005)
+    raise AssertionError("the other transactions never got there")
+
+
+def waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        return bool(cursor.fetchone()[0])
+
+
+def in_transaction(work: Callable[[], object], started: threading.Event, finish: threading.Event) -> threading.Thread:
+    """A thread that runs `work` in a transaction and commits only once `finish` is set."""
+
+    def run() -> None:
+        try:
+            with transaction.atomic():
+                work()
+                started.set()
+                finish.wait(20)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread

@@ -8,11 +8,9 @@ row back to APPROVED and placed it, its quota already given back."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from allocations import services
@@ -20,42 +18,10 @@ from allocations.models import Allocation, Quota
 from allocations.services.locks import lock_pool
 from allocations.services.queue import admit_queued
 from tests.conftest import World
-from tests.queue.helpers import ask, small_pool
+from tests.queue.helpers import ask, in_transaction, small_pool, until, waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
-
-
-def until(done: Callable[[], bool]) -> None:
-    """Poll (short intervals) until `done`; a bound only against a hung thread, not a timed assertion."""
-    for _ in range(2000):
-        if done():
-            return
-        time.sleep(0.005)
-    raise AssertionError("the other transactions never got there")
-
-
-def waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-        return bool(cursor.fetchone()[0])
-
-
-def in_transaction(work: Callable[[], object], started: threading.Event, finish: threading.Event) -> threading.Thread:
-    """A thread that runs `work` in a transaction and commits only once `finish` is set."""
-
-    def run() -> None:
-        try:
-            with transaction.atomic():
-                work()
-                started.set()
-                finish.wait(20)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def test_a_request_queued_after_the_pass_locked_and_withdrawn_during_it_is_not_admitted(world: World):

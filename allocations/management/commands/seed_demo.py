@@ -4,16 +4,22 @@ quotas, and requests in every state. Idempotent: a second run changes nothing.""
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
 
 from allocations import services
+from allocations.admission.hold import Hold
 from allocations.management.demo import require_demo_settings
 from allocations.models import Allocation, NodePool
-from tenants.models import Membership, Tenant
+from allocations.services.admission import hold_allocation
+from allocations.services.queue import admit_queued
+from tenants.models import AuditEvent, Membership, Tenant
 from tenants.services import add_member, create_tenant
 
 DEMO_USERS = [
@@ -29,6 +35,8 @@ FLEET = [
 ]
 # Issue 13: whole L4 GPUs shared by memory size (time-sliced), 2 nodes of 4.
 SHARED_FLEET = [("L4 shared", "l4-shared", "NVIDIA L4", 2, 4)]
+# Issue 14: how long the demo's ended hold lasted (its request's "Hold" line).
+HELD_FOR = timedelta(minutes=15)
 
 
 class Command(BaseCommand):
@@ -126,6 +134,7 @@ class Command(BaseCommand):
                 services.approve_allocation(allocation_id=allocation.pk, actor=users["dana"], reason="Planned launch")
             self._provision(allocation)
         self._provision(ask("charlie", inference, "h200", "3g.71gb", 1, "Long-context eval"))
+        self._ended_hold(ask("charlie", inference, "h200", "1g.18gb", 1, "Quantised model smoke test"), users)
         ask("alice", research, "h100", "7g.80gb", 1, "Full-GPU fine-tune of an 8B model")
         ask("alice", research, "h200", "4g.71gb", 1, "Distillation run")
         for user, tenant, mib, count, purpose in [
@@ -158,6 +167,30 @@ class Command(BaseCommand):
         self._provision(released)
         services.release_allocation(allocation_id=released.pk, actor=users["alice"])
         services.finish_release(allocation_id=released.pk)
+
+    def _ended_hold(self, allocation: Allocation, users: dict[str, User]) -> None:
+        """The H200 pool holds requests (issue 14), and this one's hold has ended, so its page shows the "Hold" line:
+        held 15 minutes ago, then placed at its deadline by the admission pass. The hold is the demo's history (a
+        fresh demo pool has no demand that would make its policy hold), written by the service a placement step
+        calls; the pass that ends it is the real one."""
+        pool = services.update_node_pool(
+            pool_id=allocation.pool_id, admission=NodePool.Admission.HOLD, actor=users["admin"]
+        )
+        if allocation.status == Allocation.Status.PENDING:
+            services.approve_allocation(allocation_id=allocation.pk, actor=users["dana"], reason="Demo")
+        hold_allocation(
+            allocation, pool=pool, what=f"1 x {allocation.profile}", hold=Hold(until=timezone.now(), stranded=2.0)
+        )
+        # Its history so far moved HELD_FOR back: asked, approved and held a quarter of an hour ago.
+        Allocation.objects.filter(pk=allocation.pk).update(
+            created_at=F("created_at") - HELD_FOR,
+            decided_at=F("decided_at") - HELD_FOR,
+            queued_at=F("queued_at") - HELD_FOR,
+        )
+        AuditEvent.objects.filter(object_type="allocation", object_id=str(allocation.pk)).update(
+            created_at=F("created_at") - HELD_FOR
+        )
+        admit_queued(pool_id=pool.pk)  # past its deadline: placed forced (hold_outcome "forced")
 
     def _provision(self, allocation: Allocation) -> None:
         # The embedded worker would do this after commit; inside this one seeding transaction, do it now.

@@ -116,9 +116,9 @@ class Streak(Recording):
         key = geom.compute[ctx.i]
         if self.streaks.get(key, 0) >= self.cap:
             return False
-        if self.budget is not None and ctx.held:
-            if ctx.held + geom.compute[ctx.i] > self.budget * geom.model.compute_slices * ctx.gpus:
-                return False
+        budget = self.budget * geom.model.compute_slices * ctx.gpus if self.budget is not None else math.inf
+        if ctx.held and ctx.held + geom.compute[ctx.i] > budget:  # the first hold is free, as the kept budget's
+            return False
         self.streaks[key] = self.streaks.get(key, 0) + 1
         return True
 
@@ -138,17 +138,32 @@ class FillLeft(Oracle):
     rollouts do (:mod:`allocations.mig.rollout`): ``LOAD`` x the free compute, at most a fill of ``LOAD`` x the pool
     less what it placed and held, less this request."""
 
-    def __init__(self, margin: float = 0.0) -> None:
+    def __init__(self, margin: float = 0.0, keep: bool = False) -> None:
         super().__init__()
         self.margin = margin
+        self.keep = keep
         self.name = "fill left: empty GPUs kept for the 7g a fill of LOAD x the pool still brings" + (
             f", {margin:g} more than empty GPUs" if margin else ""
         )
+        if keep:
+            # A refusal alone keeps a GPU empty only until the next small request opens it (tuning 2/23: two 3g
+            # refused, then a 2g took the GPU): the GPUs it kept stay kept until a 7g takes one.
+            self.name += ", kept until a 7g takes them"
 
 
 def candidates() -> dict[str, Recording]:
     out: dict[str, Recording] = {KEPT: Recording()}
-    for p in (Streak(cap=1), Streak(cap=2), Streak(budget=0.2), Streak(budget=0.1), Oracle(), FillLeft(), FillLeft(1.0), FillLeft(2.0)):
+    for p in (
+        Streak(cap=1),
+        Streak(cap=2),
+        Streak(budget=0.2),
+        Streak(budget=0.1),
+        Oracle(),
+        FillLeft(),
+        FillLeft(1.0),
+        FillLeft(2.0),
+        FillLeft(keep=True),
+    ):
         out[p.name] = p
     return out
 
@@ -158,7 +173,7 @@ def fresh(policy: Recording) -> Recording:
     if isinstance(policy, Streak):
         return Streak(policy.cap, policy.budget)
     if isinstance(policy, FillLeft):
-        return FillLeft(policy.margin)
+        return FillLeft(policy.margin, policy.keep)
     if isinstance(policy, Oracle):
         return Oracle()
     return Recording()
@@ -176,6 +191,7 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
     offered = 0
     largest = max(sample.model.profiles, key=lambda p: p.compute_slices)
     total = LOAD * sample.model.compute_slices * sample.gpus
+    kept = 0  # empty GPUs a FillLeft(keep=True) keeps for the largest profile
     for k, name in enumerate(sample.requests):
         compute = sample.model.profile(name).compute_slices
         offered += compute
@@ -196,6 +212,13 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
                 coming = max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen
                 if coming >= empty + sized.margin:
                     decision = None
+                    if isinstance(sized, FillLeft) and sized.keep:
+                        kept = max(kept, min(empty, math.floor(coming)))
+                elif empty <= kept:
+                    decision = None
+        if decision is not None and kept and name == largest.name:
+            slots = [engine._slots[engine._slot_index[(c.node, c.gpu_index)]] for c in decision.slots]  # noqa: SLF001
+            kept -= any(not slot.key for slot in slots)
         if decision is not None:
             engine.commit(decision, f"r{k}")
             served += compute
@@ -240,7 +263,8 @@ def run(sample: Sample, policy: Recording, flip: int = -1, never: bool = False) 
     per_node = min(8, sample.gpus)
     engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), policy, DemandLearner())
     sized = engine.policy  # the engine sizes a copy of the policy for its fleet (open cost)
-    assert isinstance(sized, Recording)
+    if not isinstance(sized, Recording):
+        raise TypeError(sized)
     policy = sized
     policy.never = never
     total = sample.model.compute_slices * sample.gpus
@@ -343,15 +367,19 @@ def report(diags: Sequence[Diagnosis], worst: int) -> None:
     values = [c for c, _ in scored]
     gaps = sum(max(0.0, d.gap) for d in diags)
     pooled = sum(d.served - d.first_fit for d in diags) / gaps
-    print(f"\n{len(diags)} samples, {len(scored)} with a gap; per sample {100 * statistics.fmean(values):.1f} %, "
-          f"pooled {100 * pooled:.1f} %")
+    print(
+        f"\n{len(diags)} samples, {len(scored)} with a gap; per sample {100 * statistics.fmean(values):.1f} %, "
+        f"pooled {100 * pooled:.1f} %"
+    )
     print(f"distribution: {bins(values)}")
     for lo, hi in ((2, 4), (4, 7), (7, 11), (11, 1000)):
         group = [c for c, d in scored if lo <= d.gap < hi]
         if group:
             print(f"gap {lo}-{hi - 1} slices: {len(group)} samples, mean closed {100 * statistics.fmean(group):.1f} %")
-    print("\n| sample | gap | ours-hold - first-fit | closed | must-accept - ff | holds (wrong) | best flip | "
-          "flips that gain: k profile outcome stranded/limit seen alloc delta | ours - optimum per profile |")
+    print(
+        "\n| sample | gap | ours-hold - first-fit | closed | must-accept - ff | holds (wrong) | best flip | "
+        "flips that gain: k profile outcome stranded/limit seen alloc delta | ours - optimum per profile |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|---|---|")
     for c, d in sorted(scored, key=lambda cd: cd[0])[:worst]:
         held = [s for s in d.steps if s.outcome == HELD]
@@ -366,17 +394,21 @@ def report(diags: Sequence[Diagnosis], worst: int) -> None:
             f"{100 * s.allocated:.0f}% {d.flips[s.k]:+d}"
             for s in gains
         )
-        print(f"| {d.sample.alpha:g}/{d.sample.seed} | {d.gap:.0f} | {d.served - d.first_fit:+d} | {100 * c:.0f} % "
-              f"| {ma} | {len(held)} ({len(wrong)}) | {best:+d} | {flips} | "
-              f"{', '.join(f'{p} {v:+d}' for p, v in sorted(diff.items()) if v)} |")
+        print(
+            f"| {d.sample.alpha:g}/{d.sample.seed} | {d.gap:.0f} | {d.served - d.first_fit:+d} | {100 * c:.0f} % "
+            f"| {ma} | {len(held)} ({len(wrong)}) | {best:+d} | {flips} | "
+            f"{', '.join(f'{p} {v:+d}' for p, v in sorted(diff.items()) if v)} |"
+        )
     # Aggregate over every flip: which decisions, when a flip alone gains.
     print("\n| decision | count | flip gains (>0) | flip loses (<0) | mean change |")
     print("|---|---:|---:|---:|---:|")
     for kind in (HELD, FLAGGED, PLACED):
         ch = [d.flips[s.k] for d in diags for s in d.steps if s.outcome == kind and s.k in d.flips]
         if ch:
-            print(f"| {kind} | {len(ch)} | {sum(1 for x in ch if x > 0)} | {sum(1 for x in ch if x < 0)} "
-                  f"| {statistics.fmean(ch):+.2f} |")
+            print(
+                f"| {kind} | {len(ch)} | {sum(1 for x in ch if x > 0)} | {sum(1 for x in ch if x < 0)} "
+                f"| {statistics.fmean(ch):+.2f} |"
+            )
     print("\nholds by feature, per bucket: holds / wrong (flip gains) / right (flip loses) / sum of flip changes")
     streaks = {id(s): streak(d.steps, s) for d in diags for s in d.steps}
     for label, key, edges in (
@@ -387,43 +419,57 @@ def report(diags: Sequence[Diagnosis], worst: int) -> None:
         ("streak (holds of the profile since a larger arrival)", lambda s: streaks[id(s)], (0, 1, 2, 3, 5, 1000)),
     ):
         row = []
-        for lo, hi in zip(edges, edges[1:], strict=False):
-            hs = [d.flips[s.k] for d in diags for s in d.steps if s.outcome == HELD and lo <= key(s) < hi and s.k in d.flips]
-            row.append(f"[{lo:g},{hi:g}): {len(hs)}/{sum(1 for x in hs if x > 0)}/{sum(1 for x in hs if x < 0)}/{sum(hs):+d}")
+        for low, high in zip(edges, edges[1:], strict=False):
+            hs = [
+                d.flips[s.k]
+                for d in diags
+                for s in d.steps
+                if s.outcome == HELD and low <= key(s) < high and s.k in d.flips
+            ]
+            row.append(
+                f"[{low:g},{high:g}): {len(hs)}/{sum(1 for x in hs if x > 0)}/"
+                f"{sum(1 for x in hs if x < 0)}/{sum(hs):+d}"
+            )
         print(f"  {label}: " + "  ".join(row))
     with_holds = [d for d in diags if any(s.outcome == HELD for s in d.steps)]
     together = [d.served - d.no_holds for d in with_holds]
-    print(f"\nthe holds of a run together (kept - every hold placed), {len(with_holds)} samples with holds: "
-          f"{sum(1 for x in together if x > 0)} gain, {sum(1 for x in together if x < 0)} lose, "
-          f"sum {sum(together):+d} slices; single flips of the same holds sum "
-          f"{-sum(d.flips.get(s.k, 0) for d in with_holds for s in d.steps if s.outcome == HELD):+d}")
+    print(
+        f"\nthe holds of a run together (kept - every hold placed), {len(with_holds)} samples with holds: "
+        f"{sum(1 for x in together if x > 0)} gain, {sum(1 for x in together if x < 0)} lose, "
+        f"sum {sum(together):+d} slices; single flips of the same holds sum "
+        f"{-sum(d.flips.get(s.k, 0) for d in with_holds for s in d.steps if s.outcome == HELD):+d}"
+    )
     nh = [c for d in diags if not math.isnan(c := d.closed(d.no_holds))]
     print(f"every hold placed: per sample {100 * statistics.fmean(nh):.1f} % ({bins(nh)})")
     print("\nplacements whose refusal alone serves more (missed holds), per profile: count, sum of gains, flagged")
-    gains = Counter[str]()
+    missed = Counter[str]()
     total = Counter[str]()
     flagged = Counter[str]()
     for d in diags:
         for s in d.steps:
             if s.outcome in (PLACED, FLAGGED) and d.flips.get(s.k, 0) > 0:
-                gains[s.profile] += 1
+                missed[s.profile] += 1
                 total[s.profile] += d.flips[s.k]
                 flagged[s.profile] += s.outcome == FLAGGED
-    for p, n in gains.most_common():
+    for p, n in missed.most_common():
         print(f"  {p}: {n}, {total[p]:+d}, {flagged[p]} flagged")
     print("\nwhat ours-hold serves against the optimum, compute slices per profile (all samples | those under 50 %)")
-    for label, group in (("all", diags), ("under 50 %", [d for c, d in scored if c < 0.5])):
+    for part, members in (("all", diags), ("under 50 %", [m for cl, m in scored if cl < 0.5])):
         diff = Counter[str]()
-        for d in group:
+        for d in members:
             ours = d.served_by_profile()
             for p in set(ours) | set(d.optimum_placed):
                 diff[p] += (ours.get(p, 0) - d.optimum_placed.get(p, 0)) * d.sample.model.profile(p).compute_slices
-        print(f"  {label} ({len(group)}): " + ", ".join(f"{p} {v:+d}" for p, v in sorted(diff.items()) if v))
+        print(f"  {part} ({len(members)}): " + ", ".join(f"{p} {v:+d}" for p, v in sorted(diff.items()) if v))
     profiles = Counter(s.profile for d in diags for s in d.steps if s.outcome == HELD)
     for p, n in profiles.most_common():
-        wrong = sum(1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) > 0)
-        right = sum(1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) < 0)
-        print(f"  {p}: {n} holds, {wrong} wrong, {right} right")
+        n_wrong = sum(
+            1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) > 0
+        )
+        n_right = sum(
+            1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) < 0
+        )
+        print(f"  {p}: {n} holds, {n_wrong} wrong, {n_right} right")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -452,12 +498,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for short in args.models:
                     m = catalog.model(MODELS[short])
                     samples = [
-                        make_sample(m, gpus, a, HOLDOUT_FIRST_SEED + s) for a in HOLDOUT_ALPHAS for s in range(HOLDOUT_SEEDS[gpus])
+                        make_sample(m, gpus, a, HOLDOUT_FIRST_SEED + s)
+                        for a in HOLDOUT_ALPHAS
+                        for s in range(HOLDOUT_SEEDS[gpus])
                     ]
                     compare(samples, chosen, f"HOLD-OUT {short}, {gpus} GPUs", t0, not args.cold_only)
             else:
-                samples = [make_sample(model, gpus, a, s) for a in args.alphas for s in range(args.seeds or SEEDS[gpus])]
-                compare(samples, chosen, f"tuning H100, {gpus} GPUs, concentrations {args.alphas}", t0, not args.cold_only)
+                samples = [
+                    make_sample(model, gpus, a, s) for a in args.alphas for s in range(args.seeds or SEEDS[gpus])
+                ]
+                compare(
+                    samples, chosen, f"tuning H100, {gpus} GPUs, concentrations {args.alphas}", t0, not args.cold_only
+                )
         return 0
     for gpus in args.gpus:
         diags = [

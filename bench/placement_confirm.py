@@ -1,22 +1,27 @@
-"""``python bench/placement_confirm.py [--gpus 8] [--alphas 0.5 2] [--worst N] [--rules NAME ...]`` (tuning draws
-only): where ``ours-hold``'s per-sample misses come from on a cold 8-GPU fill (issue 14, session 13).
+"""``python bench/placement_confirm.py [--gpus 8] [--alphas 0.5 2] [--worst N]`` (diagnosis, tuning draws only) and
+``python bench/placement_confirm.py --rules NAME ... [--gpus 8 64] [--alphas 0.2] [--holdout] [--cold-only]``
+(candidates against the kept rule): where ``ours-hold``'s per-sample misses come from on a cold 8-GPU fill (issue
+14, session 13).
 
-Diagnosis, per sample (H100, Dirichlet 0.5 and 2, seeds 0-39 at 8 GPUs, learners from the prior):
+Diagnosis (H100, Dirichlet 0.5 and 2, seeds 0-39 at 8 GPUs, learners from the prior):
 
-* the distribution of the gap closed (``<= 0``, ``0-50``, ``50-100``, ``100 %``, and the samples without a gap) and
-  which samples pull the per-sample mean below the pooled figure (small gaps in slices weigh as much as large ones);
+* the distribution of the gap closed (``<= 0``, ``0-50``, ``50-100``, ``100 %``) and its mean by the gap's size in
+  slices (a sample's per-sample figure moves by 100 / gap points per slice);
 * every request's decision in ``ours-hold``'s run (placed, placed although the rank flagged it, held, did not fit),
-  each placed or held one **flipped alone** (a held request forced, a placed one refused: it is seen, not
-  committed), the rest of the run replayed by the rule: the flip's change of compute served. A hold whose flip
-  serves more is a *wrong hold* (the room it kept was not used); a placement whose refusal serves more is a *missed
-  hold*. Single flips do not add up (two wrong holds may each be cheap), so the best single flip is reported as a
-  lower bound of what a better admission would have recovered;
-* beside it, per profile, what the optimum (``allocations/mig/offline.py``, which refuses with hindsight) serves
-  against ``ours-hold``, and the must-accept reference (``bench/placement_reference.py``: best placement, no
-  refusal).
+  each placed or held one **flipped alone** (a held request placed, a flagged one held, an unflagged one refused:
+  seen, not committed), the rest of the run replayed by the rule: the flip's change of compute served. A hold whose
+  flip serves more is a *wrong hold*; a placement whose refusal serves more a *missed hold*. Beside them, the run
+  with **every** hold placed (what the holds are worth together), the holds by feature (counts of now, the pool's
+  allocated share, margin over the threshold, compute held before, holds of the profile since a larger arrival);
+* per profile, what the optimum (``allocations/mig/offline.py``, which refuses with hindsight) serves against
+  ``ours-hold``; for the worst samples the must-accept reference (``bench/placement_reference.py``).
 
-Candidates (``--rules``, bench-only subclasses of the kept rule; docs/placement.md "Session 13: which holds are
-confirmed" quotes them) are compared with the kept rule on the same draws.
+Candidates (bench-only subclasses of the kept rule, ``--rules``; docs/placement.md "Session 13: which holds are
+confirmed, and the 7g that the gap is made of" quotes them): a young learner's holds cut after repeated holds of a
+profile (``Streak``) or by a tighter budget; an oracle that keeps empty GPUs for the 7g the rest of the fill brings
+(it reads the fill's end: a bound, not a rule); and ``FillLeft``, the same with what the fill still offers estimated
+from the pool alone. ``--holdout``: the family cells of ``bench/placement.py --policy`` (as
+``bench/placement_trust.py --holdout``).
 """
 
 from __future__ import annotations

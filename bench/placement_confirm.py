@@ -143,10 +143,11 @@ class FillLeft(Oracle):
     rollouts do (:mod:`allocations.mig.rollout`): ``LOAD`` x the free compute, at most a fill of ``LOAD`` x the pool
     less what it placed and held, less this request."""
 
-    def __init__(self, margin: float = 0.0, keep: bool = False) -> None:
+    def __init__(self, margin: float = 0.0, keep: bool = False, own: bool = True) -> None:
         super().__init__()
         self.margin = margin
         self.keep = keep
+        self.own = own
         self.name = "fill left: empty GPUs kept for the 7g a fill of LOAD x the pool still brings" + (
             f", {margin:g} more than empty GPUs" if margin else ""
         )
@@ -154,6 +155,10 @@ class FillLeft(Oracle):
             # A refusal alone keeps a GPU empty only until the next small request opens it (tuning 2/23: two 3g
             # refused, then a 2g took the GPU): the GPUs it kept stay kept until a 7g takes one.
             self.name += ", kept until a 7g takes them"
+        if not own:
+            # Less the request's own compute, a 4g sees less of the fill to come than a 1g, and is refused less often,
+            # though it is what the optimum refuses most (tuning 2/23: two 3g refused, then a 4g opened the GPU).
+            self.name += ", the request not taken from what is still to come"
 
 
 def candidates() -> dict[str, Recording]:
@@ -168,6 +173,7 @@ def candidates() -> dict[str, Recording]:
         FillLeft(1.0),
         FillLeft(2.0),
         FillLeft(keep=True),
+        FillLeft(own=False),
     ):
         out[p.name] = p
     return out
@@ -178,7 +184,7 @@ def fresh(policy: Recording) -> Recording:
     if isinstance(policy, Streak):
         return Streak(policy.cap, policy.budget)
     if isinstance(policy, FillLeft):
-        return FillLeft(policy.margin, policy.keep)
+        return FillLeft(policy.margin, policy.keep, policy.own)
     if isinstance(policy, Oracle):
         return Oracle()
     return Recording()
@@ -213,7 +219,8 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
                 left = total - offered
                 if isinstance(sized, FillLeft):
                     pool = sample.model.compute_slices * sample.gpus
-                    left = min(LOAD * (pool - served), LOAD * pool - served - engine.held) - compute
+                    left = min(LOAD * (pool - served), LOAD * pool - served - engine.held)
+                    left -= compute if sized.own else 0
                 coming = max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen
                 if coming >= empty + sized.margin:
                     decision = None

@@ -1,0 +1,544 @@
+"""``python bench/placement_confirm.py [--gpus 8] [--alphas 0.5 2] [--worst N]`` (diagnosis, tuning draws only) and
+``python bench/placement_confirm.py --rules NAME ... [--gpus 8 64] [--alphas 0.2] [--holdout] [--cold-only]``
+(candidates against the kept rule): where ``ours-hold``'s per-sample misses come from on a cold 8-GPU fill (issue
+14, session 13).
+
+Diagnosis (H100, Dirichlet 0.5 and 2, seeds 0-39 at 8 GPUs, learners from the prior):
+
+* the distribution of the gap closed (``<= 0``, ``0-50``, ``50-100``, ``100 %``) and its mean by the gap's size in
+  slices (a sample's per-sample figure moves by 100 / gap points per slice);
+* every request's decision in ``ours-hold``'s run (placed, placed although the rank flagged it, held, did not fit),
+  each placed or held one **flipped alone** (a held request placed, a flagged one held, an unflagged one refused:
+  seen, not committed), the rest of the run replayed by the rule: the flip's change of compute served. A hold whose
+  flip serves more is a *wrong hold*; a placement whose refusal serves more a *missed hold*. Beside them, the run
+  with **every** hold placed (what the holds are worth together), the holds by feature (counts of now, the pool's
+  allocated share, margin over the threshold, compute held before, holds of the profile since a larger arrival);
+* per profile, what the optimum (``allocations/mig/offline.py``, which refuses with hindsight) serves against
+  ``ours-hold``; for the worst samples the must-accept reference (``bench/placement_reference.py``).
+
+Candidates (bench-only subclasses of the kept rule, ``--rules``; docs/placement.md "Session 13: which holds are
+confirmed, and the 7g that the gap is made of" quotes them): a young learner's holds cut after repeated holds of a
+profile (``Streak``) or by a tighter budget; an oracle that keeps empty GPUs for the 7g the rest of the fill brings
+(it reads the fill's end: a bound, not a rule); and ``FillLeft``, the same with what the fill still offers estimated
+from the pool alone. ``--holdout``: the family cells of ``bench/placement.py --policy`` (as
+``bench/placement_trust.py --holdout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
+
+from allocations.mig.catalog import load_catalog  # noqa: E402
+from allocations.mig.demand import DemandLearner  # noqa: E402
+from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
+from allocations.mig.fleet import PlacementRequest  # noqa: E402
+from allocations.mig.offline import offline_optimum  # noqa: E402
+from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
+from bench.placement_family import LOAD, Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+from bench.placement_reference import must_accept_optimum, true_weights  # noqa: E402
+
+H100 = "NVIDIA H100 80GB HBM3"
+SEEDS = {8: 40, 64: 20}
+MODELS = {"H100": H100, "H200": "NVIDIA H200"}
+HOLDOUT_ALPHAS = (0.3, 1.0, 3.0)
+HOLDOUT_FIRST_SEED = 1000
+HOLDOUT_SEEDS = {8: 30, 64: 12}
+KEPT = "ours-hold (kept)"
+PLACED, FLAGGED, HELD, NOFIT = "placed", "placed-flagged", "held", "no-fit"
+
+
+@dataclass
+class Step:
+    """One request's decision in a run."""
+
+    k: int
+    profile: str
+    compute: int
+    outcome: str
+    stranded: float = math.nan  # the confirmation's change with the counts of now (flagged requests only)
+    limit: float = math.nan
+    seen: float = 0.0  # requests in the counts of now
+    held: float = 0.0  # compute held so far in the run (before this request)
+    allocated: float = 0.0  # share of the pool's compute allocated before this request
+
+
+class Recording(HoldingFragmentationAware):
+    """The kept rule, recording what its confirmation saw; ``flip`` inverts its verdict for the current request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple[float, float, float, bool] | None = None
+        self.flip = False
+        self.never = False  # every hold placed instead: what the holds of a run are worth together
+
+    def holds(self, ctx: HoldContext) -> bool:
+        limit = self.CONFIRM + self.CONFIRM_GPUS / max(1, ctx.gpus)
+        verdict = self.judge(ctx)
+        self.last = (self.priced(ctx, self.stranded_now(ctx)), limit, sum(ctx.counts.values()), verdict)
+        return False if self.never else verdict != self.flip
+
+    def judge(self, ctx: HoldContext) -> bool:
+        return super().holds(ctx)
+
+
+class Streak(Recording):
+    """Candidate: while the counts of now hold under ``VETO_SEEN`` requests (a young learner in a fill), no hold of
+    a profile once ``cap`` requests of it were held since the last arrival of a larger profile (one that its
+    placement could block): holding it again keeps the same room for arrivals that have not come since.
+    ``budget``: also the held compute within this share of the pool's (the kept 0.4 otherwise)."""
+
+    def __init__(self, cap: int = 1000, budget: float | None = None) -> None:
+        super().__init__()
+        self.cap = cap
+        self.budget = budget
+        self.streaks: dict[int, int] = {}
+        parts = [f"streak cap {cap}"] if cap < 1000 else []
+        parts += [f"young budget {budget:g}"] if budget is not None else []
+        self.name = "young: " + ", ".join(parts)
+
+    def arrived(self, compute: int) -> None:
+        for i, c in list(self.streaks.items()):
+            if c < compute:
+                del self.streaks[i]
+        self._compute_of = compute
+
+    def judge(self, ctx: HoldContext) -> bool:
+        verdict = super().judge(ctx)
+        young = ctx.churn <= 0 and ctx.mix.prior_weight > 0 and sum(ctx.counts.values()) < self.VETO_SEEN
+        if not verdict or not young:
+            return verdict
+        geom = ctx.geom
+        key = geom.compute[ctx.i]
+        if self.streaks.get(key, 0) >= self.cap:
+            return False
+        budget = self.budget * geom.model.compute_slices * ctx.gpus if self.budget is not None else math.inf
+        if ctx.held and ctx.held + geom.compute[ctx.i] > budget:  # the first hold is free, as the kept budget's
+            return False
+        self.streaks[key] = self.streaks.get(key, 0) + 1
+        return True
+
+
+class Oracle(Recording):
+    """Not a candidate (it reads the fill's end, which no pool knows): a bound on the missed holds. A request that
+    would open an empty GPU is refused while the largest profile's arrivals that the rest of the fill brings
+    (its share of the counts of now x the requests still to come, from the compute still to be offered) reach the
+    empty GPUs left: the optimum refuses e.g. a 4g whose GPU a 7g would fill whole."""
+
+    name = "oracle: empty GPUs kept for the 7g the rest of the fill brings"
+    margin = 0.0  # 7g arrivals beyond the empty GPUs needed to refuse
+
+
+class FillLeft(Oracle):
+    """Candidate: :class:`Oracle` with what the fill still offers estimated from the pool alone, as the veto's
+    rollouts do (:mod:`allocations.mig.rollout`): ``LOAD`` x the free compute, at most a fill of ``LOAD`` x the pool
+    less what it placed and held, less this request."""
+
+    def __init__(self, margin: float = 0.0, keep: bool = False, own: bool = True) -> None:
+        super().__init__()
+        self.margin = margin
+        self.keep = keep
+        self.own = own
+        self.name = "fill left: empty GPUs kept for the 7g a fill of LOAD x the pool still brings" + (
+            f", {margin:g} more than empty GPUs" if margin else ""
+        )
+        if keep:
+            # A refusal alone keeps a GPU empty only until the next small request opens it (tuning 2/23: two 3g
+            # refused, then a 2g took the GPU): the GPUs it kept stay kept until a 7g takes one.
+            self.name += ", kept until a 7g takes them"
+        if not own:
+            # Less the request's own compute, a 4g sees less of the fill to come than a 1g, and is refused less often,
+            # though it is what the optimum refuses most (tuning 2/23: two 3g refused, then a 4g opened the GPU).
+            self.name += ", the request not taken from what is still to come"
+
+
+def candidates() -> dict[str, Recording]:
+    out: dict[str, Recording] = {KEPT: Recording()}
+    for p in (
+        Streak(cap=1),
+        Streak(cap=2),
+        Streak(budget=0.2),
+        Streak(budget=0.1),
+        Oracle(),
+        FillLeft(),
+        FillLeft(1.0),
+        FillLeft(2.0),
+        FillLeft(keep=True),
+        FillLeft(own=False),
+    ):
+        out[p.name] = p
+    return out
+
+
+def fresh(policy: Recording) -> Recording:
+    """A new instance of the rule (a candidate keeps state across a run)."""
+    if isinstance(policy, Streak):
+        return Streak(policy.cap, policy.budget)
+    if isinstance(policy, FillLeft):
+        return FillLeft(policy.margin, policy.keep, policy.own)
+    if isinstance(policy, Oracle):
+        return Oracle()
+    return Recording()
+
+
+def serve(sample: Sample, policy: Recording, warm: bool) -> int:
+    """Compute slices the rule serves on the sample, learner cold or after the sample's history (``warm``)."""
+    per_node = min(8, sample.gpus)
+    learner = DemandLearner()
+    for name in sample.history if warm else ():
+        learner.observe(name)
+    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), fresh(policy), learner)
+    sized = engine.policy
+    served = 0
+    offered = 0
+    largest = max(sample.model.profiles, key=lambda p: p.compute_slices)
+    total = LOAD * sample.model.compute_slices * sample.gpus
+    kept = 0  # empty GPUs a FillLeft(keep=True) keeps for the largest profile
+    for k, name in enumerate(sample.requests):
+        compute = sample.model.profile(name).compute_slices
+        offered += compute
+        if isinstance(sized, Streak):
+            sized.arrived(compute)
+        decision = engine.choose(PlacementRequest(name))
+        if decision is not None and isinstance(sized, Oracle) and name != largest.name:
+            slots = [engine._slots[engine._slot_index[(c.node, c.gpu_index)]] for c in decision.slots]  # noqa: SLF001
+            if any(not slot.key for slot in slots):
+                empty = sum(1 for slot in engine._slots if not slot.key)  # noqa: SLF001
+                counts = learner.counts()
+                seen = sum(counts.values())
+                mean = sum(v * sample.model.profile(p).compute_slices for p, v in counts.items()) / seen
+                left = total - offered
+                if isinstance(sized, FillLeft):
+                    pool = sample.model.compute_slices * sample.gpus
+                    left = min(LOAD * (pool - served), LOAD * pool - served - engine.held)
+                    left -= compute if sized.own else 0
+                coming = max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen
+                if coming >= empty + sized.margin:
+                    decision = None
+                    if isinstance(sized, FillLeft) and sized.keep:
+                        kept = max(kept, min(empty, math.floor(coming)))
+                elif empty <= kept:
+                    decision = None
+        if decision is not None and kept and name == largest.name:
+            slots = [engine._slots[engine._slot_index[(c.node, c.gpu_index)]] for c in decision.slots]  # noqa: SLF001
+            kept -= any(not slot.key for slot in slots)
+        if decision is not None:
+            engine.commit(decision, f"r{k}")
+            served += compute
+    return served
+
+
+def compare(samples: Sequence[Sample], chosen: dict[str, Recording], title: str, t0: float, warm_too: bool) -> None:
+    """The kept rule and the candidates side by side (as ``bench/placement_trust.py``'s cells)."""
+    cold: list[Outcome] = []
+    warm: list[Outcome] = []
+    for sample in samples:
+        o = run_sample(sample, ["first-fit", "best-fit", "hami"])
+        w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
+        for name, p in chosen.items():
+            o.served[name] = serve(sample, p, False)
+            if warm_too:
+                w.served[name] = serve(sample, p, True)
+        cold.append(o)
+        warm.append(w)
+    for label, outcomes in (("cold", cold), ("warm learner", warm))[: 2 if warm_too else 1]:
+        print(f"\n{title}, {len(outcomes)} samples, {label} ({time.perf_counter() - t0:.0f} s)\n")
+        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
+        print("|---|---:|---:|---:|---:|---|")
+        for name in chosen:
+            s = summarise(outcomes, name)
+            moved = [
+                f"{o.sample.alpha:g}/{o.sample.seed}: {o.served[name] - o.served[KEPT]:+d}"
+                for o in outcomes
+                if o.served[name] != o.served[KEPT]
+            ]
+            print(
+                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
+                f"| {max(s.below.values())} | {len(moved)}: {', '.join(moved)} |",
+                flush=True,
+            )
+
+
+def run(sample: Sample, policy: Recording, flip: int = -1, never: bool = False) -> tuple[int, list[Step]]:
+    """Compute served by the rule on the sample (cold learner) and every request's step, request ``flip`` inverted:
+    a held (or flagged and placed) request has the confirmation's verdict inverted; an unflagged placed one is seen
+    and not committed (refused)."""
+    per_node = min(8, sample.gpus)
+    engine = PlacementEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), policy, DemandLearner())
+    sized = engine.policy  # the engine sizes a copy of the policy for its fleet (open cost)
+    if not isinstance(sized, Recording):
+        raise TypeError(sized)
+    policy = sized
+    policy.never = never
+    total = sample.model.compute_slices * sample.gpus
+    served = 0
+    steps: list[Step] = []
+    for k, name in enumerate(sample.requests):
+        compute = sample.model.profile(name).compute_slices
+        held_before, allocated = engine.held, served / total
+        policy.last = None
+        policy.flip = k == flip
+        decision = engine.choose(PlacementRequest(name))
+        policy.flip = False
+        verdict = policy.last[3] if policy.last is not None else False
+        if decision is not None and k == flip and policy.last is None:
+            decision = None  # refused: an unflagged placement flipped
+        if decision is not None:
+            engine.commit(decision, f"r{k}")
+            served += compute
+        if policy.last is None:
+            outcome = PLACED if decision is not None or k == flip else NOFIT
+        else:
+            outcome = HELD if verdict else FLAGGED
+        step = Step(k, name, compute, outcome, held=held_before, allocated=allocated)
+        if policy.last is not None:
+            step.stranded, step.limit, step.seen, _ = policy.last
+        steps.append(step)
+    return served, steps
+
+
+@dataclass
+class Diagnosis:
+    sample: Sample
+    optimum: float
+    first_fit: int
+    peers: dict[str, int]
+    served: int
+    steps: list[Step]
+    flips: dict[int, int] = field(default_factory=dict)  # request -> change of compute served when flipped alone
+    optimum_placed: dict[str, int] = field(default_factory=dict)
+    must_accept: int | None = None
+    no_holds: int = 0  # compute served with every hold placed instead (the flag and unflag unchanged)
+
+    @property
+    def gap(self) -> float:
+        return self.optimum - self.first_fit
+
+    def closed(self, served: int | None = None) -> float:
+        """As :meth:`bench.placement_family.Outcome.closed` (NaN under 2 slices or 1 % of the optimum)."""
+        if self.gap < max(2.0, 0.01 * self.optimum):
+            return math.nan
+        return ((self.served if served is None else served) - self.first_fit) / self.gap
+
+    def served_by_profile(self) -> Counter[str]:
+        return Counter(s.profile for s in self.steps if s.outcome in (PLACED, FLAGGED))
+
+
+def diagnose(sample: Sample, flips: bool) -> Diagnosis:
+    outcome = run_sample(sample, ["first-fit", "best-fit", "hami", "ours-hold"])
+    best = offline_optimum(sample.model, sample.gpus, Counter(sample.requests), node_limit=2000)
+    served, steps = run(sample, Recording())
+    if served != outcome.served["ours-hold"]:
+        raise AssertionError(f"recording changed the rule: {served} != {outcome.served['ours-hold']}")
+    d = Diagnosis(sample, outcome.optimum, outcome.served["first-fit"], dict(outcome.served), served, steps)
+    d.optimum_placed = dict(best.placed)
+    d.no_holds = run(sample, Recording(), never=True)[0]
+    if flips:
+        for s in steps:
+            if s.outcome != NOFIT:
+                d.flips[s.k] = run(sample, Recording(), flip=s.k)[0] - served
+    return d
+
+
+def streak(steps: Sequence[Step], step: Step) -> int:
+    """Holds of ``step``'s profile since the last arrival of a profile with more compute (``step`` not counted)."""
+    n = 0
+    for s in reversed(steps[: step.k]):
+        if s.compute > step.compute:
+            break
+        if s.outcome == HELD and s.profile == step.profile:
+            n += 1
+    return n
+
+
+def bins(values: Sequence[float]) -> str:
+    edges = [(-math.inf, 0.0, "<= 0 %"), (0.0, 0.5, "0-50 %"), (0.5, 1.0, "50-100 %"), (1.0, math.inf, "100 %")]
+    out = []
+    for lo, hi, label in edges:
+        n = sum(1 for v in values if (v <= hi if hi == 0.0 else lo < v <= hi) or (lo == 1.0 and v >= 1.0))
+        if lo == 0.5:
+            n = sum(1 for v in values if 0.5 < v < 1.0)
+        if lo == 1.0:
+            n = sum(1 for v in values if v >= 1.0)
+        out.append(f"{label}: {n}")
+    return ", ".join(out)
+
+
+def report(diags: Sequence[Diagnosis], worst: int) -> None:
+    closed = [(d.closed(), d) for d in diags]
+    scored = [(c, d) for c, d in closed if not math.isnan(c)]
+    values = [c for c, _ in scored]
+    gaps = sum(max(0.0, d.gap) for d in diags)
+    pooled = sum(d.served - d.first_fit for d in diags) / gaps
+    print(
+        f"\n{len(diags)} samples, {len(scored)} with a gap; per sample {100 * statistics.fmean(values):.1f} %, "
+        f"pooled {100 * pooled:.1f} %"
+    )
+    print(f"distribution: {bins(values)}")
+    for lo, hi in ((2, 4), (4, 7), (7, 11), (11, 1000)):
+        group = [c for c, d in scored if lo <= d.gap < hi]
+        if group:
+            print(f"gap {lo}-{hi - 1} slices: {len(group)} samples, mean closed {100 * statistics.fmean(group):.1f} %")
+    print(
+        "\n| sample | gap | ours-hold - first-fit | closed | must-accept - ff | holds (wrong) | best flip | "
+        "flips that gain: k profile outcome stranded/limit seen alloc delta | ours - optimum per profile |"
+    )
+    print("|---|---:|---:|---:|---:|---|---:|---|---|")
+    for c, d in sorted(scored, key=lambda cd: cd[0])[:worst]:
+        held = [s for s in d.steps if s.outcome == HELD]
+        wrong = [s for s in held if d.flips.get(s.k, 0) > 0]
+        gains = [s for s in d.steps if d.flips.get(s.k, 0) > 0]
+        best = max(d.flips.values(), default=0)
+        ours = d.served_by_profile()
+        diff = {p: ours.get(p, 0) - d.optimum_placed.get(p, 0) for p in set(ours) | set(d.optimum_placed)}
+        ma = d.must_accept - d.first_fit if d.must_accept is not None else "-"
+        flips = "; ".join(
+            f"{s.k} {s.profile} {s.outcome} {s.stranded:.2f}/{s.limit:.2f} {s.seen:.0f} "
+            f"{100 * s.allocated:.0f}% {d.flips[s.k]:+d}"
+            for s in gains
+        )
+        print(
+            f"| {d.sample.alpha:g}/{d.sample.seed} | {d.gap:.0f} | {d.served - d.first_fit:+d} | {100 * c:.0f} % "
+            f"| {ma} | {len(held)} ({len(wrong)}) | {best:+d} | {flips} | "
+            f"{', '.join(f'{p} {v:+d}' for p, v in sorted(diff.items()) if v)} |"
+        )
+    # Aggregate over every flip: which decisions, when a flip alone gains.
+    print("\n| decision | count | flip gains (>0) | flip loses (<0) | mean change |")
+    print("|---|---:|---:|---:|---:|")
+    for kind in (HELD, FLAGGED, PLACED):
+        ch = [d.flips[s.k] for d in diags for s in d.steps if s.outcome == kind and s.k in d.flips]
+        if ch:
+            print(
+                f"| {kind} | {len(ch)} | {sum(1 for x in ch if x > 0)} | {sum(1 for x in ch if x < 0)} "
+                f"| {statistics.fmean(ch):+.2f} |"
+            )
+    print("\nholds by feature, per bucket: holds / wrong (flip gains) / right (flip loses) / sum of flip changes")
+    streaks = {id(s): streak(d.steps, s) for d in diags for s in d.steps}
+    for label, key, edges in (
+        ("n (counts of now)", lambda s: s.seen, (0, 3, 10, 20, 30, 1000)),
+        ("allocated share", lambda s: s.allocated, (0, 0.25, 0.5, 0.75, 2)),
+        ("margin over the limit", lambda s: s.stranded - s.limit, (0, 0.1, 0.2, 0.4, 1000)),
+        ("compute held before", lambda s: s.held, (0, 1, 3, 6, 10, 1000)),
+        ("streak (holds of the profile since a larger arrival)", lambda s: streaks[id(s)], (0, 1, 2, 3, 5, 1000)),
+    ):
+        row = []
+        for low, high in zip(edges, edges[1:], strict=False):
+            hs = [
+                d.flips[s.k]
+                for d in diags
+                for s in d.steps
+                if s.outcome == HELD and low <= key(s) < high and s.k in d.flips
+            ]
+            row.append(
+                f"[{low:g},{high:g}): {len(hs)}/{sum(1 for x in hs if x > 0)}/"
+                f"{sum(1 for x in hs if x < 0)}/{sum(hs):+d}"
+            )
+        print(f"  {label}: " + "  ".join(row))
+    with_holds = [d for d in diags if any(s.outcome == HELD for s in d.steps)]
+    together = [d.served - d.no_holds for d in with_holds]
+    print(
+        f"\nthe holds of a run together (kept - every hold placed), {len(with_holds)} samples with holds: "
+        f"{sum(1 for x in together if x > 0)} gain, {sum(1 for x in together if x < 0)} lose, "
+        f"sum {sum(together):+d} slices; single flips of the same holds sum "
+        f"{-sum(d.flips.get(s.k, 0) for d in with_holds for s in d.steps if s.outcome == HELD):+d}"
+    )
+    nh = [c for d in diags if not math.isnan(c := d.closed(d.no_holds))]
+    print(f"every hold placed: per sample {100 * statistics.fmean(nh):.1f} % ({bins(nh)})")
+    print("\nplacements whose refusal alone serves more (missed holds), per profile: count, sum of gains, flagged")
+    missed = Counter[str]()
+    total = Counter[str]()
+    flagged = Counter[str]()
+    for d in diags:
+        for s in d.steps:
+            if s.outcome in (PLACED, FLAGGED) and d.flips.get(s.k, 0) > 0:
+                missed[s.profile] += 1
+                total[s.profile] += d.flips[s.k]
+                flagged[s.profile] += s.outcome == FLAGGED
+    for p, n in missed.most_common():
+        print(f"  {p}: {n}, {total[p]:+d}, {flagged[p]} flagged")
+    print("\nwhat ours-hold serves against the optimum, compute slices per profile (all samples | those under 50 %)")
+    for part, members in (("all", diags), ("under 50 %", [m for cl, m in scored if cl < 0.5])):
+        diff = Counter[str]()
+        for d in members:
+            ours = d.served_by_profile()
+            for p in set(ours) | set(d.optimum_placed):
+                diff[p] += (ours.get(p, 0) - d.optimum_placed.get(p, 0)) * d.sample.model.profile(p).compute_slices
+        print(f"  {part} ({len(members)}): " + ", ".join(f"{p} {v:+d}" for p, v in sorted(diff.items()) if v))
+    profiles = Counter(s.profile for d in diags for s in d.steps if s.outcome == HELD)
+    for p, n in profiles.most_common():
+        n_wrong = sum(
+            1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) > 0
+        )
+        n_right = sum(
+            1 for d in diags for s in d.steps if s.outcome == HELD and s.profile == p and d.flips.get(s.k, 0) < 0
+        )
+        print(f"  {p}: {n} holds, {n_wrong} wrong, {n_right} right")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gpus", type=int, nargs="*", default=[8], choices=list(SEEDS))
+    ap.add_argument("--alphas", type=float, nargs="*", default=[0.5, 2.0])
+    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 40 at 8 GPUs, 20 at 64)")
+    ap.add_argument("--worst", type=int, default=15, help="samples listed (worst gap closed first)")
+    ap.add_argument("--no-flips", action="store_true")
+    ap.add_argument("--rules", nargs="*", help="compare the kept rule with these candidates instead of diagnosing")
+    ap.add_argument("--holdout", action="store_true", help="with --rules: the hold-out cells of placement.py --policy")
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="with --holdout")
+    ap.add_argument("--cold-only", action="store_true", help="with --rules: no warm column")
+    args = ap.parse_args(argv)
+    catalog = load_catalog()
+    model = catalog.model(H100)
+    t0 = time.perf_counter()
+    if args.rules is not None:
+        every = candidates()
+        unknown = [r for r in args.rules if r not in every]
+        if unknown:
+            ap.error(f"unknown rules {unknown}; known: {list(every)}")
+        chosen = {n: p for n, p in every.items() if n == KEPT or not args.rules or n in args.rules}
+        for gpus in args.gpus:
+            if args.holdout:
+                for short in args.models:
+                    m = catalog.model(MODELS[short])
+                    samples = [
+                        make_sample(m, gpus, a, HOLDOUT_FIRST_SEED + s)
+                        for a in HOLDOUT_ALPHAS
+                        for s in range(HOLDOUT_SEEDS[gpus])
+                    ]
+                    compare(samples, chosen, f"HOLD-OUT {short}, {gpus} GPUs", t0, not args.cold_only)
+            else:
+                samples = [
+                    make_sample(model, gpus, a, s) for a in args.alphas for s in range(args.seeds or SEEDS[gpus])
+                ]
+                compare(
+                    samples, chosen, f"tuning H100, {gpus} GPUs, concentrations {args.alphas}", t0, not args.cold_only
+                )
+        return 0
+    for gpus in args.gpus:
+        diags = [
+            diagnose(make_sample(model, gpus, alpha, seed), not args.no_flips)
+            for alpha in args.alphas
+            for seed in range(args.seeds or SEEDS[gpus])
+        ]
+        scored = sorted((d for d in diags if not math.isnan(d.closed())), key=lambda d: d.closed())
+        for d in scored[: args.worst]:
+            if gpus <= 8:
+                d.must_accept = must_accept_optimum(
+                    model, d.sample.gpus, d.sample.requests, true_weights(model, d.sample.requests), beam=1000
+                ).value
+        print(f"tuning H100, {gpus} GPUs, cold, concentrations {args.alphas} ({time.perf_counter() - t0:.0f} s)")
+        report(diags, args.worst)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

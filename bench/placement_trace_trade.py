@@ -55,18 +55,23 @@ BUCKETS = (0.25, 1.0, 6.0, 24.0, 168.0, float("inf"))
 class Trade:
     started: dict[int, int]  # admitted pod -> start time
     fitted: frozenset[int]  # pods that fitted when they arrived (a pod not started then was held)
+    whole: dict[int, int]  # GPUs a 7g could take when each pod arrived
 
 
 def play(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Trade:
     fitted: set[int] = set()
+    whole: dict[int, int] = {}
+    largest = profile_of(model, "7g")
 
     def look(k: int, engine: PlacementEngine) -> None:
-        if engine.fits_now()[profile_of(model, pods[k].shape)] > 0:
+        fits = engine.fits_now()
+        whole[k] = fits.get(largest, 0)
+        if fits[profile_of(model, pods[k].shape)] > 0:
             fitted.add(k)
 
     started: dict[int, int] = {}
     replay_held(model, gpus, pods, policy, started=started, arriving=look)
-    return Trade(started, frozenset(fitted))
+    return Trade(started, frozenset(fitted), whole)
 
 
 class Terms:
@@ -194,6 +199,14 @@ def report(model: GpuModel, gpus: int, pods: Sequence[Pod], extra: Sequence[str]
         f"{sum(terms.c[k] for k in only_hold)} slices "
         f"({', '.join(f'{s} {n}' for s, n in sorted(Counter(pods[k].shape for k in only_hold).items()))})"
     )
+
+    def pending(k: int) -> int:
+        """Pods ours-hold was holding when pod ``k`` arrived."""
+        now = pods[k].created
+        return sum(
+            1 for h in held if pods[h].created < now and hold.started.get(h, pods[h].created + HOLD_WAIT_S) >= now
+        )
+
     top = sorted(only_bf | only_hold, key=lambda k: -terms.c[k] * terms.life[k])[:5]
     gap = sum(terms.c[k] * terms.life[k] for k in only_hold) - sum(terms.c[k] * terms.life[k] for k in only_bf)
     sign = 1 if top[0] in only_hold else -1
@@ -202,11 +215,12 @@ def report(model: GpuModel, gpus: int, pods: Sequence[Pod], extra: Sequence[str]
         f"pods: {100 * (gap - sign * terms.c[top[0]] * terms.life[top[0]]) / terms.offered:+.2f}"
     )
     print(
-        "- largest pods admitted by one of the two: "
+        "- largest pods admitted by one of the two (a 7g fitted at its arrival on N GPUs: best-fit / ours-hold): "
         + "; ".join(
             f"{pods[k].shape} of {terms.life[k]:.0f} h at {pods[k].created / 3600:.0f} h "
             f"({'ours-hold' if k in hold.started else 'best-fit'}, "
-            f"{100 * terms.c[k] * terms.life[k] / terms.offered:.2f} points)"
+            f"{100 * terms.c[k] * terms.life[k] / terms.offered:.2f} points; a 7g fitted then on "
+            f"{bf.whole[k]} / {hold.whole[k]} GPUs, ours-hold holding {pending(k)})"
             for k in top
         ),
         flush=True,

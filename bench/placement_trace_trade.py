@@ -201,7 +201,7 @@ def report(model: GpuModel, gpus: int, pods: Sequence[Pod], extra: Sequence[str]
     )
 
     def pending(k: int) -> int:
-        """Pods ours-hold was holding when pod ``k`` arrived."""
+        """Pods ours-hold was holding when pod ``k`` arrived (a lost one counted until its deadline: at most)."""
         now = pods[k].created
         return sum(
             1 for h in held if pods[h].created < now and hold.started.get(h, pods[h].created + HOLD_WAIT_S) >= now

@@ -21,7 +21,8 @@ first-fit, best-fit, ``ours`` and ``ours-hold`` and prints, per fleet size:
 
 ``--cut N`` replays again with the 1..N largest pods of that difference given their profile's median lifetime
 (what a few long pods did to the rest of the replay). ``--rules`` adds bench-only ``ours-hold`` variants of
-``bench/placement_poisson_runs.py`` (e.g. a stronger best-fit pull) to the first table. The trace is the workload
+``bench/placement_poisson_runs.py`` (e.g. a stronger best-fit pull) or ``bench/placement_hold_outcomes.py`` (prices of
+a hold) to the first two tables. The trace is the workload
 the issue names: reported, never tuned on here.
 """
 
@@ -43,7 +44,8 @@ from allocations.mig.engine import PlacementEngine  # noqa: E402
 from allocations.mig.policies import Policy  # noqa: E402
 from bench.placement import SHAPES, Pod, profile_of, read_trace  # noqa: E402
 from bench.placement_departures import HOLD_WAIT_S, compute_share, replay_held  # noqa: E402
-from bench.placement_poisson_runs import rules as variants  # noqa: E402
+from bench.placement_hold_outcomes import rules as priced  # noqa: E402
+from bench.placement_poisson_runs import rules as pulled  # noqa: E402
 
 POLICIES = ("first-fit", "best-fit", "ours", "ours-hold")
 TENTHS = 10
@@ -56,6 +58,12 @@ class Trade:
     started: dict[int, int]  # admitted pod -> start time
     fitted: frozenset[int]  # pods that fitted when they arrived (a pod not started then was held)
     whole: dict[int, int]  # GPUs a 7g could take when each pod arrived
+
+
+def variants() -> dict[str, str | Policy]:
+    """The bench-only rules of ``bench/placement_poisson_runs.py`` (pulls, reserves) and
+    ``bench/placement_hold_outcomes.py`` (prices of a hold)."""
+    return {**pulled(), **priced()}
 
 
 def play(model: GpuModel, gpus: int, pods: Sequence[Pod], policy: str | Policy) -> Trade:

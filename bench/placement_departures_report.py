@@ -35,8 +35,9 @@ POISSON_GPUS = (16, 32)
 TUNING = (
     "Tuning set (never reported): H100, 16 and 32 GPUs, Dirichlet concentrations 0.5 and 2, 2,000 arrivals, "
     "lognormal and Pareto lifetimes: seeds 0-2 for `ours`' best-fit pull and `ours-hold`'s session-10 rule "
-    "(`bench/placement_hold_rules.py --skip-family`); seeds 0-9, mean lifetimes 1 and 8 hours for the price of a "
-    "hold by how the pool's holds ended (`bench/placement_hold_outcomes.py`; `ours-hold (session 10)`: the rule "
+    "(`bench/placement_hold_rules.py --skip-family`); seeds 0-9, mean lifetimes 1 and 8 hours (independent draws "
+    "since session 13) for the price of a hold by how the pool's holds ended (`bench/placement_hold_outcomes.py`; "
+    "`ours-hold (session 10)`: the rule "
     "without that price). Reported below: concentrations 0.3, 1 and 3, seeds from 1000, mean lifetime 1 hour, and "
     "the Alibaba trace (named by the issue; reported, never tuned on)."
 )

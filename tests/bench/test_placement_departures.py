@@ -10,7 +10,7 @@ from allocations.mig.catalog import load_catalog
 from allocations.mig.demand import DemandMix
 from allocations.mig.policies import HoldingFragmentationAware
 from bench.placement import Pod
-from bench.placement_departures import compute_share, replay, replay_held
+from bench.placement_departures import MEAN_LIFETIME_S, compute_share, poisson_pods, replay, replay_held
 from bench.placement_departures_report import at_least, spread, worst
 from bench.placement_hold_outcomes import Unpriced
 
@@ -57,3 +57,15 @@ def test_the_report_pairs_runs_by_draw_and_gives_the_peers_own_spread_as_the_noi
     assert at_least(first, best) == 2
     assert worst(first, best) == "-2.00"
     assert spread(first, best) == "-2.00 / +3.00"
+
+
+def test_the_8_hour_poisson_draws_are_new_draws_and_the_1_hour_draws_are_those_of_before() -> None:
+    # given the same cell drawn with the default mean lifetime (1 h), that mean spelt out, and 8 h
+    one = poisson_pods(H100, 16, 0.5, 3, "pareto", 40)
+    # then the 1 h draw is the one every 1 h figure was made on (its first pods, pinned before session 13)
+    assert one[:3] == [Pod("2g", 0, 1209), Pod("2g", 41, 1335), Pod("2g", 118, 1462)]
+    assert poisson_pods(H100, 16, 0.5, 3, "pareto", 40, MEAN_LIFETIME_S) == one
+    # and the 8 h draw has its own mix and arrivals, not the 1 h draw stretched in time (session 12: 2g, 2g, 2g at
+    # 8 x the 1 h times)
+    eight = poisson_pods(H100, 16, 0.5, 3, "pareto", 40, 8 * MEAN_LIFETIME_S)
+    assert [p.shape for p in eight] != [p.shape for p in one]

@@ -80,3 +80,50 @@ def test_a_worker_of_queues_with_their_own_timeout_gets_the_longest_and_keys_of_
     assert worker_transport_options(["urgent", "kube"], timeouts, 300)["unacked_key"] == "unacked:kube+urgent"
     assert worker_transport_options(["urgent", "celery"], timeouts, 300)["visibility_timeout"] == 300
     assert worker_transport_options(["celery"], timeouts, 300) == {"visibility_timeout": 300}
+
+
+QUEUES_CONF = (
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); "
+    "from portal.celery import app; "
+    "print(sorted((q.name, q.exchange.type, (q.queue_arguments or {}).get('x-queue-type', 'classic')) "
+    "for q in app.amqp.queues.values()))"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "declared"),
+    [
+        (
+            {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"},
+            "[('celery', 'direct', 'classic'), ('claims', 'direct', 'classic')]",
+        ),
+        (
+            {"CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//", "FATIA_BROKER_QUEUE_TYPE": "quorum"},
+            "[('celery', 'topic', 'quorum'), ('claims', 'topic', 'quorum')]",
+        ),
+    ],
+    ids=["redis", "quorum"],
+)
+def test_a_worker_without_q_consumes_the_claim_polls_queue_beside_the_default_one_declared_alike(
+    env: dict[str, str], declared: str
+):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_BROKER_URL", "FATIA_BROKER_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", QUEUES_CONF], env={**clean, **env}, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == declared, result.stdout
+
+
+def test_claim_polls_go_to_their_own_queue_and_everything_else_to_the_default_one():
+    # A burst's provisioning tasks queued ahead of a poll made it wait for all of them (docs/benchmarks.md, "The
+    # burst's slow middle"); on a queue of its own the worker takes it in turn with them.
+    from portal.celery import app
+
+    def queue_of(task: str) -> str:
+        return str(app.amqp.router.route({}, task)["queue"].name)
+
+    assert queue_of("allocations.tasks.await_claim_allocation_task") == "claims"
+    assert queue_of("allocations.tasks.provision_allocation_task") == "celery"
+    assert queue_of("allocations.tasks.teardown_allocation_task") == "celery"
+    assert sorted(app.amqp.queues.consume_from) == ["celery", "claims"]

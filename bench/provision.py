@@ -120,6 +120,9 @@ class Result:
     steered: int  # requests planned off first fit (audit steer_past)
     load: float  # the machine's 1-minute load average, mean over the run (a shared machine: read times with it)
     slowest: list[tuple[int, float, bool]]  # (allocation, approval -> recorded s, steered), the 5 slowest
+    # Per tenth of the requests in approval order: (first and last rank, mean s approval -> placements recorded by the
+    # provision task, mean s placements recorded -> allocation recorded by the claim's poll, mean s in all)
+    stages: list[tuple[int, int, float, float, float]]
 
 
 # What each process spends: comm names as /proc shows them (at most 15 characters).
@@ -155,6 +158,21 @@ def cpu_seconds(worker_pids: list[int]) -> dict[str, float]:
             out["bench (approvals)"] += seconds
         elif comm in COMPONENTS:
             out[COMPONENTS[comm]] += seconds
+    return out
+
+
+def stages_by_order(
+    timed: list[tuple[int, float, float]], parts: int = 10
+) -> list[tuple[int, int, float, float, float]]:
+    """(rank, approval -> provisioned s, provisioned -> active s) in approval order, as means per tenth of the
+    requests: where a request's time went, by when it was approved."""
+    out = []
+    size = max(1, -(-len(timed) // parts))
+    for i in range(0, len(timed), size):
+        part = timed[i : i + size]
+        before = sum(t[1] for t in part) / len(part)
+        after = sum(t[2] for t in part) / len(part)
+        out.append((part[0][0], part[-1][0], before, after, before + after))
     return out
 
 
@@ -366,7 +384,19 @@ def main(argv: list[str] | None = None) -> int:
             ((pk, at.timestamp() - approved_at[pk]) for pk, status, at in rows if status == "active" and at),
             key=lambda row: -row[1],
         )
+        provisioned = dict(
+            AuditEvent.objects.filter(verb="provision", object_id__in=[str(pk) for pk in pending]).values_list(
+                "object_id", "created_at"
+            )
+        )
+        activated = {pk: at.timestamp() for pk, status, at in rows if status == "active" and at}
+        timed = [
+            (rank, provisioned[str(pk)].timestamp() - approved_at[pk], activated[pk] - provisioned[str(pk)].timestamp())
+            for rank, pk in enumerate(pending, start=1)
+            if pk in activated and str(pk) in provisioned
+        ]
         return Result(
+            stages=stages_by_order(timed),
             latencies=latencies,
             total_s=last - first,
             active=sum(1 for _, s, _ in rows if s == "active"),
@@ -397,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         f"load average {burst.load:.1f}"
     )
     print("burst, slowest (allocation, s, steered):", burst.slowest)
+    print("burst by approval order (ranks: approval -> provisioned, provisioned -> active, in all; mean s):")
+    for first_rank, last_rank, before, after, total in burst.stages:
+        print(f"  {first_rank:4d}-{last_rank:<4d} {before:7.1f} {after:7.1f} {total:7.1f}")
     # Only what the scheduler allocated (ACTIVE) counts for the layout.
     ours_layout: dict[tuple[str, int], list[Instance]] = {}
     active_rows = SlicePlacement.objects.filter(

@@ -9,7 +9,8 @@
 #   bash deploy/control-plane.sh stop DIR                   stop what `start DIR` started
 #   bash deploy/control-plane.sh env DIR                    print shell exports (eval "$(... env DIR)")
 #   bash deploy/control-plane.sh stop-apiserver DIR         stop only kube-apiserver (an outage, for fault tests)
-#   bash deploy/control-plane.sh start-apiserver DIR        start it again as it was, wait until /readyz is ok
+#   bash deploy/control-plane.sh start-apiserver DIR        start it again as it was, wait until /readyz is ok,
+#                                                           then restart the scheduler and controller manager
 #
 # `start` writes DIR/admin.kubeconfig (client cert, group system:masters), DIR/portal.kubeconfig
 # (token of ServiceAccount fatia-system/fatia-portal, RBAC from deploy/control-plane/portal-rbac.yaml)
@@ -24,7 +25,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SELF=$HERE/$(basename "$0")
 
-usage() { sed -n '2,21p' "$SELF" >&2; exit 2; }
+usage() { sed -n '2,22p' "$SELF" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 CMD=$1
 DIR=$2
@@ -140,6 +141,43 @@ start_apiserver() {
     sleep 0.1
   done
   log "kube-apiserver back"
+  restart_controllers
+}
+
+# In a cluster, kube-scheduler and kube-controller-manager run with leader election: an API server gone longer than
+# their lease's renew deadline (10 s) makes them exit, and the kubelet starts them again, so they list everything
+# afresh. Here they run without it and outlive the outage, and their informers retry with client-go's backoff, which
+# reaches 30 to 60 s during an outage and is only reset after 2 min: after a 30 s outage the scheduler went on not
+# seeing new nodes, slices and claims for up to a minute, and the next test's claims waited for it (tests/kube).
+# So do what the cluster does: start both again as they were, and wait until they answer /healthz.
+restart_controllers() {
+  local name pid argv port deadline
+  for name in kube-scheduler kube-controller-manager; do
+    pid=$(pid_of "$name") || die "$name does not run for $DIR"
+    cp "/proc/$pid/cmdline" "$DIR/$name.argv"
+  done
+  STOPPED=0
+  term 5 kube-scheduler kube-controller-manager
+  for name in kube-scheduler kube-controller-manager; do
+    mapfile -d '' argv <"$DIR/$name.argv"
+    setsid "${argv[@]}" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
+    echo $! >"$DIR/$name.pid"
+  done
+  for name in kube-scheduler kube-controller-manager; do
+    port=$(tr '\0' '\n' <"$DIR/$name.argv" | sed -n 's/^--secure-port=//p')
+    deadline=$((SECONDS + 60))
+    until python3 -c '
+import ssl, sys, urllib.request
+ctx = ssl._create_unverified_context()
+url = f"https://127.0.0.1:{sys.argv[1]}/healthz"
+sys.exit(0 if urllib.request.urlopen(url, context=ctx, timeout=2).read() == b"ok" else 1)
+' "$port" 2>/dev/null; do
+      pid_of "$name" >/dev/null || die "$name did not start again; see $DIR/logs/$name.log"
+      [ $SECONDS -gt $deadline ] && die "$name did not answer /healthz again; see $DIR/logs/$name.log"
+      sleep 0.1
+    done
+  done
+  log "kube-scheduler and kube-controller-manager restarted"
 }
 
 case $CMD in

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 QUEUE_TYPES = ("classic", "quorum")
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
@@ -39,6 +40,30 @@ def queue_type_settings(queue_type: str, broker_url: str) -> dict[str, Any]:
         "task_default_exchange_type": "topic",
         "broker_transport_options": {"confirm_publish": True},
     }
+
+
+# Celery's default queue, and the claim polls' own: a poll waits behind other polls, not behind a burst's provisioning.
+DEFAULT_QUEUE = "celery"
+CLAIM_POLLS_QUEUE = "claims"
+TASK_ROUTES = {"allocations.tasks.await_claim_allocation_task": {"queue": CLAIM_POLLS_QUEUE}}
+
+
+def task_queues(queue_type: str) -> tuple[Queue, ...]:
+    """The queues a worker started without -Q consumes (Celery's default queue and the claim polls'), declared as
+    Celery declares its default queue for FATIA_BROKER_QUEUE_TYPE: `quorum` queues on topic exchanges (native delayed
+    delivery binds every queue through its exchange), classic ones on direct exchanges otherwise. On Redis the worker
+    pops from the queues in turn, on RabbitMQ it consumes each, so a poll never waits behind the other queue's backlog.
+    """
+    quorum = queue_type == "quorum"
+    return tuple(
+        Queue(
+            name,
+            Exchange(name, type="topic" if quorum else "direct"),
+            routing_key=name,
+            queue_arguments={"x-queue-type": "quorum"} if quorum else None,
+        )
+        for name in (DEFAULT_QUEUE, CLAIM_POLLS_QUEUE)
+    )
 
 
 def parse_visibility_timeouts(raw: str) -> dict[str, int]:

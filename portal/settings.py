@@ -679,3 +679,11 @@ if FATIA_KUBE_STEER_MAX_IN_FLIGHT < 0:
     raise ImproperlyConfigured(
         f"FATIA_KUBE_STEER_MAX_IN_FLIGHT must be 0 or more, not {FATIA_KUBE_STEER_MAX_IN_FLIGHT}."
     )
+
+# --- Claim polls on a queue of their own (session 13, task kube; portal/broker.py, docs/benchmarks.md "The burst's
+# slow middle") -------------------------------------------------------------------------------------------------------
+# A claim's poll (await_claim_allocation_task) queued behind a burst's provisioning tasks waited for all of them: the
+# requests approved first were recorded active after most of the burst. Every worker started without -Q consumes both
+# queues, taking from each in turn.
+CELERY_TASK_QUEUES = broker.task_queues(FATIA_BROKER_QUEUE_TYPE)
+CELERY_TASK_ROUTES = broker.TASK_ROUTES

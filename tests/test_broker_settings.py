@@ -80,3 +80,40 @@ def test_a_worker_of_queues_with_their_own_timeout_gets_the_longest_and_keys_of_
     assert worker_transport_options(["urgent", "kube"], timeouts, 300)["unacked_key"] == "unacked:kube+urgent"
     assert worker_transport_options(["urgent", "celery"], timeouts, 300)["visibility_timeout"] == 300
     assert worker_transport_options(["celery"], timeouts, 300) == {"visibility_timeout": 300}
+
+
+QUEUES_CONF = (
+    "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); "
+    "from portal.celery import app; "
+    "print(sorted((q.name, q.exchange.type, (q.queue_arguments or {}).get('x-queue-type', 'classic')) "
+    "for q in app.amqp.queues.values()))"
+)
+
+
+def test_with_quorum_queues_the_claim_polls_queue_is_declared_as_the_default_one():
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_BROKER_URL", "FATIA_BROKER_"))}
+    env = {"CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//", "FATIA_BROKER_QUEUE_TYPE": "quorum"}
+    result = subprocess.run(
+        [sys.executable, "-c", QUEUES_CONF], env={**clean, **env}, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "[('celery', 'topic', 'quorum'), ('claims', 'topic', 'quorum')]", (
+        result.stdout
+    )
+
+
+def test_claim_polls_go_to_their_own_queue_and_everything_else_to_the_default_one():
+    # A burst's provisioning tasks queued ahead of a poll made it wait for all of them (docs/benchmarks.md, "The
+    # burst's slow middle"); on a queue of its own the worker takes it in turn with them.
+    from portal.celery import app
+
+    def queue_of(task: str) -> str:
+        return str(app.amqp.router.route({}, task)["queue"].name)
+
+    assert queue_of("allocations.tasks.await_claim_allocation_task") == "claims"
+    assert queue_of("allocations.tasks.provision_allocation_task") == "celery"
+    assert queue_of("allocations.tasks.teardown_allocation_task") == "celery"
+    # and: a worker started without -Q consumes both, declared alike (classic queues on direct exchanges here)
+    assert sorted(app.amqp.queues.consume_from) == ["celery", "claims"]
+    declared = {(q.name, q.exchange.type, q.queue_arguments) for q in app.amqp.queues.values()}
+    assert declared == {("celery", "direct", None), ("claims", "direct", None)}

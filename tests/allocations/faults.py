@@ -22,7 +22,11 @@ from django.db import connection
 from django.db.models import Sum
 
 from allocations.models import Allocation, Quota
+from portal.broker import CLAIM_POLLS_QUEUE, DEFAULT_QUEUE
 from tenants.models import AuditEvent
+
+# The queues a worker started without -Q consumes: work waiting on either counts as queued.
+WORKER_QUEUES = (DEFAULT_QUEUE, CLAIM_POLLS_QUEUE)
 
 FAST = {"FATIA_OUTBOX_SWEEP_S": "1", "FATIA_OUTBOX_RESEND_S": "2", "FATIA_STUCK_REQUEST_S": "4"}
 
@@ -69,16 +73,18 @@ class PrivateRedis:
     def queued(self) -> int:
         import redis
 
-        return int(redis.Redis.from_url(self.url).llen("celery"))
+        client = redis.Redis.from_url(self.url)
+        return sum(int(client.llen(queue)) for queue in WORKER_QUEUES)
 
     def queued_tasks(self) -> list[str]:
-        """The task names of the messages waiting in the default queue (Celery's message protocol 2: the name is in
-        the headers)."""
+        """The task names of the messages waiting in the queues a default worker consumes (Celery's message protocol
+        2: the name is in the headers)."""
         import json
 
         import redis
 
-        messages = redis.Redis.from_url(self.url).lrange("celery", 0, -1)
+        client = redis.Redis.from_url(self.url)
+        messages = [m for queue in WORKER_QUEUES for m in client.lrange(queue, 0, -1)]
         return [str(json.loads(m).get("headers", {}).get("task")) for m in messages]
 
 

@@ -6,6 +6,7 @@ veto's decisions depend on it, so a change of choice anywhere would change which
 from __future__ import annotations
 
 import random
+from functools import partial
 
 from allocations.mig import rollout
 from allocations.mig.layout import Geometry, LayoutKey, geometry
@@ -39,6 +40,10 @@ def scan(
     return served, picks
 
 
+def table_of(tables: dict[int, rollout.RankTable], q: int) -> rollout.RankTable:
+    return tables.setdefault(q, {})
+
+
 def random_fleet(geom: Geometry, rng: random.Random, gpus: int) -> dict[LayoutKey, int]:
     """GPUs per layout after a few random placements each (some GPUs left empty, so that ranks tie)."""
     fleet: dict[LayoutKey, int] = {}
@@ -66,7 +71,7 @@ def test_the_rollouts_serve_exactly_what_a_plain_scan_serves_on_random_fleets_mi
         expected = dict(fleet)
         served, picks = scan(policy, geom, expected, seq, weights)
         state = dict(fleet)
-        assert rollout._serve(policy, geom, state, seq, weights, lambda q, t=tables: t.setdefault(q, {})) == served
+        assert rollout._serve(policy, geom, state, seq, weights, partial(table_of, tables)) == served
         assert list(state.items()) == list(expected.items())  # same multiset, same order
         checked += len(seq)
         full += picks.count(None)

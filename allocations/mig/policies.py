@@ -211,12 +211,21 @@ def _fill(
     if found is not None:
         return found
     gain = miss = 0.0
+    compute = geom.compute
     for q, w in enumerate(weights):
         if not w:
             continue
         options = geom.options(key, q)
         if options:
-            gain += w * (geom.compute[q] + max(_fill(geom, o.after, weights, persistence, memo) for o in options))
+            # The largest fill after an option (a loop, not max() over a generator: the same value, faster).
+            best = -1.0
+            for o in options:
+                value = memo.get(o.after)
+                if value is None:
+                    value = _fill(geom, o.after, weights, persistence, memo)
+                if value > best:
+                    best = value
+            gain += w * (compute[q] + best)
         else:
             miss += w
     # v = gain + persistence * miss * v, solved for v.

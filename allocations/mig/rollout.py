@@ -155,20 +155,39 @@ def _serve(
 ) -> int:
     """Compute slices ``policy`` serves from ``seq`` on the multiset ``state`` (changed in place)."""
     served = 0
+    compute = geom.compute
+    # Each profile's table is fetched once per sequence, not per arrival (session 13: the fetch was a tenth of a veto).
+    tables: list[RankTable | None] = [None] * len(compute)
+    # Profiles that fit some layout of ``state``; once one fits none it never will again in this sequence (layouts
+    # only gain instances here, and an instance never makes room), so its later arrivals skip the scan.
+    fits = [True] * len(compute)
     for q in seq:
-        table = ranks(q)
+        if not fits[q]:
+            continue
+        table = tables[q]
+        if table is None:
+            table = tables[q] = ranks(q)
         best_rank: Rank | None = None
-        best: tuple[LayoutKey, Option] | None = None
+        best: Option | None = None
+        best_key: LayoutKey = ()
         for key in state:
             try:
                 r = table[key]
             except KeyError:
                 r = table[key] = policy.rank(geom, key, q, weights)
             if r is not None and (best_rank is None or r[0] < best_rank):
-                best_rank, best = r[0], (key, r[1])
-        if best is not None:
-            served += geom.compute[q]
-            _move(state, best[0], best[1].after)
+                best_rank, best, best_key = r[0], r[1], key
+        if best is None:
+            fits[q] = False
+        else:
+            served += compute[q]
+            left = state[best_key] - 1
+            if left:
+                state[best_key] = left
+            else:
+                del state[best_key]
+            after = best.after
+            state[after] = state.get(after, 0) + 1
     return served
 
 

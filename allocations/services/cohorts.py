@@ -59,7 +59,8 @@ def return_borrowed_part(allocation: Allocation) -> None:
 def borrow_again(allocation: Allocation) -> bool:
     """A queued request about to be admitted charges the part it gave back when queued. What it borrows is
     measured again: its tenant may have room in its own guarantee by now. False (nothing charged) when the cohort
-    no longer lends enough: it stays queued. Caller holds the allocation lock and then the pool's."""
+    no longer lends enough: it stays queued. Caller holds the allocation lock, then the pool's, and (the admission
+    pass, services/queue.py) the quota row already, so the cohort row it locks here comes after every quota row."""
     compute, memory = allocation.borrowed_compute_slices, allocation.borrowed_memory_slices
     if not compute and not memory:
         return True

@@ -10,6 +10,14 @@ The admission pass (services/queue.py) locks the pool's queued requests, then th
 first lock it takes the same way, with SKIP LOCKED, and tries none it does not hold, nor hands notices to one
 (services/cohort_handover.py). A plan that may hold reads the pool's held requests `FOR SHARE SKIP LOCKED`
 (admission/outcomes.py: one another transaction holds is not counted), after the pool's lock: it never waits.
+Its tries charge (services/cohorts.borrow_again) or give back (a failed try) their tenants' quota rows, and a
+borrower's charge locks its cohort row, kept until the pass commits; so in a pool with cohorts the pass locks the
+quota rows of every tenant it holds a queued request of, in pk order, right after the pool (lock_quotas), before any
+cohort row. Locked one by one in admission order instead, a pass that had admitted Team B (B's quota row, then the
+cohort's) waited for Team A's row, which a charge (A's row, then the cohort) or a cohort's deletion or membership
+change (cohorts/config.py: the members' rows in pk order, then the cohort) held while it waited for the pass:
+"deadlock detected" (tests/cohorts/test_pass_lock_order.py). Those do not take the pool, so nothing else orders them
+against the pass; several quota rows are always locked in pk order, and cohort rows only after them.
 
 Every lock is `FOR NO KEY UPDATE OF <this table>`: it locks only the row we mean to change, never the rows a
 `select_related` joins, and it does not conflict with the `FOR KEY SHARE` locks that PostgreSQL's foreign-key
@@ -21,6 +29,8 @@ waited for the quota row: a deadlock (issue 9).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from allocations.models import (
     Allocation,
@@ -49,6 +59,14 @@ def lock_quota(*, tenant_id: int, pool_id: int) -> Quota | None:
         .order_by("pk")
         .first()
     )
+
+
+def lock_quotas(*, pool_id: int, tenant_ids: Iterable[int]) -> None:
+    """Lock several tenants' quota rows of one pool, in pk order (as cohorts/config.py `_lock_members` does), before
+    any cohort row: the admission pass (services/queue.py) takes every row its tries may charge or give back at once,
+    so it never waits for a quota row while it holds a cohort's."""
+    rows = Quota.objects.select_for_update(no_key=True, of=("self",)).filter(pool_id=pool_id, tenant_id__in=tenant_ids)
+    list(rows.order_by("pk").values_list("pk", flat=True))
 
 
 def lock_quota_change(*, change_id: int) -> QuotaChangeRequest:

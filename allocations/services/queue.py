@@ -19,14 +19,14 @@ from django.utils import timezone
 
 from allocations.admission.hold import is_due, is_held
 from allocations.admission.outcomes import PassHistory, read_once_per_pass
-from allocations.models import Allocation, NodePool
+from allocations.models import Allocation, Cohort, NodePool
 from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
 from allocations.services.admission import end_hold, keep_hold
 from allocations.services.cohort_handover import hand_over_admitted
 from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
 from allocations.services.cohorts import borrow_again
-from allocations.services.locks import lock_pool
+from allocations.services.locks import lock_pool, lock_quotas
 from allocations.services.outbox import enqueue_task
 from allocations.services.provisioning import start_allocation
 from tenants.services import record_audit_event
@@ -43,7 +43,8 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     commit) for every queued request of the pool that fits now, in admission order; the admitted, in that order.
 
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
-    passes run one after the other and the second finds the first's admissions no longer QUEUED. It tries only the
+    passes run one after the other and the second finds the first's admissions no longer QUEUED; in a pool with
+    cohorts, then its queued tenants' quota rows (pk order), before any try locks a cohort row. It tries only the
     requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
     withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
     """
@@ -66,6 +67,9 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
         .values_list("pk", flat=True)
     )
     queued = [a for a in queued_in_order(pool) if a.pk in locked]  # read under the locks: only what is still QUEUED
+    if Cohort.objects.filter(pool_id=pool_id).exists():  # stable under the pool's lock (create_cohort takes it)
+        # Every quota row the tries may lock, in pk order, before a try's charge locks a cohort row (services/locks.py).
+        lock_quotas(pool_id=pool_id, tenant_ids={a.tenant_id for a in queued})
     admitted = []
     # The pool's hold outcomes, churn and held requests: read once for the pass's tries, kept current by it (issue 14).
     with read_once_per_pass(pool) as history:

@@ -80,8 +80,11 @@ def until(done: Callable[[], bool]) -> None:
 
 
 def waiting_on_a_lock() -> bool:
+    """Some backend is blocked by another one now. Read from pg_blocking_pids, not from pg_stat_activity's wait event:
+    a backend whose blocker just committed still shows its lock wait until it wakes up, which read as "still
+    waiting" once a pass had in fact got its lock (a flake under load)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0")
         return bool(cursor.fetchone()[0])
 
 

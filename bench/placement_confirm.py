@@ -21,7 +21,10 @@ confirmed, and the 7g that the gap is made of" quotes them): a young learner's h
 profile (``Streak``) or by a tighter budget; an oracle that keeps empty GPUs for the 7g the rest of the fill brings
 (it reads the fill's end: a bound, not a rule); and ``FillLeft``, the same with what the fill still offers estimated
 from the pool alone. ``--holdout``: the family cells of ``bench/placement.py --policy`` (as
-``bench/placement_trust.py --holdout``).
+``bench/placement_trust.py --holdout``; ``--gpus 512``: 3 seeds per concentration, as
+``bench/placement_policy_report.py``). Session 13, second pass: fill left's refinements, ``FillLeft(small=True)``
+(the GPUs the smaller requests still to come open anyway) and ``FillLeft(trusted=True)`` (the 7g share blended with
+the learner's prior); the online check is ``bench/placement_fill_left_online.py``.
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
-from allocations.mig.catalog import load_catalog  # noqa: E402
+from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine  # noqa: E402
 from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest  # noqa: E402
 from allocations.mig.policies import HoldingFragmentationAware, Policy  # noqa: E402
+from bench.placement import Pod  # noqa: E402
 from bench.placement_confirm import FillLeft  # noqa: E402
-from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
+from bench.placement_departures import Served, poisson_pods, replay, replay_held  # noqa: E402
 from bench.placement_family import LOAD  # noqa: E402
 from bench.placement_hold_outcomes import ALPHAS, GPUS, PODS  # noqa: E402
 
@@ -72,6 +73,19 @@ class FillLeftEngine(PlacementEngine):
         return coming >= empty + self.rule.margin
 
 
+def replay_fill_left(
+    model: GpuModel, gpus: int, pods: Sequence[Pod], rule: FillLeft | None
+) -> tuple[Served, FillLeftEngine]:
+    """``ours-hold``'s online replay (``replay_held``) with ``rule``'s refusals; ``None``: the kept rule."""
+    engines: list[FillLeftEngine] = []
+
+    def make(fleet: Fleet, policy: Policy | str, demand: DemandMix | DemandLearner) -> PlacementEngine:
+        engines.append(FillLeftEngine(fleet, policy, demand, rule))
+        return engines[-1]
+
+    return replay_held(model, gpus, pods, HoldingFragmentationAware(), make_engine=make), engines[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hours", type=float, nargs="*", default=[1.0], help="mean lifetimes of the draws")
@@ -97,21 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         peers.append(max(replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit")))
                         labels.append(f"{tail[:4]}/{gpus}/{alpha:g}/{seed}")
                         for name, rule in rules.items():
-                            engines: list[FillLeftEngine] = []
-
-                            def make(
-                                fleet: Fleet,
-                                policy: Policy | str,
-                                demand: DemandMix | DemandLearner,
-                                rule: FillLeft | None = rule,
-                                engines: list[FillLeftEngine] = engines,
-                            ) -> PlacementEngine:
-                                engines.append(FillLeftEngine(fleet, policy, demand, rule))
-                                return engines[-1]
-
-                            run = replay_held(h100, gpus, pods, HoldingFragmentationAware(), make_engine=make)
+                            run, engine = replay_fill_left(h100, gpus, pods, rule)
                             shares[name].append(run.share)
-                            refused[name] += engines[0].refused
+                            refused[name] += engine.refused
         print(f"\nTuning draws, mean lifetime {hours:g} h, {len(peers)} runs ({time.perf_counter() - t0:.0f} s)\n")
         print(
             "| rule | served of offered | vs the better of first-fit and best-fit: mean | runs below by > 0.5 "

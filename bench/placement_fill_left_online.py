@@ -1,4 +1,4 @@
-"""``python bench/placement_fill_left_online.py [--seeds 3] [--hours 1]``: whether ``FillLeft``
+"""``python bench/placement_fill_left_online.py [--seeds 6] [--hours 1]``: whether ``FillLeft``
 (``bench/placement_confirm.py``) moves the online tuning draws (issue 14, session 13). TUNING draws only.
 
 Fill left refuses, until the pool's first release, a request that would open an empty GPU while the 7g that a
@@ -89,7 +89,7 @@ def replay_fill_left(
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hours", type=float, nargs="*", default=[1.0], help="mean lifetimes of the draws")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per concentration")
+    ap.add_argument("--seeds", type=int, default=6, help="seeds per concentration")
     args = ap.parse_args(argv)
     h100 = load_catalog().model("NVIDIA H100 80GB HBM3")
     rules: dict[str, FillLeft | None] = {

@@ -21,7 +21,10 @@ confirmed, and the 7g that the gap is made of" quotes them): a young learner's h
 profile (``Streak``) or by a tighter budget; an oracle that keeps empty GPUs for the 7g the rest of the fill brings
 (it reads the fill's end: a bound, not a rule); and ``FillLeft``, the same with what the fill still offers estimated
 from the pool alone. ``--holdout``: the family cells of ``bench/placement.py --policy`` (as
-``bench/placement_trust.py --holdout``).
+``bench/placement_trust.py --holdout``; ``--gpus 512``: 3 seeds per concentration, as
+``bench/placement_policy_report.py``). Session 13, second pass: fill left's refinements, ``FillLeft(small=True)``
+(the GPUs the smaller requests still to come open anyway) and ``FillLeft(trusted=True)`` (the 7g share blended with
+the learner's prior); the online check is ``bench/placement_fill_left_online.py``.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
-from allocations.mig.catalog import load_catalog  # noqa: E402
-from allocations.mig.demand import DemandLearner  # noqa: E402
+from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
+from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
@@ -48,11 +51,11 @@ from bench.placement_family import LOAD, Outcome, Sample, make_sample, run_sampl
 from bench.placement_reference import must_accept_optimum, true_weights  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
-SEEDS = {8: 40, 64: 20}
+SEEDS = {8: 40, 64: 20, 512: 6}
 MODELS = {"H100": H100, "H200": "NVIDIA H200"}
 HOLDOUT_ALPHAS = (0.3, 1.0, 3.0)
 HOLDOUT_FIRST_SEED = 1000
-HOLDOUT_SEEDS = {8: 30, 64: 12}
+HOLDOUT_SEEDS = {8: 30, 64: 12, 512: 3}  # as bench/placement_policy_report.py
 KEPT = "ours-hold (kept)"
 PLACED, FLAGGED, HELD, NOFIT = "placed", "placed-flagged", "held", "no-fit"
 
@@ -136,6 +139,20 @@ class Oracle(Recording):
 
     name = "oracle: empty GPUs kept for the 7g the rest of the fill brings"
     margin = 0.0  # 7g arrivals beyond the empty GPUs needed to refuse
+    trusted = False  # the counts of now blended with the learner's prior (FillLeft's refinement 2)
+
+    def coming(self, model: GpuModel, raw: dict[str, float], prior_weight: float, left: float) -> tuple[float, float]:
+        """The largest profile's arrivals in ``left`` compute slices still to come, and its share of that compute,
+        from the counts of now (blended with the prior when ``trusted``)."""
+        counts = raw
+        if self.trusted:
+            weights = DemandMix(raw, prior_weight).weights(model)
+            counts = {p.name: w for p, w in zip(model.profiles, weights, strict=True)}
+        largest = max(model.profiles, key=lambda p: p.compute_slices)
+        seen = sum(counts.values())
+        mean = sum(v * model.profile(p).compute_slices for p, v in counts.items()) / seen
+        share = counts.get(largest.name, 0.0) * largest.compute_slices / (seen * mean)
+        return max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen, share
 
 
 class FillLeft(Oracle):
@@ -143,11 +160,15 @@ class FillLeft(Oracle):
     rollouts do (:mod:`allocations.mig.rollout`): ``LOAD`` x the free compute, at most a fill of ``LOAD`` x the pool
     less what it placed and held, less this request."""
 
-    def __init__(self, margin: float = 0.0, keep: bool = False, own: bool = True) -> None:
+    def __init__(
+        self, margin: float = 0.0, keep: bool = False, own: bool = True, small: bool = False, trusted: bool = False
+    ) -> None:
         super().__init__()
         self.margin = margin
         self.keep = keep
         self.own = own
+        self.small = small
+        self.trusted = trusted
         self.name = "fill left: empty GPUs kept for the 7g a fill of LOAD x the pool still brings" + (
             f", {margin:g} more than empty GPUs" if margin else ""
         )
@@ -159,6 +180,16 @@ class FillLeft(Oracle):
             # Less the request's own compute, a 4g sees less of the fill to come than a 1g, and is refused less often,
             # though it is what the optimum refuses most (tuning 2/23: two 3g refused, then a 4g opened the GPU).
             self.name += ", the request not taken from what is still to come"
+        if small:
+            # Session 13, refinement 1 (tuning 2/23: two 3g refused, then a 4g opened the kept GPU anyway): the
+            # smaller requests still to come open empty GPUs too once the partly used ones are full, so refuse only
+            # while the 7g to come exceed the empty GPUs left after those (free compute of partly used GPUs counted
+            # whole: an upper bound on what they absorb).
+            self.name += ", less the GPUs smaller requests open anyway"
+        if trusted:
+            # Refinement 2: the 7g share and the mean request from the counts blended with the learner's prior
+            # (DemandMix's weights, as the rank reads them), not the raw counts: one early 7g is not a 7g-heavy mix.
+            self.name += ", the 7g share blended with the prior"
 
 
 def candidates() -> dict[str, Recording]:
@@ -174,6 +205,9 @@ def candidates() -> dict[str, Recording]:
         FillLeft(2.0),
         FillLeft(keep=True),
         FillLeft(own=False),
+        FillLeft(small=True),
+        FillLeft(trusted=True),
+        FillLeft(small=True, trusted=True),
     ):
         out[p.name] = p
     return out
@@ -184,7 +218,7 @@ def fresh(policy: Recording) -> Recording:
     if isinstance(policy, Streak):
         return Streak(policy.cap, policy.budget)
     if isinstance(policy, FillLeft):
-        return FillLeft(policy.margin, policy.keep, policy.own)
+        return FillLeft(policy.margin, policy.keep, policy.own, policy.small, policy.trusted)
     if isinstance(policy, Oracle):
         return Oracle()
     return Recording()
@@ -203,6 +237,8 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
     largest = max(sample.model.profiles, key=lambda p: p.compute_slices)
     total = LOAD * sample.model.compute_slices * sample.gpus
     kept = 0  # empty GPUs a FillLeft(keep=True) keeps for the largest profile
+    used: Counter[tuple[str, int]] = Counter()  # compute placed per GPU
+    per_gpu = sample.model.compute_slices
     for k, name in enumerate(sample.requests):
         compute = sample.model.profile(name).compute_slices
         offered += compute
@@ -214,15 +250,18 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
             if any(not slot.key for slot in slots):
                 empty = sum(1 for slot in engine._slots if not slot.key)  # noqa: SLF001
                 counts = learner.counts()
-                seen = sum(counts.values())
-                mean = sum(v * sample.model.profile(p).compute_slices for p, v in counts.items()) / seen
                 left = total - offered
                 if isinstance(sized, FillLeft):
                     pool = sample.model.compute_slices * sample.gpus
                     left = min(LOAD * (pool - served), LOAD * pool - served - engine.held)
                     left -= compute if sized.own else 0
-                coming = max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen
-                if coming >= empty + sized.margin:
+                # the learner's own prior weight: its mix() would publish a snapshot early and change the rule's run
+                coming, share = sized.coming(sample.model, counts, learner._prior_weight, left)  # noqa: SLF001
+                opened = 0.0
+                if isinstance(sized, FillLeft) and sized.small:
+                    partial = sum(per_gpu - u for u in used.values() if 0 < u < per_gpu)
+                    opened = max(0.0, max(0.0, left) * (1 - share) - partial) / per_gpu
+                if coming >= empty + opened + sized.margin:
                     decision = None
                     if isinstance(sized, FillLeft) and sized.keep:
                         kept = max(kept, min(empty, math.floor(coming)))
@@ -234,6 +273,7 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
         if decision is not None:
             engine.commit(decision, f"r{k}")
             served += compute
+            used[(decision.slots[0].node, decision.slots[0].gpu_index)] += compute
     return served
 
 

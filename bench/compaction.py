@@ -48,6 +48,7 @@ from bench.placement import (  # noqa: E402
     read_trace,
     synthetic_online,
 )
+from bench.replay_events import replay_events  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 RESCUE_MOVES = 2
@@ -112,7 +113,7 @@ def replay(
         fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
     engine = PlacementEngine(fleet, policy, DemandLearner())
     rng = random.Random(14)
-    events = sorted([(p.created, 1, k) for k, p in enumerate(pods)] + [(p.deleted, 0, k) for k, p in enumerate(pods)])
+    events = replay_events(pods)
     where: dict[str, tuple[str, int, int]] = {}
     profiles: dict[str, str] = {}
     movable: set[str] = set()

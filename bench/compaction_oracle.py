@@ -31,6 +31,7 @@ from allocations.mig.engine import PlacementEngine, empty_fleet
 from allocations.mig.fleet import Fleet, Instance, PlacementDecision, PlacementRequest, SlotChoice
 from allocations.mig.offline import offline_optimum
 from bench.placement import SHAPES, Pod, profile_of
+from bench.replay_events import replay_events
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,6 @@ def _fleet(model: GpuModel, gpus: int) -> Fleet:
     return fleet
 
 
-def _events(pods: Sequence[Pod]) -> list[tuple[int, int, int]]:
-    return sorted([(p.created, 1, k) for k, p in enumerate(pods)] + [(p.deleted, 0, k) for k, p in enumerate(pods)])
-
-
 def oracle_replay(
     model: GpuModel, gpus: int, pods: Sequence[Pod], *, moves: int | None = None, budget: float = 0.02
 ) -> OracleResult:
@@ -117,7 +114,7 @@ def oracle_replay(
     profiles: dict[str, str] = {}
     admitted = moved = rescues = unproven = 0
     served = offered_sh = 0.0
-    for _, kind, k in _events(pods):
+    for _, kind, k in replay_events(pods):
         owner = f"pod{k}"
         if kind == 0:
             if owner in profiles:
@@ -197,7 +194,7 @@ def first_fit_losses(model: GpuModel, gpus: int, pods: Sequence[Pod]) -> Losses:
     refused: Counter[str] = Counter()
     slice_hours: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
     offered_sh = 0.0
-    for _, kind, k in _events(pods):
+    for _, kind, k in replay_events(pods):
         owner = f"pod{k}"
         if kind == 0:
             if owner in where:

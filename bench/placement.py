@@ -45,10 +45,11 @@ from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.defrag import plan_defrag  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet, fits_now  # noqa: E402
-from allocations.mig.fleet import Fleet, Instance, PlacementDecision, PlacementRequest  # noqa: E402
+from allocations.mig.fleet import Fleet, Instance, PlacementRequest  # noqa: E402
 from allocations.mig.layout import geometry  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import fragmentation  # noqa: E402
+from bench.replay_events import replay_events  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 POLICIES = ("first-fit", "best-fit", "hami", "ours")
@@ -266,8 +267,7 @@ def run_online(
     if extra:
         fleet.nodes[-1].gpus = fleet.nodes[-1].gpus[: 8 - extra]
     engine = PlacementEngine(fleet, policy, DemandLearner())
-    # Departures before arrivals at equal times: a slot freed at t is usable at t.
-    events = sorted([(p.created, 1, k) for k, p in enumerate(pods)] + [(p.deleted, 0, k) for k, p in enumerate(pods)])
+    events = replay_events(pods)
     where: dict[int, tuple[str, int, int]] = {}
     admitted = 0
     served = offered_sh = 0.0
@@ -289,8 +289,7 @@ def run_online(
         served += SHAPES[pod.shape][0] * hours
         if started is not None:
             started[k] = pod.created
-        if not _release_now(engine, pod, d):
-            where[k] = (d.node, d.gpu_index, d.start)
+        where[k] = (d.node, d.gpu_index, d.start)
     # Defrag: replay again up to sampled rejections and ask the planner (all running pods idle).
     step = max(1, len(rejections) // max(1, defrag_samples))
     sample = {k for k, _ in rejections[::step][:defrag_samples]}
@@ -316,7 +315,7 @@ def run_online(
                 whole = plan_defrag(snap, max_moves=4)
                 freeable.append(whole.gpus_freed if whole is not None else 0)
             d = engine.place(PlacementRequest(name), f"pod{k}")
-            if d is not None and not _release_now(engine, pod, d):
+            if d is not None:
                 where[k] = (d.node, d.gpu_index, d.start)
     return OnlineResult(
         policy,
@@ -329,17 +328,6 @@ def run_online(
         statistics.fmean(moves) if moves else 0.0,
         statistics.fmean(freeable) if freeable else 0.0,
     )
-
-
-def _release_now(engine: PlacementEngine, pod: Pod, d: PlacementDecision) -> bool:
-    """Release a pod that ends when it starts, right after it is placed. Its departure sorts before its own
-    arrival (departures first at equal times), so it would find nothing to release and the pod would hold its
-    slot forever; ``replay_held`` releases it before the next arrival at that time, and the two replays must
-    agree for the peers and ours-hold to be compared."""
-    if pod.deleted > pod.created:
-        return False
-    engine.release(d.node, d.gpu_index, d.start)
-    return True
 
 
 def _all_idle(fleet: Fleet) -> Fleet:

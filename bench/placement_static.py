@@ -29,6 +29,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from allocations.mig.catalog import GpuModel
 from allocations.mig.demand import DemandLearner, DemandMix
@@ -39,7 +40,8 @@ from allocations.mig.migparted import find_packing
 from allocations.mig.offline import offline_optimum
 from allocations.mig.preshape import plan_preshape
 from allocations.mig.reconfig import ReconfigurationPlan, plan_reconfiguration
-from bench.placement import fill_requests, profile_of, synthetic_online
+from bench.placement import Pod, fill_requests, profile_of, synthetic_online
+from bench.replay_events import DEPARTURE, replay_events
 
 # Mixes the placement policy's defaults were never tuned on (the SYNTHETIC ones of bench/placement.py were).
 UNTUNED = {
@@ -300,6 +302,36 @@ class OnlineStaticRow:
     preshape_ops_per_100: list[float]
 
 
+class StaticReplay(Protocol):
+    model: GpuModel
+    run: StaticRun
+
+    def request(self, profile: str, owner: str) -> bool: ...
+
+    def release(self, owner: str) -> None: ...
+
+
+S = TypeVar("S", bound=StaticReplay)
+
+
+def replay_static(static: S, pods: Sequence[Pod], preshape: Callable[[S], None] | None) -> StaticRun:
+    """Replay ``pods`` online on ``static``; ``preshape``, when given, runs in every gap between arrivals
+    longer than twice the mean gap (a quiet period)."""
+    gaps = [b.created - a.created for a, b in zip(pods, pods[1:], strict=False)]
+    quiet = 2 * statistics.fmean(gaps) if gaps else 0.0
+    last = None
+    for t, kind, k in replay_events(pods):
+        if kind == DEPARTURE:
+            if f"p{k}" in static.run.where:
+                static.release(f"p{k}")
+            continue
+        if preshape is not None and last is not None and t - last > quiet:
+            preshape(static)
+        last = t
+        static.request(profile_of(static.model, pods[k].shape), f"p{k}")
+    return static.run
+
+
 def online_static(
     model: GpuModel,
     gpus: int,
@@ -313,23 +345,7 @@ def online_static(
             row = OnlineStaticRow(mix_name, strategy, preshape, [], [], [], [], [])
             for seed in range(seeds):
                 pods = synthetic_online(mix, seed, model, gpus, n)
-                gaps = [b.created - a.created for a, b in zip(pods, pods[1:], strict=False)]
-                quiet = 2 * statistics.fmean(gaps)
-                events = sorted(
-                    [(p.created, 1, k) for k, p in enumerate(pods)] + [(p.deleted, 0, k) for k, p in enumerate(pods)]
-                )
-                static = kind(model, gpus)
-                last = None
-                for t, arrival, k in events:
-                    if arrival == 0:
-                        if f"p{k}" in static.run.where:
-                            static.release(f"p{k}")
-                        continue
-                    if preshape and last is not None and t - last > quiet:
-                        static.preshape()
-                    last = t
-                    static.request(profile_of(model, pods[k].shape), f"p{k}")
-                run = static.run
+                run = replay_static(kind(model, gpus), pods, (lambda s: s.preshape()) if preshape else None)
                 per = 100 / run.requests
                 row.admitted.append(run.admitted / run.requests)
                 row.reconf_per_100.append(run.reconfigurations * per)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.preshape_fleet import plan_fleet_preshape  # noqa: E402
 from bench.placement import SHAPES, SYNTHETIC, load_average, profile_of, synthetic_online  # noqa: E402
-from bench.placement_static import UNTUNED, StaticFleet, StaticRun, dist  # noqa: E402
+from bench.placement_static import UNTUNED, StaticFleet, StaticRun, dist, replay_static  # noqa: E402
 from bench.report import command_line, write_section  # noqa: E402
 
 
@@ -74,22 +74,9 @@ def simulate(
 ) -> tuple[StaticRun, int]:
     gpus = 16
     pods = synthetic_online(mix, seed, model, gpus, n)
-    gaps = [b.created - a.created for a, b in zip(pods, pods[1:], strict=False)]
-    quiet = 2 * statistics.fmean(gaps)
-    events = sorted([(p.created, 1, k) for k, p in enumerate(pods)] + [(p.deleted, 0, k) for k, p in enumerate(pods)])
-    static = StaticFleet(model, gpus)
-    last = None
-    for t, arrival, k in events:
-        if arrival == 0:
-            if f"p{k}" in static.run.where:
-                static.release(f"p{k}")
-            continue
-        if preshape is not None and last is not None and t - last > quiet:
-            preshape(static)
-        last = t
-        static.request(profile_of(model, pods[k].shape), f"p{k}")
+    run = replay_static(StaticFleet(model, gpus), pods, preshape)
     offered = sum(model.profile(profile_of(model, p.shape)).compute_slices for p in pods)
-    return static.run, offered
+    return run, offered
 
 
 def dirichlet(k: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from bench.placement_shared import LOAD
+from bench.replay_events import replay_events
 from bench.shared_policies import Gpu, Policy, commit, release
 from bench.shared_workload import WHOLE, Task, to_request
 
@@ -60,7 +61,7 @@ def run_online(tasks: Sequence[Task], policy: Policy, gpus: int, gpu_memory_mib:
     """Replay arrivals and departures in time order (departures first at equal times: a GPU freed at t is
     usable at t); a task that does not fit when it arrives is dropped."""
     fleet = [Gpu(gpu_memory_mib) for _ in range(gpus)]
-    events = sorted([(t.created, 1, k) for k, t in enumerate(tasks)] + [(t.deleted, 0, k) for k, t in enumerate(tasks)])
+    events = replay_events(tasks)
     held: dict[int, list[int]] = {}
     offered = Counter[str]()
     placed = Counter[str]()

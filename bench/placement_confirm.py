@@ -47,8 +47,9 @@ from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
-from bench.placement_family import LOAD, Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+from bench.placement_family import LOAD, Sample, make_sample, run_sample  # noqa: E402
 from bench.placement_reference import must_accept_optimum, true_weights  # noqa: E402
+from bench.placement_sweep import side_by_side  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
 SEEDS = {8: 40, 64: 20, 512: 6}
@@ -279,33 +280,9 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
 
 def compare(samples: Sequence[Sample], chosen: dict[str, Recording], title: str, t0: float, warm_too: bool) -> None:
     """The kept rule and the candidates side by side (as ``bench/placement_trust.py``'s cells)."""
-    cold: list[Outcome] = []
-    warm: list[Outcome] = []
-    for sample in samples:
-        o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-        w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
-        for name, p in chosen.items():
-            o.served[name] = serve(sample, p, False)
-            if warm_too:
-                w.served[name] = serve(sample, p, True)
-        cold.append(o)
-        warm.append(w)
-    for label, outcomes in (("cold", cold), ("warm learner", warm))[: 2 if warm_too else 1]:
-        print(f"\n{title}, {len(outcomes)} samples, {label} ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
-        print("|---|---:|---:|---:|---:|---|")
-        for name in chosen:
-            s = summarise(outcomes, name)
-            moved = [
-                f"{o.sample.alpha:g}/{o.sample.seed}: {o.served[name] - o.served[KEPT]:+d}"
-                for o in outcomes
-                if o.served[name] != o.served[KEPT]
-            ]
-            print(
-                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
-                f"| {max(s.below.values())} | {len(moved)}: {', '.join(moved)} |",
-                flush=True,
-            )
+    side_by_side(
+        samples, list(chosen), lambda sample, name, warm: serve(sample, chosen[name], warm), KEPT, title, t0, warm_too
+    )
 
 
 def run(sample: Sample, policy: Recording, flip: int = -1, never: bool = False) -> tuple[int, list[Step]]:

@@ -88,3 +88,43 @@ def print_table(
         cells += [f"{100 * s.worst:.0f} %"] if worst else []
         cells += [str(max(s.below.values())), *(c[2](name) for c in columns)]
         print(f"| {' | '.join(cells)} |", flush=True)
+
+
+def side_by_side(
+    samples: Sequence[Sample],
+    names: Sequence[str],
+    served: Callable[[Sample, str, bool], int],
+    kept: str,
+    title: str,
+    t0: float,
+    warm_too: bool,
+) -> None:
+    """Rules side by side on ``samples`` (``served(sample, name, warm)``), cold and, with ``warm_too``, with a warm
+    learner: per-sample mean, pooled, worst, samples below a peer, and the samples each moves against ``kept``."""
+    cold: list[Outcome] = []
+    warm: list[Outcome] = []
+    for sample in samples:
+        o = run_sample(sample, PEERS)
+        w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
+        for name in names:
+            o.served[name] = served(sample, name, False)
+            if warm_too:
+                w.served[name] = served(sample, name, True)
+        cold.append(o)
+        warm.append(w)
+    for label, outcomes in (("cold", cold), ("warm learner", warm))[: 2 if warm_too else 1]:
+        print(f"\n{title}, {len(outcomes)} samples, {label} ({time.perf_counter() - t0:.0f} s)\n")
+        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
+        print("|---|---:|---:|---:|---:|---|")
+        for name in names:
+            s = summarise(outcomes, name)
+            moved = [
+                f"{o.sample.alpha:g}/{o.sample.seed}: {o.served[name] - o.served[kept]:+d}"
+                for o in outcomes
+                if o.served[name] != o.served[kept]
+            ]
+            print(
+                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
+                f"| {max(s.below.values())} | {len(moved)}: {', '.join(moved)} |",
+                flush=True,
+            )

@@ -38,11 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
-from allocations.mig.engine import empty_fleet  # noqa: E402
-from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.policies import FragmentationAware, HoldContext, HoldingFragmentationAware  # noqa: E402
-from bench.placement_family import Outcome, Sample, make_sample, run_sample, summarise  # noqa: E402
+from bench.placement_family import Sample, make_sample  # noqa: E402
 from bench.placement_fill_pull import FillPull, FillPullEngine  # noqa: E402
+from bench.placement_sweep import serve, side_by_side  # noqa: E402
 
 TUNING_SEEDS = {8: 40, 64: 20}
 HOLDOUT_ALPHAS = (0.3, 1.0, 3.0)
@@ -124,49 +123,13 @@ def fresh(policy: HoldingFragmentationAware) -> HoldingFragmentationAware:
     return HoldingFragmentationAware()
 
 
-def serve(sample: Sample, policy: HoldingFragmentationAware, warm: bool) -> int:
-    per_node = min(8, sample.gpus)
-    learner = DemandLearner()
-    for name in sample.history if warm else ():
-        learner.observe(name)
-    engine = TrustEngine(empty_fleet(sample.model, sample.gpus // per_node, per_node), fresh(policy), learner)
-    served = 0
-    for k, name in enumerate(sample.requests):
-        if engine.place(PlacementRequest(name), f"r{k}") is not None:
-            served += sample.model.profile(name).compute_slices
-    return served
-
-
 def cells(
     samples: Sequence[Sample], chosen: dict[str, HoldingFragmentationAware], title: str, t0: float, warm_too: bool
 ) -> None:
-    cold: list[Outcome] = []
-    warm: list[Outcome] = []
-    for sample in samples:
-        o = run_sample(sample, ["first-fit", "best-fit", "hami"])
-        w = Outcome(o.sample, o.optimum, o.proven, dict(o.served))
-        for name, p in chosen.items():
-            o.served[name] = serve(sample, p, False)
-            if warm_too:
-                w.served[name] = serve(sample, p, True)
-        cold.append(o)
-        warm.append(w)
-    for label, outcomes in (("cold", cold), ("warm learner", warm))[: 2 if warm_too else 1]:
-        print(f"\n{title}, {len(outcomes)} samples, {label} ({time.perf_counter() - t0:.0f} s)\n")
-        print("| rule | per sample: mean | pooled | worst | below a peer | samples moved vs kept: slices |")
-        print("|---|---:|---:|---:|---:|---|")
-        for name in chosen:
-            s = summarise(outcomes, name)
-            moved = [
-                f"{o.sample.alpha:g}/{o.sample.seed}: {o.served[name] - o.served[KEPT]:+d}"
-                for o in outcomes
-                if o.served[name] != o.served[KEPT]
-            ]
-            print(
-                f"| {name} | {100 * s.mean:.1f} % | {100 * s.pooled:.1f} % | {100 * s.worst:.0f} % "
-                f"| {max(s.below.values())} | {len(moved)}: {', '.join(moved)} |",
-                flush=True,
-            )
+    def served(sample: Sample, name: str, warm: bool) -> int:
+        return serve(sample, fresh(chosen[name]), warm, TrustEngine)
+
+    side_by_side(samples, list(chosen), served, KEPT, title, t0, warm_too)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,11 +17,9 @@ from django.utils import timezone
 from allocations import services
 from allocations.admission.outcomes import hold_history
 from allocations.models import Allocation
-from allocations.services.locks import lock_pool
-from allocations.services.queue import admit_queued
 from tests.admission.helpers import holding_pool
 from tests.conftest import World
-from tests.queue.helpers import ask, in_transaction, until, waiting_on_a_lock
+from tests.queue.helpers import ask, in_transaction, start_pass_behind_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
@@ -68,20 +66,7 @@ def test_a_pass_does_not_count_a_held_request_it_could_not_lock(world: World):
     first, third = ask(world, pool, "1g.10gb"), ask(world, pool, "1g.10gb")
     assert [(a.status, a.held) for a in (first, third)] == [(Status.QUEUED, True)] * 2
     # and: another transaction holds the pool (a placement step), so the pass, started now, locks both and waits
-    pool_held, pool_free = threading.Event(), threading.Event()
-    holder = in_transaction(lambda: lock_pool(pool_id=pool.pk), pool_held, pool_free)
-    pool_held.wait(20)
-    admitted: list[list[int]] = []
-
-    def run_pass() -> None:
-        try:
-            admitted.append([a.pk for a in admit_queued(pool_id=pool.pk)])
-        finally:
-            connection.close()
-
-    passing = threading.Thread(target=run_pass)
-    passing.start()
-    until(waiting_on_a_lock)
+    passing = start_pass_behind_pool(pool.pk)
     # when: meanwhile a second 1g.10gb is held (as that placement step leaves it) and Charlie starts withdrawing it,
     # so the pass, once it has the pool, skips it (SKIP LOCKED)
     second, _ = services.request_allocation(
@@ -93,13 +78,12 @@ def test_a_pass_does_not_count_a_held_request_it_could_not_lock(world: World):
         status=Status.QUEUED, queued_at=now, held=True, held_until=now + timedelta(minutes=15)
     )
     thread, commit = withdrawing(world, second)
-    pool_free.set()
-    holder.join()
-    passing.join()
+    passing.free_pool()
+    passing.thread.join()
     commit.set()
     thread.join()
     # then: each retry counted the other alone (1 + 1 <= 2.8): both held again; before, the second counted too and
     # the first was placed (1 + 1 + 1 > 2.8)
-    assert admitted == [[]]
+    assert passing.admitted == [[]]
     assert [(fresh(a).status, fresh(a).held) for a in (first, third)] == [(Status.QUEUED, True)] * 2
     assert fresh(second).status == Status.WITHDRAWN

@@ -21,14 +21,13 @@ from allocations.models import Allocation
 from allocations.services.cohort_handover import notices_left
 from allocations.services.cohort_notices import HANDOVER_TASK
 from allocations.services.cohort_reclaim import reclaim_borrowed
-from allocations.services.locks import lock_pool
 from allocations.services.outbox import has_open_message
 from allocations.services.queue import admit_queued
 from allocations.services.queue_priority import set_allocation_priority
 from allocations.tasks import hand_over_notices_task
 from tests.cohorts.helpers import lender_waits, verbs
 from tests.conftest import World
-from tests.queue.helpers import ask, in_transaction, release, until, waiting_on_a_lock
+from tests.queue.helpers import ask, in_transaction, release, start_pass_behind_pool, until, waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
@@ -91,20 +90,7 @@ def test_the_pass_hands_notices_only_to_waiting_lenders_it_holds(world: World):
         actor=world.alice,
     )  # fmt: skip
     # and: another transaction holds the pool (a placement step), so the pass, started now, locks the lender and waits
-    pool_held, pool_free = threading.Event(), threading.Event()
-    holder = in_transaction(lambda: lock_pool(pool_id=pool.pk), pool_held, pool_free)
-    pool_held.wait(20)
-    admitted: list[list[int]] = []
-
-    def run_pass() -> None:
-        try:
-            admitted.append([a.pk for a in admit_queued(pool_id=pool.pk)])
-        finally:
-            connection.close()
-
-    passing = threading.Thread(target=run_pass)
-    passing.start()
-    until(waiting_on_a_lock)
+    passing = start_pass_behind_pool(pool.pk)
     # when: meanwhile a second 4g.40gb of Team A queues (as that placement step leaves it: a lender the notices' room
     # would fit) and its manager sets its priority, holding its row while the pass goes on
     Allocation.objects.filter(pk=late.pk).update(status=Status.QUEUED, queued_at=timezone.now())
@@ -113,18 +99,17 @@ def test_the_pass_hands_notices_only_to_waiting_lenders_it_holds(world: World):
         lambda: set_allocation_priority(allocation_id=late.pk, priority=5, actor=world.mallory), changing, change_done
     )
     changing.wait(20)
-    pool_free.set()
-    holder.join()
-    until(lambda: not passing.is_alive() or waiting_on_a_lock())
+    passing.free_pool()
+    until(lambda: not passing.thread.is_alive() or waiting_on_a_lock())
     # then: the pass finished without waiting for the row it does not hold (it waited behind the priority change to
     # write the room it handed over, after the pool's lock: out of the lock order, a deadlock where the other
     # transaction then wants a lock the pass holds)
-    finished = not passing.is_alive()
+    finished = not passing.thread.is_alive()
     change_done.set()
     priority.join()
-    passing.join()
+    passing.thread.join()
     assert finished
-    assert admitted == [[lender.pk]]
+    assert passing.admitted == [[lender.pk]]
     # and: the notices were called off, not handed to the request it does not hold (that one gives its own at its try)
     for allocation in borrowed:
         allocation.refresh_from_db()

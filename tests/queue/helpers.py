@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,9 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, NodePool
+from allocations.services.locks import lock_pool
 from allocations.services.provisioning import provision_allocation
+from allocations.services.queue import admit_queued
 from tenants.models import Tenant
 from tests.conftest import World
 
@@ -103,3 +106,36 @@ def in_transaction(work: Callable[[], object], started: threading.Event, finish:
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+@dataclass
+class PassBehindPool:
+    """An admission pass started while another transaction holds the pool (a placement step): it has locked the
+    pool's queued requests and waits for the pool's lock until `free_pool`."""
+
+    holder: threading.Thread
+    pool_free: threading.Event
+    thread: threading.Thread
+    admitted: list[list[int]] = field(default_factory=list)
+
+    def free_pool(self) -> None:
+        self.pool_free.set()
+        self.holder.join()
+
+
+def start_pass_behind_pool(pool_id: int) -> PassBehindPool:
+    pool_held, pool_free = threading.Event(), threading.Event()
+    holder = in_transaction(lambda: lock_pool(pool_id=pool_id), pool_held, pool_free)
+    pool_held.wait(20)
+    admitted: list[list[int]] = []
+
+    def run_pass() -> None:
+        try:
+            admitted.append([a.pk for a in admit_queued(pool_id=pool_id)])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run_pass)
+    thread.start()
+    until(waiting_on_a_lock)
+    return PassBehindPool(holder, pool_free, thread, admitted)

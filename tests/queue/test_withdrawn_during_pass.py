@@ -15,10 +15,8 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, Quota
-from allocations.services.locks import lock_pool
-from allocations.services.queue import admit_queued
 from tests.conftest import World
-from tests.queue.helpers import ask, in_transaction, small_pool, until, waiting_on_a_lock
+from tests.queue.helpers import ask, in_transaction, small_pool, start_pass_behind_pool, until, waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
@@ -37,20 +35,7 @@ def test_a_request_queued_after_the_pass_locked_and_withdrawn_during_it_is_not_a
     )  # fmt: skip
     # and: another transaction holds the pool (a placement step), so the pass, started now, locks the queued 7g.80gb
     # and waits for the pool
-    pool_held, pool_free = threading.Event(), threading.Event()
-    holder = in_transaction(lambda: lock_pool(pool_id=pool.pk), pool_held, pool_free)
-    pool_held.wait(20)
-    result: list[list[int]] = []
-
-    def run_pass() -> None:
-        try:
-            result.append([a.pk for a in admit_queued(pool_id=pool.pk)])
-        finally:
-            connection.close()
-
-    passing = threading.Thread(target=run_pass)
-    passing.start()
-    until(waiting_on_a_lock)
+    passing = start_pass_behind_pool(pool.pk)
     # when: meanwhile Team B's request is queued (given: as its placement step leaves it), and Charlie withdraws it
     # in a transaction that commits only after the pass has got the pool and gone on
     Allocation.objects.filter(pk=late.pk).update(status=Status.QUEUED, queued_at=timezone.now())
@@ -59,15 +44,14 @@ def test_a_request_queued_after_the_pass_locked_and_withdrawn_during_it_is_not_a
         lambda: services.release_allocation(allocation_id=late.pk, actor=world.charlie), withdrawn, commit
     )
     withdrawn.wait(20)
-    pool_free.set()
-    holder.join()
-    until(lambda: not passing.is_alive() or waiting_on_a_lock())  # done, or waiting for the withdrawal's lock
+    passing.free_pool()
+    until(lambda: not passing.thread.is_alive() or waiting_on_a_lock())  # done, or waiting for the withdrawal's lock
     commit.set()
     withdrawal.join()
-    passing.join()
+    passing.thread.join()
     # then: the withdrawal stands; the pass admitted nothing (the 7g.80gb still has no room)
     late.refresh_from_db()
     assert (late.status, late.placements.count()) == (Status.WITHDRAWN, 0)
-    assert result == [[]]
+    assert passing.admitted == [[]]
     # and: Team B's quota holds nothing (the withdrawal gave it back and nothing took it again)
     assert Quota.objects.get(tenant=world.tenant_b, pool=pool).compute_slices_used == 0

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from allocations.admission.outcomes import choose_priced, hold_history
-from allocations.admission.policy import HOLD_POLICY, SCHEDULER_HOLD_POLICY
+from allocations.admission.policy import hold_policy
 from allocations.costs import gpu_model_for
 from allocations.mig import counters, scheduler
 from allocations.mig.catalog import GpuModel
@@ -48,7 +48,7 @@ def pool_policy(pool: NodePool, *, scheduler: bool = False) -> str | Policy:
     """The policy placement uses in `pool`: the hold variant where the pool holds requests that would strand room
     (issue 14, allocations/admission/; only a request planned with force=False may then be held)."""
     if pool.holds_requests:
-        return SCHEDULER_HOLD_POLICY if scheduler else HOLD_POLICY
+        return hold_policy(scheduler=scheduler)
     return SCHEDULER_POLICY if scheduler else POLICY
 
 

@@ -41,9 +41,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
+from allocations.mig import fill_left  # noqa: E402
 from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
-from allocations.mig.demand import DemandLearner, DemandMix  # noqa: E402
+from allocations.mig.demand import DemandLearner  # noqa: E402
 from allocations.mig.engine import PlacementEngine, empty_fleet  # noqa: E402
+from allocations.mig.fill_left import FillLeftRule  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
@@ -144,22 +146,20 @@ class Oracle(Recording):
 
     def coming(self, model: GpuModel, raw: dict[str, float], prior_weight: float, left: float) -> tuple[float, float]:
         """The largest profile's arrivals in ``left`` compute slices still to come, and its share of that compute,
-        from the counts of now (blended with the prior when ``trusted``)."""
-        counts = raw
-        if self.trusted:
-            weights = DemandMix(raw, prior_weight).weights(model)
-            counts = {p.name: w for p, w in zip(model.profiles, weights, strict=True)}
-        largest = max(model.profiles, key=lambda p: p.compute_slices)
-        seen = sum(counts.values())
-        mean = sum(v * model.profile(p).compute_slices for p, v in counts.items()) / seen
-        share = counts.get(largest.name, 0.0) * largest.compute_slices / (seen * mean)
-        return max(0.0, left) / mean * counts.get(largest.name, 0.0) / seen, share
+        from the counts of now (blended with the prior when ``trusted``): the engine's estimate
+        (:func:`allocations.mig.fill_left.coming`)."""
+        return fill_left.coming(model, raw, prior_weight, left, trusted=self.trusted)
 
 
 class FillLeft(Oracle):
     """Candidate: :class:`Oracle` with what the fill still offers estimated from the pool alone, as the veto's
     rollouts do (:mod:`allocations.mig.rollout`): ``LOAD`` x the free compute, at most a fill of ``LOAD`` x the pool
-    less what it placed and held, less this request."""
+    less what it placed and held, less this request.
+
+    Session 14: the rule itself (``FillLeft()``, and ``FillLeft(trusted=True)``) is the engine's
+    (:mod:`allocations.mig.fill_left`, ``HoldingFragmentationAware.FILL_LEFT``): this candidate only switches it on
+    (:attr:`in_engine`). The session-13 variants that were not carried over (``margin``, ``keep``, ``own=False``,
+    ``small``) are still applied here, by :func:`serve`, around the engine's estimate."""
 
     def __init__(
         self, margin: float = 0.0, keep: bool = False, own: bool = True, small: bool = False, trusted: bool = False
@@ -191,6 +191,10 @@ class FillLeft(Oracle):
             # Refinement 2: the 7g share and the mean request from the counts blended with the learner's prior
             # (DemandMix's weights, as the rank reads them), not the raw counts: one early 7g is not a 7g-heavy mix.
             self.name += ", the 7g share blended with the prior"
+        self.in_engine = not margin and not keep and own and not small
+        if self.in_engine:
+            rule: FillLeftRule = "trusted" if trusted else "raw"
+            self.FILL_LEFT = rule
 
 
 def candidates() -> dict[str, Recording]:
@@ -246,7 +250,8 @@ def serve(sample: Sample, policy: Recording, warm: bool) -> int:
         if isinstance(sized, Streak):
             sized.arrived(compute)
         decision = engine.choose(PlacementRequest(name))
-        if decision is not None and isinstance(sized, Oracle) and name != largest.name:
+        in_engine = isinstance(sized, FillLeft) and sized.in_engine  # the engine's rule refused already, or placed
+        if decision is not None and isinstance(sized, Oracle) and not in_engine and name != largest.name:
             slots = [engine._slots[engine._slot_index[(c.node, c.gpu_index)]] for c in decision.slots]  # noqa: SLF001
             if any(not slot.key for slot in slots):
                 empty = sum(1 for slot in engine._slots if not slot.key)  # noqa: SLF001

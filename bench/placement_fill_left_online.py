@@ -28,62 +28,39 @@ from allocations.mig.policies import HoldingFragmentationAware, Policy  # noqa: 
 from bench.placement import Pod  # noqa: E402
 from bench.placement_confirm import FillLeft  # noqa: E402
 from bench.placement_departures import Served, poisson_pods, replay, replay_held  # noqa: E402
-from bench.placement_family import LOAD  # noqa: E402
 from bench.placement_hold_outcomes import ALPHAS, GPUS, PODS  # noqa: E402
 
 
 class FillLeftEngine(PlacementEngine):
-    """The kept engine (``ours-hold``) with ``rule``'s refusal before the pool's first release: a single-model pool,
-    as the bench's."""
+    """The engine, counting the requests its policy's fill-left rule refused (:attr:`PlacementEngine.kept_empty`)."""
 
-    def __init__(
-        self, fleet: Fleet, policy: Policy | str, demand: DemandMix | DemandLearner, rule: FillLeft | None
-    ) -> None:
+    def __init__(self, fleet: Fleet, policy: Policy | str, demand: DemandMix | DemandLearner) -> None:
         super().__init__(fleet, policy, demand)
-        self.rule = rule
-        self.released_once = False
         self.refused = 0
 
-    def release(self, node: str, gpu_index: int, start: int, destroy: bool = True) -> None:
-        self.released_once = True
-        super().release(node, gpu_index, start, destroy)
-
-    def place(self, request: PlacementRequest, owner: str) -> PlacementDecision | None:
-        decision = self.choose(request)
-        if decision is not None and self.refuses(request, decision):
-            self.refused += 1
-            decision = None
-        if decision is not None:
-            self.commit(decision, owner)
+    def choose(self, request: PlacementRequest) -> PlacementDecision | None:
+        decision = super().choose(request)
+        self.refused += self.kept_empty is not None
         return decision
-
-    def refuses(self, request: PlacementRequest, decision: PlacementDecision) -> bool:
-        if self.rule is None or self.released_once or request.force or not isinstance(self.demand, DemandLearner):
-            return False
-        slot = self._slots[self._slot_index[(decision.slots[0].node, decision.slots[0].gpu_index)]]
-        model = slot.geom.model
-        largest = max(model.profiles, key=lambda p: p.compute_slices)
-        if request.profile == largest.name or slot.key:
-            return False  # the largest profile itself, or a GPU already open
-        empty = sum(1 for s in self._slots if not s.key)
-        allocated, pool = self.allocated_compute()
-        left = min(LOAD * (pool - allocated), LOAD * pool - allocated - self.held)
-        left -= model.profile(request.profile).compute_slices if self.rule.own else 0
-        coming, _ = self.rule.coming(model, self.demand.counts(), self.demand._prior_weight, left)  # noqa: SLF001
-        return coming >= empty + self.rule.margin
 
 
 def replay_fill_left(
     model: GpuModel, gpus: int, pods: Sequence[Pod], rule: FillLeft | None
 ) -> tuple[Served, FillLeftEngine]:
-    """``ours-hold``'s online replay (``replay_held``) with ``rule``'s refusals; ``None``: the kept rule."""
+    """``ours-hold``'s online replay (``replay_held``) with ``rule``'s refusals (the engine's fill left, as the
+    candidate sets it: :attr:`HoldingFragmentationAware.FILL_LEFT`); ``None``: the kept rule."""
     engines: list[FillLeftEngine] = []
 
     def make(fleet: Fleet, policy: Policy | str, demand: DemandMix | DemandLearner) -> PlacementEngine:
-        engines.append(FillLeftEngine(fleet, policy, demand, rule))
+        engines.append(FillLeftEngine(fleet, policy, demand))
         return engines[-1]
 
-    return replay_held(model, gpus, pods, HoldingFragmentationAware(), make_engine=make), engines[0]
+    policy = HoldingFragmentationAware()
+    if rule is not None:
+        if not rule.in_engine:
+            raise ValueError(f"{rule.name}: a bench-only variant, not the engine's rule")
+        policy.FILL_LEFT = rule.FILL_LEFT
+    return replay_held(model, gpus, pods, policy, make_engine=make), engines[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -687,3 +687,10 @@ if FATIA_KUBE_STEER_MAX_IN_FLIGHT < 0:
 # queues, taking from each in turn.
 CELERY_TASK_QUEUES = broker.task_queues(FATIA_BROKER_QUEUE_TYPE)
 CELERY_TASK_ROUTES = broker.TASK_ROUTES
+
+# --- Fill left (session 14, task hook; issue 14: allocations/mig/fill_left.py, docs/placement.md "ours-hold") ---------
+# The hold policy's rule for a request that would open an empty GPU while a pool fills (admission `hold` only):
+# "off", "raw" (the 7g share from the counts of now) or "trusted" (blended with the prior); unset: the policy's default.
+FATIA_HOLD_FILL_LEFT = os.environ.get("FATIA_HOLD_FILL_LEFT", "")
+if FATIA_HOLD_FILL_LEFT not in ("", "off", "raw", "trusted"):
+    raise ImproperlyConfigured(f"FATIA_HOLD_FILL_LEFT must be 'off', 'raw' or 'trusted', not {FATIA_HOLD_FILL_LEFT!r}.")

@@ -4,7 +4,8 @@ A pool with admission (`NodePool.admission = hold`) plans with the hold policy (
 Planned unforced, a request that fits only where it would strand more than the policy accepts comes back None; the
 same plan forced tells it apart from a request that does not fit at all. A held request waits in the queue until
 `held_until` (set when it is first held: now + the pool's `max_hold_minutes`); from then on it is planned forced,
-so holding delays a request by at most the bound and never starves it.
+so holding delays a request by at most the bound and never starves it. A request the policy's fill-left rule refuses
+(it would open an empty GPU that the fill's whole-GPU requests still need) is held the same way, with its own reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
+from allocations.admission.fill_left import noting_refusals
+from allocations.mig.fill_left import KeptEmpty
 from allocations.mig.layout import geometry
 from allocations.mig.policies import FragmentationAware
 from allocations.models import Allocation, NodePool
@@ -35,14 +38,23 @@ class Hold:
 
     until: datetime
     stranded: float
+    #: Held by the policy's fill-left rule instead (allocations/mig/fill_left.py): it would open an empty GPU that the
+    #: whole-GPU requests still expected while the pool fills need (then `stranded` is not measured: 0).
+    kept_empty: KeptEmpty | None = None
 
     @property
     def reason(self) -> str:
         at = self.until.astimezone(UTC)
-        return (
-            f"{HELD_REASON}: every placement would strand {self.stranded:.1f} compute slices; "
-            f"placed at the latest at {at:%H:%M} UTC"
-        )
+        kept = self.kept_empty
+        if kept is not None:
+            gpus = "1 empty GPU" if kept.empty == 1 else f"{kept.empty} empty GPUs"
+            why = (
+                f"empty GPUs are kept for the whole-GPU requests still expected while the pool fills "
+                f"(about {kept.coming:.1f} x {kept.profile} for {gpus})"
+            )
+        else:
+            why = f"every placement would strand {self.stranded:.1f} compute slices"
+        return f"{HELD_REASON}: {why}; placed at the latest at {at:%H:%M} UTC"
 
 
 def is_due(allocation: Allocation, *, now: datetime) -> bool:
@@ -76,13 +88,16 @@ def plan_or_hold(
     now = now or timezone.now()
     if plans_forced(pool, allocation, now=now):
         return plan(True), None
-    slices = plan(False)
+    with noting_refusals() as refusals:
+        slices = plan(False)
     if slices is not None:
         return slices, None
     forced = plan(True)
     if forced is None:
         return None, None
     until = allocation.held_until or now + timedelta(minutes=pool.max_hold_minutes)
+    if refusals.kept_empty is not None:  # the fill-left rule held it: its own reason, nothing stranded to measure
+        return None, Hold(until=until, stranded=0.0, kept_empty=refusals.kept_empty)
     return None, Hold(until=until, stranded=stranded_by(pool, profile=allocation.profile, slices=forced))
 
 

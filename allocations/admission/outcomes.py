@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from allocations.admission import outcomes_portable
+from allocations.admission.fill_left import note_decision
 from allocations.mig.demand import DemandMix
 from allocations.mig.engine import CHURN_SMOOTHING, HOLD_OUTCOME_HALF_LIFE, PlacementEngine
 from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest
@@ -130,7 +131,9 @@ def choose_priced(
     engine.seed_hold_outcomes(history.outcomes)
     engine.churn = history.churn
     engine.held = history.held  # what the pool holds now: a fill's hold budget binds (ours-hold)
-    return engine.choose(request)
+    decision = engine.choose(request)
+    note_decision(engine.kept_empty)  # a fill-left hold is worded apart (hold.py)
+    return decision
 
 
 def hold_history(pool: NodePool, *, force: bool) -> HoldHistory:

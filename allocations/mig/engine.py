@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from .catalog import GpuModel
 from .demand import DemandLearner, DemandMix
+from .fill_left import FillContext, KeptEmpty
 from .fleet import Fleet, Gpu, Instance, Node, PlacementDecision, PlacementRequest, SlotChoice
 from .layout import Geometry, LayoutKey, Option, decode, geometry
 from .policies import HoldContext, Policy, Rank, get_policy
@@ -104,6 +105,9 @@ class PlacementEngine:
         # Compute slices of the requests this engine held since it last saw a release (``ours-hold`` budgets them; a
         # release makes room, and the portal retries held requests then).
         self.held = 0.0
+        # Why the last ``choose`` refused a request that fits by the policy's fill-left rule (``None``: it did not):
+        # the portal words such a hold apart from one that strands (allocations/admission/hold.py).
+        self.kept_empty: KeptEmpty | None = None
         for node in fleet.nodes:
             self._add_node(node)
         # A policy whose rank depends on the fleet's size (``ours``: the cost of opening a GPU) is sized
@@ -211,8 +215,10 @@ class PlacementEngine:
 
         Does not change the engine's layouts (see :meth:`commit`). A learner, if any, records the request.
         A policy with admission (``ours-hold``) may also answer ``None`` for a request that fits, unless the
-        request is ``force``d.
+        request is ``force``d: when its rank flags every placement (:meth:`_holds`), or when the placement would open
+        an empty GPU that its fill-left rule keeps (:meth:`_keeps_empty`, then :attr:`kept_empty` says why).
         """
+        self.kept_empty = None
         if isinstance(self.demand, DemandLearner):
             self.demand.observe(request.profile, request.count)
         self.churn += CHURN_SMOOTHING * (self._released - self.churn)
@@ -224,7 +230,41 @@ class PlacementEngine:
             slot = self._slots[self._slot_index[(decision.slots[0].node, decision.slots[0].gpu_index)]]
             self.held += request.count * slot.geom.model.profile(request.profile).compute_slices
             return None  # held: every placement strands more than the policy accepts (see ours-hold)
+        if decision is not None and self.policy.admission and not request.force:
+            self.kept_empty = self._keeps_empty(request, decision, mix)
+            if self.kept_empty is not None:
+                return None  # held: it would open an empty GPU the fill's 7g still need (not counted in ``held``)
         return decision
+
+    def _keeps_empty(self, request: PlacementRequest, decision: PlacementDecision, mix: DemandMix) -> KeptEmpty | None:
+        """A policy's ``keeps_empty`` hook (``ours-hold``'s fill left, :mod:`.fill_left`) on a placement it would make,
+        asked only when the placement opens an empty GPU (cheap otherwise: one look per instance), with the pool's
+        GPUs of that model: how many, how many empty, their allocated compute."""
+        keeps = getattr(self.policy, "keeps_empty", None)
+        if keeps is None:
+            return None
+        slots = [self._slots[self._slot_index[(c.node, c.gpu_index)]] for c in decision.slots]
+        opened = next((slot for slot in slots if not slot.key), None)
+        if opened is None:
+            return None
+        geom = opened.geom
+        group = self._groups[(self._node_pool[opened.node], id(geom))]
+        empty = group.get(())
+        counts = self.demand.counts() if isinstance(self.demand, DemandLearner) else mix.counts
+        ctx = FillContext(
+            geom,
+            geom.profile_index(request.profile),
+            request.count,
+            counts,
+            mix.prior_weight,
+            self.churn,
+            sum(len(b.members) for b in group.values()),
+            len(empty.members) if empty is not None else 0,
+            sum(len(b.members) * geom.info(key).allocated_compute for key, b in group.items()),
+            self.held,
+        )
+        result: KeptEmpty | None = keeps(ctx)
+        return result
 
     def _holds(self, decision: PlacementDecision, mix: DemandMix) -> bool:
         """Whether a policy with admission holds its best placement: its rank flags it (first element above

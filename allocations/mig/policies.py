@@ -38,8 +38,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import rollout
+from . import fill_left, rollout
 from .demand import DemandMix
+from .fill_left import FillContext, FillLeftRule, KeptEmpty
 from .hami import HamiContiguity
 from .layout import Geometry, LayoutKey, Option
 from .scheduler import driver_order
@@ -383,6 +384,10 @@ class HoldingFragmentationAware(FragmentationAware):
     VETO_GPUS = 64
     #: GPUs (in the pool's proportions) the veto's rollouts run on above ``VETO_GPUS``; 0: no veto there (session 11).
     VETO_SAMPLE = 64
+    #: Fill left (:mod:`.fill_left`, session 13's bench rule): until the pool sees a release, refuse a request that
+    #: would open an empty GPU while the 7g the rest of the fill brings reach the empty GPUs left; ``"raw"``: the 7g
+    #: share from the counts of now, ``"trusted"``: blended with the prior; ``"off"``: never (measured, not adopted).
+    FILL_LEFT: FillLeftRule = "off"
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)
@@ -448,6 +453,13 @@ class HoldingFragmentationAware(FragmentationAware):
         Holds placed only when forced are not priced: on the tuning draws that did not pay
         (``bench/placement_hold_outcomes.py``)."""
         return change - ctx.held_lost / (ctx.held_ended + self.OUTCOME_PRIOR) * ctx.geom.compute[ctx.i]
+
+    def keeps_empty(self, ctx: FillContext) -> KeptEmpty | None:
+        """Whether to refuse a placement the engine would make that opens an empty GPU (``FILL_LEFT``, and why); the
+        engine asks only for such a placement, and never for a forced request."""
+        if self.FILL_LEFT == "off":
+            return None
+        return fill_left.keeps_empty(ctx, trusted=self.FILL_LEFT == "trusted")
 
     def unflags(self, ctx: HoldContext) -> bool:
         """Whether the engine may place ``ctx.option``, flagged and preferred by ``ours``' rank, instead of an

@@ -139,3 +139,9 @@ def test_the_holder_image_must_name_an_image():
     result = boot(DEBUG="True", FATIA_HOLDER_IMAGE=" ")
     assert result.returncode == 1
     assert "FATIA_HOLDER_IMAGE must name an image, e.g. registry.k8s.io/pause:3.10." in result.stderr
+
+
+def test_the_fill_left_rule_must_be_off_raw_or_trusted():
+    result = boot(DEBUG="True", FATIA_HOLD_FILL_LEFT="on")
+    assert result.returncode == 1
+    assert "FATIA_HOLD_FILL_LEFT must be 'off', 'raw' or 'trusted', not 'on'." in result.stderr

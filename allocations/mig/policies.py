@@ -25,7 +25,9 @@ can cache them per layout and the cost of a decision does not grow with the numb
   margin that is wider on small pools; in a fill, within a budget of held compute and unless rollouts over
   the fleet veto it; never when the request is forced (it waited long enough). Where allocations end, held
   requests come back, and a hold is priced by how the pool's recent holds of the profile ended
-  (:meth:`HoldingFragmentationAware.priced`). Opt-in: the default engine policy serves whatever fits.
+  (:meth:`HoldingFragmentationAware.priced`). Its fill-left rule (:mod:`.fill_left`, ``FILL_LEFT``, off by default)
+  also refuses, in a fill, a placement that opens an empty GPU the 7g still to come need. Opt-in: the default engine
+  policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -353,6 +355,10 @@ class HoldingFragmentationAware(FragmentationAware):
     engine tells how it ended (:meth:`.engine.PlacementEngine.hold_ended`): the confirmed change is then priced by
     those outcomes (:meth:`priced`). With nothing ended (no departures, e.g. fill-until-full) the price is the
     change itself, so that rule is unchanged.
+
+    Fill left (:meth:`keeps_empty`, ``FILL_LEFT``; session 13's bench rule, in the engine since session 14): the
+    flag never sees a request whose placement opens an empty GPU that a 7g would take whole later, though that is
+    most of what the optimum refuses; the engine asks this hook for such placements (:mod:`.fill_left`).
 
     Chosen on the tuning draws only (docs/placement.md, "Admission"; ``bench/placement_hold_rules.py``, and
     ``bench/placement_hold_outcomes.py`` for the price).

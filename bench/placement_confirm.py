@@ -79,7 +79,12 @@ class Step:
 
 
 class Recording(HoldingFragmentationAware):
-    """The kept rule, recording what its confirmation saw; ``flip`` inverts its verdict for the current request."""
+    """The kept rule, recording what its confirmation saw; ``flip`` inverts its verdict for the current request.
+
+    The kept rule is session 13's: fill left off (the engine's default since session 14 is the trusted 7g share,
+    ``FillLeft(trusted=True)`` here), so that the candidates are measured against what they were chosen against."""
+
+    FILL_LEFT: FillLeftRule = "off"
 
     def __init__(self) -> None:
         super().__init__()
@@ -356,7 +361,9 @@ class Diagnosis:
 
 
 def diagnose(sample: Sample, flips: bool) -> Diagnosis:
-    outcome = run_sample(sample, ["first-fit", "best-fit", "hami", "ours-hold"])
+    kept = HoldingFragmentationAware()
+    kept.FILL_LEFT = Recording.FILL_LEFT  # session 13's rule, which Recording records
+    outcome = run_sample(sample, ["first-fit", "best-fit", "hami", kept])
     best = offline_optimum(sample.model, sample.gpus, Counter(sample.requests), node_limit=2000)
     served, steps = run(sample, Recording())
     if served != outcome.served["ours-hold"]:

@@ -56,6 +56,7 @@ def replay_fill_left(
         return engines[-1]
 
     policy = HoldingFragmentationAware()
+    policy.FILL_LEFT = "off"  # the kept rule: session 13's (the engine's default is the trusted share since session 14)
     if rule is not None:
         if not rule.in_engine:
             raise ValueError(f"{rule.name}: a bench-only variant, not the engine's rule")

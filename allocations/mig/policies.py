@@ -25,9 +25,9 @@ can cache them per layout and the cost of a decision does not grow with the numb
   margin that is wider on small pools; in a fill, within a budget of held compute and unless rollouts over
   the fleet veto it; never when the request is forced (it waited long enough). Where allocations end, held
   requests come back, and a hold is priced by how the pool's recent holds of the profile ended
-  (:meth:`HoldingFragmentationAware.priced`). Its fill-left rule (:mod:`.fill_left`, ``FILL_LEFT``, off by default)
-  also refuses, in a fill, a placement that opens an empty GPU the 7g still to come need. Opt-in: the default engine
-  policy serves whatever fits.
+  (:meth:`HoldingFragmentationAware.priced`). Its fill-left rule (:mod:`.fill_left`, ``FILL_LEFT``: the trusted 7g
+  share since session 14) also refuses, in a fill, a placement that opens an empty GPU the 7g still to come need.
+  Opt-in: the default engine policy serves whatever fits.
 * ``ours-rollout`` (:class:`RolloutFragmentationAware`): ``ours`` plus a small search near the end of a
   fill (Monte-Carlo rollouts over the learnt mix, :mod:`.rollout`); never holds what fits.
 """
@@ -392,8 +392,9 @@ class HoldingFragmentationAware(FragmentationAware):
     VETO_SAMPLE = 64
     #: Fill left (:mod:`.fill_left`, session 13's bench rule): until the pool sees a release, refuse a request that
     #: would open an empty GPU while the 7g the rest of the fill brings reach the empty GPUs left; ``"raw"``: the 7g
-    #: share from the counts of now, ``"trusted"``: blended with the prior; ``"off"``: never (measured, not adopted).
-    FILL_LEFT: FillLeftRule = "off"
+    #: share from the counts of now, ``"trusted"``: blended with the prior; ``"off"``: never. ``"trusted"`` adopted in
+    #: session 14 on a fresh hold-out family (docs/placement.md, "Session 14").
+    FILL_LEFT: FillLeftRule = "trusted"
 
     def rank(self, geom: Geometry, key: LayoutKey, i: int, weights: tuple[float, ...]) -> tuple[Rank, Option] | None:
         found = super().rank(geom, key, i, weights)

@@ -24,8 +24,8 @@ def engine(rule: FillLeftRule, counts: dict[str, float] = HALF_WHOLE, gpus: int 
     return PlacementEngine(empty_fleet(H100, 1, gpus, pool="p"), policy, DemandMix(counts, 20.0))
 
 
-def test_the_default_is_off_and_places_the_opening_request():
-    assert HoldingFragmentationAware.FILL_LEFT == "off"
+def test_the_default_is_the_trusted_share_and_off_places_the_opening_request():
+    assert HoldingFragmentationAware.FILL_LEFT == "trusted"  # adopted in session 14 (docs/placement.md)
     e = engine("off")
     assert e.choose(PlacementRequest("1g.10gb", 1, "p")) is not None
     assert e.kept_empty is None
@@ -110,3 +110,13 @@ def test_what_is_still_to_come_counts_the_pool_and_its_holds():
     # then: 25 slices still to come are 10 requests, of which 2.5 are 7g (70 % of the compute)
     assert n == pytest.approx(2.5)
     assert share == pytest.approx(0.7)
+
+
+def test_it_refuses_what_the_rollout_veto_would_place_on_an_empty_pool():
+    # given: four empty H100s whose tenants ask for whole GPUs and 1g.10gb, half and half (a fixed mix): the rollouts
+    # veto holding a 1g.10gb (tests/mig/test_policy_hold.py), but half the requests still to come are 7g
+    mix = DemandMix.from_shares({"7g.80gb": 0.5, "1g.10gb": 0.5})
+    e = PlacementEngine(empty_fleet(H100, 1, 4), "ours-hold", mix)
+    # when / then: the default rule (the trusted share: a fixed mix has no prior to blend) refuses it
+    assert e.choose(PlacementRequest("1g.10gb")) is None
+    assert e.kept_empty is not None and e.kept_empty.empty == 4

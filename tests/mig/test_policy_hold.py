@@ -25,6 +25,14 @@ from .test_placement import H100
 WHOLE_AND_4G = DemandMix.from_shares({"7g.80gb": 0.9, "4g.40gb": 0.1})
 
 
+def stranding_only() -> HoldingFragmentationAware:
+    """``ours-hold`` without its fill-left rule, for the tests of the stranding rule's own terms (the price, the veto),
+    which fill left would otherwise pre-empt on an empty pool (fill left: tests/mig/test_fill_left.py)."""
+    policy = HoldingFragmentationAware()
+    policy.FILL_LEFT = "off"
+    return policy
+
+
 def test_it_holds_a_request_that_would_strand_compute_and_places_it_when_forced() -> None:
     # given an empty H100 pool whose mix is whole GPUs and a few 4g
     engine = PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
@@ -151,7 +159,7 @@ def test_a_request_for_several_instances_is_held_and_placed_when_forced() -> Non
 def test_a_profile_whose_holds_were_lost_lately_is_placed_and_one_whose_holds_came_back_is_still_held() -> None:
     # given an empty H100 node whose mix is whole GPUs and a few 4g: a 4g is held (see above)
     def engine() -> PlacementEngine:
-        return PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+        return PlacementEngine(empty_fleet(model(H100), 1, 8), stranding_only(), WHOLE_AND_4G)
 
     lost = engine()
     assert lost.choose(PlacementRequest("4g.40gb")) is None
@@ -226,7 +234,7 @@ def test_rollouts_over_the_fleet_veto_a_hold_that_the_gpu_alone_favours() -> Non
     geom = geometry(model(H100))
     empty = geom.named_key(())
     i = geom.index["1g.10gb"]
-    engine = PlacementEngine(empty_fleet(model(H100), 1, 4), "ours-hold", mix)
+    engine = PlacementEngine(empty_fleet(model(H100), 1, 4), stranding_only(), mix)
     decision = engine.choose(PlacementRequest("1g.10gb"))
     # when a 1g.10gb arrives, then on its GPU alone it strands more than the pool accepts (a whole GPU would take
     # the GPU it breaks)
@@ -274,13 +282,13 @@ def test_once_allocations_end_the_flag_orders_placement_again() -> None:
 def test_above_64_gpus_rollouts_over_a_sample_of_the_pool_veto_a_hold_that_the_gpu_alone_favours() -> None:
     # given an empty pool of 128 H100 GPUs whose tenants ask for whole GPUs and 1g.10gb, half and half
     mix = DemandMix.from_shares({"7g.80gb": 0.5, "1g.10gb": 0.5})
-    engine = PlacementEngine(empty_fleet(model(H100), 16, 8), "ours-hold", mix)
+    engine = PlacementEngine(empty_fleet(model(H100), 16, 8), stranding_only(), mix)
     # when a 1g.10gb arrives, then it is placed although its GPU alone would hold it (the rank flags it): rollouts
     # over 64 GPUs in the pool's proportions see the 1g.10gb that come fill the GPU it opens
     decision = engine.choose(PlacementRequest("1g.10gb"))
     assert decision is not None and decision.rank[0] == 1.0
     # and without the sample (session 11: no veto above 64 GPUs) it was held
-    no_sample = HoldingFragmentationAware()
+    no_sample = stranding_only()
     no_sample.VETO_SAMPLE = 0
     assert PlacementEngine(empty_fleet(model(H100), 16, 8), no_sample, mix).choose(PlacementRequest("1g.10gb")) is None
 

@@ -10,11 +10,11 @@ from allocations.mig.fleet import PlacementRequest
 
 from .brute import model
 from .test_placement import H100
-from .test_policy_hold import WHOLE_AND_4G
+from .test_policy_hold import WHOLE_AND_4G, stranding_only
 
 
 def engine() -> PlacementEngine:
-    return PlacementEngine(empty_fleet(model(H100), 1, 8), "ours-hold", WHOLE_AND_4G)
+    return PlacementEngine(empty_fleet(model(H100), 1, 8), stranding_only(), WHOLE_AND_4G)
 
 
 def test_seeded_outcomes_price_a_hold_as_the_ones_the_engine_saw_end() -> None:

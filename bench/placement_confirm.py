@@ -618,7 +618,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         study(load(line for f in args.report for line in f.read_text().splitlines()), STUDY_RULES, True)
         return 0
     if args.fresh or args.holdout_interval:
-        out = args.out or Path(f"placement-{'fresh' if args.fresh else 'holdout'}.jsonl")
+        # default under var/ (git-ignored), so that a run leaves the checkout clean
+        out = (
+            args.out
+            or Path(__file__).resolve().parent.parent
+            / "var"
+            / f"placement-{'fresh' if args.fresh else 'holdout'}.jsonl"
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
         rules: tuple[str, ...]
         if args.fresh:
             tasks = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from allocations.mig.catalog import load_catalog
-from bench.placement_below_peer import HELD, PLACED, REFUSED, Knobs, baseline, play
+from bench.placement_below_peer import HELD, LATE, NOFIT, PLACED, REFUSED, Knobs, baseline, play
 from bench.placement_confirm import KEPT, FillLeft, Recording, serve
 from bench.placement_family import Sample, make_sample
 from bench.placement_intervals import Record
@@ -71,3 +71,22 @@ def test_fill_left_refuses_a_4g_that_opens_a_gpu_the_7g_to_come_need_and_a_let_p
     assert let.served == 7 * 7 + 4
     # and without refusals nothing is refused
     assert all(e.outcome != REFUSED for e in play(sample, Knobs(holds=False), warm=True).events)
+
+
+def test_held_requests_are_forced_at_the_first_arrival_that_fits_nowhere() -> None:
+    # given a tuning draw on which the kept rule holds small requests early in the fill
+    sample = make_sample(H100, 8, 0.5, 110)
+    kept = play(sample, Knobs())
+    assert any(e.outcome == HELD for e in kept.events)
+    # when the candidate forces them at the first arrival that fits nowhere
+    retried = play(sample, Knobs(retry="no-fit"))
+    first = next(e.k for e in retried.events if e.outcome == NOFIT)
+    late = [e for e in retried.events if e.outcome == LATE]
+    # then nothing changes before the pool refuses something, held requests are placed after it, and they count
+    assert [e.outcome for e in retried.events[:first]] == [
+        LATE if e.outcome == HELD and e.k in {x.k for x in late} else e.outcome for e in kept.events[:first]
+    ]
+    assert late
+    assert all(e.k < first for e in late[:1])
+    assert retried.served == sum(e.compute for e in retried.events if e.outcome in (PLACED, LATE))
+    assert retried.served > kept.served

@@ -1,5 +1,6 @@
 """``python bench/placement_below_peer.py --baseline FILE ...`` / ``--diagnose [--seeds 300]`` /
-``--check [--gpus 8 64] [--out FILE]``: the samples where ``ours-hold`` serves less than a peer (issue 14, session 14).
+``--tune [--seeds 300]`` / ``--check [--gpus 8 64] [--rules ...] [--out FILE]``: the samples where ``ours-hold``
+serves less than a peer (issue 14, session 14).
 
 The issue wants ``ours`` never below first-fit, best-fit or hami beyond noise (the family's rule: one compute slice or
 0.5 % of the reference). On session 14's fresh family the kept rule and the adopted trusted 7g share are below a peer
@@ -13,9 +14,14 @@ on 17 of 1,440 runs. Three questions:
   part is switched off alone (the holds: every held request placed; the unflag path; fill left's refusals) and the
   rank alone is ``ours``; each held or refused request is flipped alone (a held one placed, a refused one placed);
   and what the rule serves per profile against the best peer.
-* ``--check``: the candidates (:class:`Candidate`) against the kept rule and the trusted share on a second fresh
-  family (seeds from ``CHECK_FIRST_SEED``, the fresh family's cells), one JSON line per sample (``--out``; a rerun
-  skips the samples already there), with the rule stated before the run (:func:`verdict`).
+* ``--tune`` (the same tuning draws, cold) and ``--check``: two candidates aimed at the dominant cause, the holds,
+  which a fill never gives back (the family drops a held request; the portal retries held requests after releases
+  and forces them at a deadline, and a fill has neither): the trusted share with its held requests forced where
+  ``ours`` would place them at the first arrival that fits nowhere after their hold (``RETRY_NOFIT``), or once no
+  GPU is empty (``RETRY_FULL``; rejected on tuning). ``--check`` runs them against the kept rule and the trusted
+  share on a second fresh family (seeds from ``CHECK_FIRST_SEED``, the fresh family's cells), one JSON line per
+  sample (``--out``; a rerun skips the samples already there), with the rule stated before the run
+  (:func:`verdict`). docs/placement.md "Session 14: where ours-hold falls below a peer" has the numbers.
 """
 
 from __future__ import annotations

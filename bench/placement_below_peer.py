@@ -381,17 +381,19 @@ def print_diagnosis(cases: Sequence[Case], samples: int) -> None:
             slices[c.cause()] += c.deficit
         print(f"  {rule}: " + ", ".join(f"{k} {v} ({slices[k]})" for k, v in causes.most_common()))
     print("\nsingle flips (held placed / refusal not applied) that gain, per profile and decision: count, slices")
-    flips = Counter[tuple[str, str]]()
-    gained = Counter[tuple[str, str]]()
-    every = Counter[tuple[str, str]]()
-    for c in cases:
-        for e, d in c.flips:
-            every[(e.profile, e.outcome)] += 1
-            if d > 0:
-                flips[(e.profile, e.outcome)] += 1
-                gained[(e.profile, e.outcome)] += d
-    for key, n in every.most_common():
-        print(f"  {key[0]} {key[1]}: {flips[key]} of {n} gain, {gained[key]:+d}")
+    for rule in (KEPT, TRUSTED):
+        flips = Counter[tuple[str, str, str]]()
+        gained = Counter[tuple[str, str, str]]()
+        every = Counter[tuple[str, str, str]]()
+        for c in cases:
+            for e, d in c.flips if c.rule == rule else ():
+                key = (c.cause(), e.profile, e.outcome)
+                every[key] += 1
+                flips[key] += d > 0
+                gained[key] += max(0, d)
+        print(f"  {LABELS[rule]}, by the run's cause:")
+        for key, n in sorted(every.items()):
+            print(f"    {key[0]}: {key[1]} {key[2]}: {flips[key]} of {n} gain, {gained[key]:+d}")
     print("\nrule - best peer, compute slices per profile, summed over the runs:")
     for rule in (KEPT, TRUSTED):
         total = Counter[str]()

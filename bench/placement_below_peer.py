@@ -416,6 +416,9 @@ RULES: dict[str, Knobs] = {
     RETRY_FULL: Knobs(refusals=True, retry="full"),
 }
 CANDIDATES = (RETRY_NOFIT, RETRY_FULL)
+LABELS.update({RETRY_NOFIT: "(a) forced at the first no-fit", RETRY_FULL: "(b) forced once no GPU is empty"})
+#: ``--rules`` names.
+SHORT = {"kept": KEPT, "trusted": TRUSTED, "no-fit": RETRY_NOFIT, "full": RETRY_FULL}
 HEADLINE = "H100, 8 GPUs, cold"
 
 
@@ -500,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tune", action="store_true", help="the candidates on the tuning draws (cold)")
     ap.add_argument("--check", action="store_true", help="the candidates on the second fresh family (seeds from 9000)")
     ap.add_argument("--gpus", type=int, nargs="*", default=[8], choices=list(CHECK_SEEDS), help="with --check")
-    ap.add_argument("--rules", nargs="*", default=list(RULES), choices=list(RULES), help="with --tune / --check")
+    ap.add_argument("--rules", nargs="*", default=list(SHORT), choices=list(SHORT), help="with --tune / --check")
     ap.add_argument("--seeds", type=int, default=300, help="with --diagnose / --tune: seeds 0..N-1 per concentration")
     ap.add_argument("--out", type=Path, help="with --tune / --check: the records (JSON lines)")
     ap.add_argument("--jobs", type=int, default=1)
@@ -535,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = "tune" if args.tune else "check"
         out = args.out or Path(__file__).resolve().parent.parent / "var" / f"placement-below-peer-{name}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
-        rules = tuple(args.rules)
+        rules = tuple(SHORT[r] for r in args.rules)
         measure_all(tasks, rules, args.check, out, args.jobs)
         wanted = set(tasks)
         records = [r for r in load(out.read_text().splitlines()) if (r.model, r.gpus, r.alpha, r.seed) in wanted]

@@ -3,7 +3,10 @@ calendar per pool. Thin: read through booking_selectors, change through services
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
+from typing import Generic, TypeVar
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -19,6 +22,8 @@ from allocations.services import bookings, extension_consents
 from tenants.forms import form_status
 from tenants.service_calls import run_action, submit_form
 from tenants.views import signed_in_user, staff_required
+
+T = TypeVar("T")
 
 
 @login_required
@@ -69,41 +74,58 @@ def booking_new(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _booking_action(request: HttpRequest, booking_id: int, verb: str) -> HttpResponse:
-    user = signed_in_user(request)
-    if not Booking.objects.for_user(user).filter(pk=booking_id).exists():
-        raise Http404("No such booking.")
-    reason = request.POST.get("reason", "")
+@dataclass(frozen=True)
+class _Answer(Generic[T]):
+    """A button on the bookings page that answers for one object: the service is called for an object of `model`
+    the user sees (else a 404 saying `missing`) with the form's reason; a refusal becomes a message that starts
+    with `about` (its {} the object's id), a success the message `said` makes of what the service returned."""
 
-    def act() -> Booking:
-        if verb == "approve":
-            return bookings.approve_booking(booking_id=booking_id, actor=user, reason=reason)
-        if verb == "reject":
-            return bookings.reject_booking(booking_id=booking_id, actor=user, reason=reason)
-        return bookings.cancel_booking(booking_id=booking_id, actor=user, reason=reason)
+    model: type[Booking] | type[ExtensionConsent]
+    id_name: str
+    missing: str
+    about: str
+    said: Callable[[T], str]
 
-    booking = run_action(request, act, about=f"Booking #{booking_id}: ")
-    if booking is not None:
-        messages.success(request, f"Booking #{booking.pk} is {booking.get_status_display().lower()}.")
-    return redirect("bookings")
+    def press(self, request: HttpRequest, object_id: int, service: Callable[..., T]) -> HttpResponse:
+        user = signed_in_user(request)
+        if not self.model.objects.for_user(user).filter(pk=object_id).exists():
+            raise Http404(self.missing)
+        reason = request.POST.get("reason", "")
+        done = run_action(
+            request,
+            lambda: service(**{self.id_name: object_id}, actor=user, reason=reason),
+            about=self.about.format(object_id),
+        )
+        if done is not None:
+            messages.success(request, self.said(done))
+        return redirect("bookings")
+
+
+_BOOKING = _Answer[Booking](
+    Booking,
+    "booking_id",
+    missing="No such booking.",
+    about="Booking #{}: ",
+    said=lambda booking: f"Booking #{booking.pk} is {booking.get_status_display().lower()}.",
+)
 
 
 @login_required
 @require_POST
 def booking_approve(request: HttpRequest, booking_id: int) -> HttpResponse:
-    return _booking_action(request, booking_id, "approve")
+    return _BOOKING.press(request, booking_id, bookings.approve_booking)
 
 
 @login_required
 @require_POST
 def booking_reject(request: HttpRequest, booking_id: int) -> HttpResponse:
-    return _booking_action(request, booking_id, "reject")
+    return _BOOKING.press(request, booking_id, bookings.reject_booking)
 
 
 @login_required
 @require_POST
 def booking_cancel(request: HttpRequest, booking_id: int) -> HttpResponse:
-    return _booking_action(request, booking_id, "cancel")
+    return _BOOKING.press(request, booking_id, bookings.cancel_booking)
 
 
 @login_required
@@ -127,31 +149,28 @@ def booking_calendar(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _consent_action(request: HttpRequest, consent_id: int, verb: str) -> HttpResponse:
-    """A booking owner's answer to a lease extension that would take the booking's room."""
-    user = signed_in_user(request)
-    if not ExtensionConsent.objects.for_user(user).filter(pk=consent_id).exists():
-        raise Http404("No such question.")
-    reason = request.POST.get("reason", "")
-    answer = extension_consents.agree_to_extension if verb == "agree" else extension_consents.refuse_extension
-    consent = run_action(
-        request,
-        lambda: answer(consent_id=consent_id, actor=user, reason=reason),
-        about=f"Question #{consent_id} about a booking's room: ",
-    )
-    if consent is not None:
-        verdict = "agreed to" if consent.status == ExtensionConsent.Status.AGREED else "refused"
-        messages.success(request, f"You {verdict} the extension that would use booking #{consent.booking_id}'s room.")
-    return redirect("bookings")
+def _consent_said(consent: ExtensionConsent) -> str:
+    verdict = "agreed to" if consent.status == ExtensionConsent.Status.AGREED else "refused"
+    return f"You {verdict} the extension that would use booking #{consent.booking_id}'s room."
+
+
+# A booking owner's answer to a lease extension that would take the booking's room.
+_CONSENT = _Answer[ExtensionConsent](
+    ExtensionConsent,
+    "consent_id",
+    missing="No such question.",
+    about="Question #{} about a booking's room: ",
+    said=_consent_said,
+)
 
 
 @login_required
 @require_POST
 def consent_agree(request: HttpRequest, consent_id: int) -> HttpResponse:
-    return _consent_action(request, consent_id, "agree")
+    return _CONSENT.press(request, consent_id, extension_consents.agree_to_extension)
 
 
 @login_required
 @require_POST
 def consent_refuse(request: HttpRequest, consent_id: int) -> HttpResponse:
-    return _consent_action(request, consent_id, "refuse")
+    return _CONSENT.press(request, consent_id, extension_consents.refuse_extension)

@@ -25,17 +25,28 @@ from the pool alone. ``--holdout``: the family cells of ``bench/placement.py --p
 ``bench/placement_policy_report.py``). Session 13, second pass: fill left's refinements, ``FillLeft(small=True)``
 (the GPUs the smaller requests still to come open anyway) and ``FillLeft(trusted=True)`` (the 7g share blended with
 the learner's prior); the online check is ``bench/placement_fill_left_online.py``.
+
+Session 14 (``--fresh [--gpus 8 64] [--out FILE] [--jobs N]``): the hold-out family had been looked at too often to
+settle fill left, so the same cells and generator on seeds from ``FRESH_FIRST_SEED`` that no bench or doc had used,
+more of them (``FRESH_SEEDS``), the kept rule, fill left and the trusted 7g share side by side, each cell's
+per-sample mean with a bootstrap 95 % interval (``bench/placement_intervals.py``), and the pre-registered decision
+over every cell run (docs/placement.md "Session 14: a fresh hold-out family decides fill left"). One JSON line per
+sample goes to ``--out`` (a rerun with the same file skips the samples already there); ``--report FILE`` reprints
+the tables and the decision from it. ``--holdout-interval``: the same table for the old hold-out's H100 8-GPU cold
+cell (kept rule and fill left).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +60,8 @@ from allocations.mig.fill_left import FillLeftRule  # noqa: E402
 from allocations.mig.fleet import PlacementRequest  # noqa: E402
 from allocations.mig.offline import offline_optimum  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
-from bench.placement_family import LOAD, Sample, make_sample, run_sample  # noqa: E402
+from bench.placement_family import LOAD, PEERS, Sample, make_sample, run_sample  # noqa: E402
+from bench.placement_intervals import Record, Row, cell_table, decide, load, outcomes  # noqa: E402
 from bench.placement_reference import must_accept_optimum, true_weights  # noqa: E402
 from bench.placement_sweep import side_by_side  # noqa: E402
 
@@ -60,6 +72,9 @@ HOLDOUT_ALPHAS = (0.3, 1.0, 3.0)
 HOLDOUT_FIRST_SEED = 1000
 HOLDOUT_SEEDS = {8: 30, 64: 12, 512: 3}  # as bench/placement_policy_report.py
 KEPT = "ours-hold (kept)"
+# Session 14's fresh family: seeds from 7000 (no bench or doc used them before), more per concentration.
+FRESH_FIRST_SEED = 7000
+FRESH_SEEDS = {8: 100, 64: 20}
 PLACED, FLAGGED, HELD, NOFIT = "placed", "placed-flagged", "held", "no-fit"
 
 
@@ -295,6 +310,84 @@ def compare(samples: Sequence[Sample], chosen: dict[str, Recording], title: str,
     )
 
 
+FILL_LEFT = FillLeft().name
+TRUSTED = FillLeft(trusted=True).name
+#: Session 14's study: the rules and the decision file's line for each candidate.
+STUDY_RULES = (KEPT, FILL_LEFT, TRUSTED)
+VERDICTS = {FILL_LEFT: "ADOPT raw", TRUSTED: "ADOPT trusted"}
+HEADLINE = "H100, 8 GPUs, cold"
+
+
+@functools.cache
+def gpu_model(short: str) -> GpuModel:
+    return load_catalog().model(MODELS[short])
+
+
+Task = tuple[str, int, float, int]  # model (short), GPUs, concentration, seed
+
+
+def measure(task: Task, rules: tuple[str, ...], warm: bool) -> str:
+    """One sample's record (a JSON line): the reference, the peers and each rule, cold and (``warm``) warm."""
+    short, gpus, alpha, seed = task
+    sample = make_sample(gpu_model(short), gpus, alpha, seed)
+    o = run_sample(sample, PEERS)
+    every = candidates()
+    cold = {r: serve(sample, every[r], False) for r in rules}
+    hot = {r: serve(sample, every[r], True) for r in rules} if warm else {}
+    return Record(short, gpus, alpha, seed, o.optimum, o.proven, dict(o.served), cold, hot).dumps()
+
+
+def measure_all(tasks: Sequence[Task], rules: tuple[str, ...], warm: bool, out: Path, jobs: int) -> None:
+    """Append to ``out`` the record of every task not already there (a killed run resumes where it stopped)."""
+    done = {(r.model, r.gpus, r.alpha, r.seed) for r in load(out.read_text().splitlines())} if out.exists() else set()
+    todo = [t for t in tasks if t not in done]
+    print(f"{len(tasks) - len(todo)} of {len(tasks)} samples already in {out}", flush=True)
+    job = functools.partial(measure, rules=rules, warm=warm)
+    with out.open("a") as f:
+        results: Iterator[str]
+        if jobs > 1:
+            pool = ProcessPoolExecutor(jobs)
+            results = pool.map(job, todo)
+        else:
+            pool = None
+            results = map(job, todo)
+        for line in results:
+            f.write(line + "\n")
+            f.flush()
+        if pool is not None:
+            pool.shutdown()
+
+
+def study(records: Sequence[Record], rules: Sequence[str], decision: bool) -> None:
+    """Every cell's table (by fleet size, then model; cold, then warm where run), the sums over the cells and,
+    with ``decision``, session 14's pre-registered verdict."""
+    cells: dict[str, list[Row]] = {}
+    sizes: dict[str, int] = {}
+    for gpus in sorted({r.gpus for r in records}):
+        for short in MODELS:
+            group = sorted((r for r in records if r.gpus == gpus and r.model == short), key=lambda r: (r.alpha, r.seed))
+            if not group:
+                continue
+            for warm in (False, True):
+                if warm and not all(r.warm for r in group):
+                    continue
+                title = f"{short}, {gpus} GPUs, {'warm' if warm else 'cold'}"
+                cells[title] = cell_table(title, outcomes(group, gpu_model(short), warm), rules, KEPT)
+                sizes[title] = len(group)
+    print(f"\nover {len(cells)} cells ({', '.join(cells)}): samples below any peer beyond noise")
+    for rule in rules:
+        total = sum(x.any_below for rows in cells.values() for x in rows if x.rule == rule)
+        print(f"  {rule}: {total} of {sum(sizes.values())}")
+    if decision and HEADLINE in cells:
+        verdict = decide(cells, HEADLINE, KEPT, {r: VERDICTS[r] for r in rules if r in VERDICTS})
+        print(f"\nDECISION (pre-registered): {verdict.line}")
+        for rule in rules:
+            print(
+                f"  {rule}: below any peer {verdict.below[rule]}, "
+                f"{HEADLINE} per sample {100 * verdict.headline[rule]:.1f} %"
+            )
+
+
 def run(sample: Sample, policy: Recording, flip: int = -1, never: bool = False) -> tuple[int, list[Step]]:
     """Compute served by the rule on the sample (cold learner) and every request's step, request ``flip`` inverted:
     a held (or flagged and placed) request has the confirmation's verdict inverted; an unflagged placed one is seen
@@ -524,10 +617,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--holdout", action="store_true", help="with --rules: the hold-out cells of placement.py --policy")
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS), help="with --holdout")
     ap.add_argument("--cold-only", action="store_true", help="with --rules: no warm column")
+    ap.add_argument("--fresh", action="store_true", help="session 14's fresh family (kept, fill left, trusted share)")
+    ap.add_argument("--holdout-interval", action="store_true", help="the old hold-out's H100 8-GPU cold interval")
+    ap.add_argument("--out", type=Path, help="with --fresh / --holdout-interval: the records (JSON lines)")
+    ap.add_argument("--jobs", type=int, default=1, help="with --fresh / --holdout-interval: processes")
+    ap.add_argument("--report", type=Path, nargs="*", help="reprint --fresh's tables and decision from these files")
     args = ap.parse_args(argv)
     catalog = load_catalog()
     model = catalog.model(H100)
     t0 = time.perf_counter()
+    if args.report:
+        study(load(line for f in args.report for line in f.read_text().splitlines()), STUDY_RULES, True)
+        return 0
+    if args.fresh or args.holdout_interval:
+        # default under var/ (git-ignored), so that a run leaves the checkout clean
+        out = (
+            args.out
+            or Path(__file__).resolve().parent.parent
+            / "var"
+            / f"placement-{'fresh' if args.fresh else 'holdout'}.jsonl"
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rules: tuple[str, ...]
+        if args.fresh:
+            tasks = [
+                (short, gpus, a, FRESH_FIRST_SEED + s)
+                for gpus in args.gpus
+                for short in args.models
+                for a in HOLDOUT_ALPHAS
+                for s in range(FRESH_SEEDS[gpus])
+            ]
+            rules, warm = STUDY_RULES, not args.cold_only
+        else:
+            tasks = [("H100", 8, a, HOLDOUT_FIRST_SEED + s) for a in HOLDOUT_ALPHAS for s in range(HOLDOUT_SEEDS[8])]
+            rules, warm = (KEPT, FILL_LEFT), False
+        measure_all(tasks, rules, warm, out, args.jobs)
+        wanted = set(tasks)
+        records = [r for r in load(out.read_text().splitlines()) if (r.model, r.gpus, r.alpha, r.seed) in wanted]
+        print(f"measured in {time.perf_counter() - t0:.0f} s")
+        study(records, rules, args.fresh)
+        return 0
     if args.rules is not None:
         every = candidates()
         unknown = [r for r in args.rules if r not in every]

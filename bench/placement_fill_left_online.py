@@ -12,7 +12,6 @@ after each departure (where fill left no longer acts) and forced at its deadline
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -27,8 +26,8 @@ from allocations.mig.fleet import Fleet, PlacementDecision, PlacementRequest  # 
 from allocations.mig.policies import HoldingFragmentationAware, Policy  # noqa: E402
 from bench.placement import Pod  # noqa: E402
 from bench.placement_confirm import FillLeft  # noqa: E402
-from bench.placement_departures import Served, poisson_pods, replay, replay_held  # noqa: E402
-from bench.placement_hold_outcomes import ALPHAS, GPUS, PODS  # noqa: E402
+from bench.placement_departures import Served, replay_held  # noqa: E402
+from bench.placement_hold_outcomes import tuning_runs, versus_peers  # noqa: E402
 
 
 class FillLeftEngine(PlacementEngine):
@@ -81,17 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused: dict[str, int] = dict.fromkeys(rules, 0)
         peers: list[float] = []
         labels: list[str] = []
-        for tail in ("lognormal", "pareto"):
-            for gpus in GPUS:
-                for alpha in ALPHAS:
-                    for seed in range(args.seeds):
-                        pods = poisson_pods(h100, gpus, alpha, seed, tail, PODS, hours * 3600)
-                        peers.append(max(replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit")))
-                        labels.append(f"{tail[:4]}/{gpus}/{alpha:g}/{seed}")
-                        for name, rule in rules.items():
-                            run, engine = replay_fill_left(h100, gpus, pods, rule)
-                            shares[name].append(run.share)
-                            refused[name] += engine.refused
+        for draw in tuning_runs(h100, args.seeds, hours):
+            peers.append(draw.peer)
+            labels.append(draw.label)
+            for name, rule in rules.items():
+                run, engine = replay_fill_left(h100, draw.gpus, draw.pods, rule)
+                shares[name].append(run.share)
+                refused[name] += engine.refused
         print(f"\nTuning draws, mean lifetime {hours:g} h, {len(peers)} runs ({time.perf_counter() - t0:.0f} s)\n")
         print(
             "| rule | served of offered | vs the better of first-fit and best-fit: mean | runs below by > 0.5 "
@@ -100,12 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("|---|---:|---:|---:|---:|---:|---|")
         kept = shares["ours-hold (kept)"]
         for name, got in shares.items():
-            d = [a - b for a, b in zip(got, peers, strict=True)]
             moved = [f"{lab} {100 * (a - b):+.2f}" for lab, a, b in zip(labels, got, kept, strict=True) if a != b]
             print(
-                f"| {name} | {100 * statistics.fmean(got):.3f} % | {100 * statistics.fmean(d):+.3f} "
-                f"| {sum(x < -0.005 for x in d)} | {100 * min(d):+.2f} | {refused[name]} "
-                f"| {len(moved)}: {', '.join(moved)} |",
+                f"| {name} | {versus_peers(got, peers)} | {refused[name]} | {len(moved)}: {', '.join(moved)} |",
                 flush=True,
             )
     return 0

@@ -20,14 +20,15 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, not installed
 
-from allocations.mig.catalog import load_catalog  # noqa: E402
+from allocations.mig.catalog import GpuModel, load_catalog  # noqa: E402
 from allocations.mig.policies import HoldContext, HoldingFragmentationAware  # noqa: E402
-from bench.placement import read_trace  # noqa: E402
+from bench.placement import Pod, read_trace  # noqa: E402
 from bench.placement_departures import poisson_pods, replay, replay_held  # noqa: E402
 
 ALPHAS = (0.5, 2.0)
@@ -76,6 +77,39 @@ def rules() -> dict[str, HoldingFragmentationAware]:
     }
 
 
+@dataclass(frozen=True)
+class TuningRun:
+    """One online tuning draw: ``label`` (lifetimes/GPUs/concentration/seed), its arrivals, and ``peer``: the
+    better of first-fit's and best-fit's share served."""
+
+    label: str
+    gpus: int
+    pods: list[Pod]
+    peer: float
+
+
+def tuning_runs(model: GpuModel, seeds: int, hours: float) -> Iterator[TuningRun]:
+    """The online tuning draws (module doc) of mean lifetime ``hours``, seeds 0 to ``seeds - 1``, in one order for
+    every bench that reads them (``bench/placement_fill_left_online.py`` too)."""
+    for tail in ("lognormal", "pareto"):
+        for gpus in GPUS:
+            for alpha in ALPHAS:
+                for seed in range(seeds):
+                    pods = poisson_pods(model, gpus, alpha, seed, tail, PODS, hours * 3600)
+                    peer = max(replay(model, gpus, pods, p).share for p in ("first-fit", "best-fit"))
+                    yield TuningRun(f"{tail[:4]}/{gpus}/{alpha:g}/{seed}", gpus, pods, peer)
+
+
+def versus_peers(got: Sequence[float], peers: Sequence[float], *, median: bool = False) -> str:
+    """A rule's cells against the runs' better peer: share served, mean difference, (``median``) the median one,
+    runs below by more than 0.5 points, the worst run's difference."""
+    d = [a - b for a, b in zip(got, peers, strict=True)]
+    cells = [f"{100 * statistics.fmean(got):.3f} %", f"{100 * statistics.fmean(d):+.3f}"]
+    cells += [f"{100 * statistics.median(d):+.3f}"] if median else []
+    cells += [str(sum(x < -0.005 for x in d)), f"{100 * min(d):+.2f}"]
+    return " | ".join(cells)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hours", type=float, nargs="*", default=[1.0, 8.0], help="mean lifetimes of the draws")
@@ -89,15 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for hours in args.hours:
         shares: dict[str, list[float]] = {n: [] for n in [*names, "ours"]}
         peers: list[float] = []
-        for tail in ("lognormal", "pareto"):
-            for gpus in GPUS:
-                for alpha in ALPHAS:
-                    for seed in range(args.seeds):
-                        pods = poisson_pods(h100, gpus, alpha, seed, tail, PODS, hours * 3600)
-                        peers.append(max(replay(h100, gpus, pods, p).share for p in ("first-fit", "best-fit")))
-                        shares["ours"].append(replay(h100, gpus, pods, "ours").share)
-                        for name in names:
-                            shares[name].append(replay_held(h100, gpus, pods, rules()[name]).share)
+        for run in tuning_runs(h100, args.seeds, hours):
+            peers.append(run.peer)
+            shares["ours"].append(replay(h100, run.gpus, run.pods, "ours").share)
+            for name in names:
+                shares[name].append(replay_held(h100, run.gpus, run.pods, rules()[name]).share)
         print(f"\nTuning draws, mean lifetime {hours:g} h, {len(peers)} runs ({time.perf_counter() - t0:.0f} s)\n")
         print(
             "| rule | served of offered | vs the better of first-fit and best-fit: mean | median | runs below by "
@@ -105,12 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print("|---|---:|---:|---:|---:|---:|")
         for name, got in shares.items():
-            d = [a - b for a, b in zip(got, peers, strict=True)]
-            print(
-                f"| {name} | {100 * statistics.fmean(got):.3f} % | {100 * statistics.fmean(d):+.3f} "
-                f"| {100 * statistics.median(d):+.3f} | {sum(x < -0.005 for x in d)} | {100 * min(d):+.2f} |",
-                flush=True,
-            )
+            print(f"| {name} | {versus_peers(got, peers, median=True)} |", flush=True)
     if args.trace_dir is not None:
         pods, _ = read_trace(args.trace_dir / "openb_pod_list_default.csv")
         pods.sort(key=lambda p: p.created)

@@ -433,8 +433,66 @@ class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
         read_only_fields = fields
 
 
+# A list row's fields in the contract's order (the OpenAPI schema; allocation_row writes them in it too).
+ALLOCATION_FIELDS = (
+    "id",
+    "uuid",
+    "tenant",
+    "tenant_name",
+    "pool",
+    "pool_name",
+    "requested_by",
+    "profile",
+    "count",
+    "lease_hours",
+    "purpose",
+    "memory_mib",
+    "thread_percentage",
+    "movable",
+    "compute_slices",
+    "memory_slices",
+    "gpu_equivalents",
+    "pool_kind",
+    "isolation_warning",
+    "is_borrowed",
+    "borrowed_compute_slices",
+    "borrowed_memory_slices",
+    "reclaim_at",
+    "status",
+    "held",
+    "hold_outcome",
+    "hold_ended_at",
+    "status_message",
+    "auto_approved",
+    "decided_at",
+    "decision_reason",
+    "claim_name",
+    "activated_at",
+    "lease_expires_at",
+    "ended_at",
+    "created_at",
+    "updated_at",
+)
+# The fields a row reads through a join or computes; allocation_row builds them.
+JOINED_FIELDS = frozenset(
+    {
+        "tenant",
+        "tenant_name",
+        "pool",
+        "pool_name",
+        "requested_by",
+        "gpu_equivalents",
+        "pool_kind",
+        "isolation_warning",
+        "is_borrowed",
+    }
+)
+# Plain columns a list row copies as they are; dates are formatted by allocation_row.
+ROW_FIELDS = tuple(name for name in ALLOCATION_FIELDS if name not in JOINED_FIELDS)
+
+
 class AllocationSerializer(serializers.ModelSerializer[Allocation]):
-    """One request as lists show it. The fields below are the contract (and the OpenAPI schema);
+    """One request as lists show it. Its fields (ALLOCATION_FIELDS) are the contract (and the OpenAPI schema);
     `to_representation` builds the same dict directly (allocation_row), because DRF's per-field
     machinery and model instances are most of the list endpoint's CPU time (docs/benchmarks.md, API)."""
 
@@ -462,45 +520,7 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
 
     class Meta:
         model = Allocation
-        fields = [
-            "id",
-            "uuid",
-            "tenant",
-            "tenant_name",
-            "pool",
-            "pool_name",
-            "requested_by",
-            "profile",
-            "count",
-            "lease_hours",
-            "purpose",
-            "memory_mib",
-            "thread_percentage",
-            "movable",
-            "compute_slices",
-            "memory_slices",
-            "gpu_equivalents",
-            "pool_kind",
-            "isolation_warning",
-            "is_borrowed",
-            "borrowed_compute_slices",
-            "borrowed_memory_slices",
-            "reclaim_at",
-            "status",
-            "held",
-            "hold_outcome",
-            "hold_ended_at",
-            "status_message",
-            "auto_approved",
-            "decided_at",
-            "decision_reason",
-            "claim_name",
-            "activated_at",
-            "lease_expires_at",
-            "ended_at",
-            "created_at",
-            "updated_at",
-        ]
+        fields = list(ALLOCATION_FIELDS)
         read_only_fields = fields
 
     def get_gpu_equivalents(self, instance: Allocation) -> float:
@@ -533,37 +553,6 @@ class AllocationSerializer(serializers.ModelSerializer[Allocation]):
         )
 
 
-# Plain columns a list row copies as they are; dates are formatted by allocation_row.
-ROW_FIELDS = (
-    "id",
-    "uuid",
-    "profile",
-    "count",
-    "lease_hours",
-    "purpose",
-    "memory_mib",
-    "thread_percentage",
-    "movable",
-    "compute_slices",
-    "memory_slices",
-    "borrowed_compute_slices",
-    "borrowed_memory_slices",
-    "reclaim_at",
-    "status",
-    "held",
-    "hold_outcome",
-    "hold_ended_at",
-    "status_message",
-    "auto_approved",
-    "decided_at",
-    "decision_reason",
-    "claim_name",
-    "activated_at",
-    "lease_expires_at",
-    "ended_at",
-    "created_at",
-    "updated_at",
-)
 # What the list endpoint reads with queryset.values(): no model instances are built for a page.
 ROW_COLUMNS = (
     *ROW_FIELDS,

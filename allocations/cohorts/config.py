@@ -106,6 +106,24 @@ def _membership_fields(quota: Quota) -> dict[str, Any]:
     }
 
 
+def _save_membership(quota: Quota, cohort: Cohort | None, limits: dict[str, int | None], actor: User) -> None:
+    """`quota` in `cohort` (None: in none) with `limits`, saved and audited `set_quota_cohort`. The caller holds the
+    quota's and the cohorts' locks."""
+    before = _membership_fields(quota)
+    quota.cohort = cohort
+    for name, value in limits.items():
+        setattr(quota, name, value)
+    quota.save(update_fields=["cohort", *LIMIT_FIELDS, "updated_at"])
+    record_audit_event(
+        actor=actor,
+        verb="set_quota_cohort",
+        obj=quota,
+        tenant_id=quota.tenant_id,
+        before=before,
+        after=_membership_fields(quota),
+    )
+
+
 def _refresh_cluster_fences(tenant_ids: set[int]) -> None:
     """On Kubernetes each tenant's device ResourceQuota counts what its cohort could lend it (cluster/sync.py
     tenant_spec), so a change of membership or limits re-applies it for every member it touches, as a quota change
@@ -217,19 +235,7 @@ def delete_cohort(*, cohort_id: int, actor: User) -> None:
                 "reclaim before deleting the cohort."
             )
     for quota in members:
-        before = _membership_fields(quota)
-        quota.cohort = None
-        for name in LIMIT_FIELDS:
-            setattr(quota, name, None)
-        quota.save(update_fields=["cohort", *LIMIT_FIELDS, "updated_at"])
-        record_audit_event(
-            actor=actor,
-            verb="set_quota_cohort",
-            obj=quota,
-            tenant_id=quota.tenant_id,
-            before=before,
-            after=_membership_fields(quota),
-        )
+        _save_membership(quota, None, dict.fromkeys(LIMIT_FIELDS), actor)
     record_audit_event(actor=actor, verb="delete_cohort", obj=cohort, before=_cohort_fields(cohort))
     cohort.delete()
     _refresh_cluster_fences({quota.tenant_id for quota in members})
@@ -273,23 +279,11 @@ def set_quota_cohort(*, quota_id: int, cohort_id: int | None, limits: Limits, ac
     wanted_ids = {c for c in (quota.cohort_id, cohort_id) if c is not None}
     locked = {c: _lock_cohort_or_invalid(c) for c in sorted(wanted_ids)}
     cohort = locked[cohort_id] if cohort_id is not None else None
-    before = _membership_fields(quota)
     if quota.cohort_id != cohort_id and borrowed_by(tenant_id=quota.tenant_id, pool_id=quota.pool_id) != (0, 0):
         raise CohortInUse(
             "This tenant holds borrowed slices in its cohort: release them or wait for the reclaim before it changes "
             "cohort."
         )
-    quota.cohort = cohort
-    for name, value in limits.as_dict().items():
-        setattr(quota, name, value)
-    quota.save(update_fields=["cohort", *LIMIT_FIELDS, "updated_at"])
-    record_audit_event(
-        actor=actor,
-        verb="set_quota_cohort",
-        obj=quota,
-        tenant_id=quota.tenant_id,
-        before=before,
-        after=_membership_fields(quota),
-    )
+    _save_membership(quota, cohort, limits.as_dict(), actor)
     _refresh_cluster_fences({quota.tenant_id} | _member_tenants(wanted_ids))
     return quota

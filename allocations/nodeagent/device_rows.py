@@ -22,13 +22,8 @@ from django.db import connection
 
 from allocations.nodeagent.models import DeviceState
 
-FIELDS = (
-    "id",
-    "node_id",
-    "gpu_id",
-    "kind",
-    "uuid",
-    "gpu_uuid",
+# What a report changes on a device row (telemetry.py writes these back, and the row's GPU).
+SAMPLED_FIELDS = (
     "profile",
     "start",
     "memory_used_mib",
@@ -47,6 +42,7 @@ FIELDS = (
     "minute_util_max",
     "minute_processes_max",
 )
+FIELDS = ("id", "node_id", "gpu_id", "kind", "uuid", "gpu_uuid", *SAMPLED_FIELDS)
 
 
 class DeviceRow:

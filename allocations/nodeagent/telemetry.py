@@ -21,7 +21,7 @@ from django.db import transaction
 
 from allocations.models import Gpu, Node
 from allocations.nodeagent.bulk import update_rows
-from allocations.nodeagent.device_rows import DeviceRow, read_device_rows
+from allocations.nodeagent.device_rows import SAMPLED_FIELDS, DeviceRow, read_device_rows
 from allocations.nodeagent.models import AgentStatus, DeviceRollup, DeviceState, HealthEvent
 
 
@@ -44,26 +44,7 @@ class IngestResult:
     removed: list[str] = field(default_factory=list)
 
 
-STATE_FIELDS = [
-    "gpu",
-    "profile",
-    "start",
-    "memory_used_mib",
-    "memory_total_mib",
-    "processes",
-    "utilisation",
-    "utilisation_source",
-    "ecc_uncorrected",
-    "sampled_at",
-    "minute",
-    "minute_samples",
-    "minute_memory_sum",
-    "minute_memory_max",
-    "minute_util_sum",
-    "minute_util_samples",
-    "minute_util_max",
-    "minute_processes_max",
-]
+STATE_FIELDS = ["gpu", *SAMPLED_FIELDS]
 STATUS_FIELDS = ["boot", "last_seq", "last_seen_at", "dropped"]
 
 # A device row as read (a plain row, device_rows.py) or as made for a new device (a model instance).

@@ -149,22 +149,8 @@ def request_lease_extension(
             after={**_lease_fields(allocation), "hours": hours, "extension": extension.pk},
         )
         return extension
-    _refuse_if_waiting(allocation)
-    extension = LeaseExtension.objects.create(
-        allocation=allocation, hours=hours, requested_by_id=actor.pk, lease_hours_after=total
-    )
-    record_audit_event(
-        actor=actor,
-        verb="request_extension",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before=_lease_fields(allocation),
-        after={
-            "hours": hours,
-            "lease_hours": total,
-            "auto_approve_max_lease_hours": allocation.tenant.auto_approve_max_lease_hours,
-            "extension": extension.pk,
-        },
+    extension = _pending_extension(
+        allocation, hours, total, actor, auto_approve_max_lease_hours=allocation.tenant.auto_approve_max_lease_hours
     )
     notify_users(
         recipient_ids=tenant_manager_ids(allocation.tenant_id),
@@ -178,6 +164,24 @@ def request_lease_extension(
         actor=actor,
     )
     _queue("notify_managers_of_extension_task", extension.pk)
+    return extension
+
+
+def _pending_extension(allocation: Allocation, hours: int, total: int, actor: User, **audited: Any) -> LeaseExtension:
+    """A PENDING extension of `hours` (the lease `total` hours after it), audited as asked for with `audited` (what
+    it waits for); refused while another one waits."""
+    _refuse_if_waiting(allocation)
+    extension = LeaseExtension.objects.create(
+        allocation=allocation, hours=hours, requested_by_id=actor.pk, lease_hours_after=total
+    )
+    record_audit_event(
+        actor=actor,
+        verb="request_extension",
+        obj=allocation,
+        tenant_id=allocation.tenant_id,
+        before=_lease_fields(allocation),
+        after={"hours": hours, "lease_hours": total, "extension": extension.pk, **audited},
+    )
     return extension
 
 
@@ -201,18 +205,7 @@ def _ask_booking_owners(
     """A PENDING extension that first waits for the owners of the bookings in the way (one consent each)."""
     from allocations.services.extension_consents import ask_consents  # noqa: PLC0415 (that module imports this one)
 
-    _refuse_if_waiting(allocation)
-    extension = LeaseExtension.objects.create(
-        allocation=allocation, hours=hours, requested_by_id=actor.pk, lease_hours_after=total
-    )
-    record_audit_event(
-        actor=actor,
-        verb="request_extension",
-        obj=allocation,
-        tenant_id=allocation.tenant_id,
-        before=_lease_fields(allocation),
-        after={"hours": hours, "lease_hours": total, "extension": extension.pk, "bookings": list(booked.booking_ids)},
-    )
+    extension = _pending_extension(allocation, hours, total, actor, bookings=list(booked.booking_ids))
     ask_consents(allocation=allocation, extension=extension, booking_ids=booked.booking_ids, actor=actor)
     return extension
 

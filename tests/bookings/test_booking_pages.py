@@ -66,6 +66,17 @@ def test_managers_decide_and_requesters_cancel_from_the_list(world: World):
     assert "Cannot move from cancelled to cancelled." in again.content.decode()
 
 
+def test_a_manager_rejects_from_the_list_only_with_a_reason(world: World):
+    booking = book(world, world.pool, profile="3g.40gb")
+    manager = client_for(world.mallory)
+    no_reason = manager.post(f"/bookings/{booking.pk}/reject/", follow=True).content.decode()
+    assert f"Booking #{booking.pk}: Say why the booking is rejected." in no_reason
+    assert Booking.objects.get().status == Booking.Status.PENDING
+    rejected = manager.post(f"/bookings/{booking.pk}/reject/", {"reason": "the lab is closed"}, follow=True)
+    assert f"Booking #{booking.pk} is rejected." in rejected.content.decode()
+    assert Booking.objects.get().status == Booking.Status.REJECTED
+
+
 def test_the_calendar_is_for_admins_and_a_bad_week_is_answered_in_words(world: World):
     assert client_for(world.alice).get("/manage/bookings/").status_code == 403
     response = client_for(world.root).get(f"/manage/bookings/?pool={world.pool.pk}&week=next-tuesday")

@@ -175,6 +175,20 @@ def test_the_bookings_page_asks_the_owner_and_takes_the_answer(world: World, cli
     assert extension.status == "approved"
 
 
+def test_the_bookings_page_takes_a_refusal_only_with_a_reason(world: World, client):
+    extension, lease_id, booking_id = asked_extension(world)
+    consent = ExtensionConsent.objects.get()
+    client.force_login(world.charlie)
+    no_reason = client.post(reverse("consent-refuse", args=[consent.pk]), follow=True).content.decode()
+    assert f"Question #{consent.pk} about a booking&#x27;s room: Say why the booking keeps its room." in no_reason
+    refused = client.post(reverse("consent-refuse", args=[consent.pk]), {"reason": "a workshop"}, follow=True)
+    assert f"You refused the extension that would use booking #{booking_id}&#x27;s room." in refused.content.decode()
+    extension.refresh_from_db()
+    assert extension.status == "rejected"
+    client.force_login(world.alice)  # she sees the question about her lease but may not answer it
+    assert client.post(reverse("consent-agree", args=[consent.pk])).status_code == 403
+
+
 def test_the_page_tells_how_to_ask_the_bookings_owner_in_its_own_words(world: World, client):
     # given: a lease whose 2 h more would run into Team B's booking
     small = small_pool(world, gpus=1)

@@ -127,9 +127,10 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
 
 
 def check_reclaim(allocation: Allocation) -> ReclaimCheck:
-    """wait_for_reclaim, with the quota row it read: the admission pass (services/queue.py) holds that row locked
-    until it commits (lock_quotas), so the row stays right for the rest of the request's try, and neither the
-    placement step nor `reclaim_room_for` reads it again (issue 14)."""
+    """wait_for_reclaim, with the quota row it read, for the admission pass (services/queue.py): the placement step
+    and `reclaim_room_for` use it instead of reading it again (issue 14). Safe within one try: same transaction,
+    same locks (the pass's quota rows are locked at both reads or at neither: services/locks.PassQuotas), and the
+    try changes the row only in a savepoint that is rolled back before the row is used again."""
     if _borrows(allocation):
         return ReclaimCheck(waits=False, read=False, quota=None)  # one that borrows never reclaims (Kueue's rule)
     quota, rows = _cohort_members(allocation)

@@ -34,7 +34,7 @@ from allocations.services.cohort_reclaim import (
     within_pass_try,
 )
 from allocations.services.cohorts import borrow_again
-from allocations.services.locks import lock_pool, lock_quotas
+from allocations.services.locks import PassQuotas, lock_pool, pass_quotas, quotas_at_first_lock
 from allocations.services.outbox import enqueue_task
 from allocations.services.provisioning import start_allocation
 from tenants.services import record_audit_event
@@ -52,16 +52,18 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
 
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
     passes run one after the other and the second finds the first's admissions no longer QUEUED; in a pool with
-    cohorts, then its queued tenants' quota rows (pk order), before any try locks a cohort row. It tries only the
+    cohorts, its queued tenants' quota rows (pk order) when a try first needs one (services/locks.PassQuotas),
+    before any try locks a cohort row. It tries only the
     requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
     withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
     """
     queue = lock_queue(pool_id=pool_id)
     if queue is None:
         return []
-    if queue.has_cohorts:
-        lock_queued_quotas(queue)
-    return try_queued(queue)
+    if not queue.has_cohorts:
+        return try_queued(queue)
+    with quotas_at_first_lock(pool_id=pool_id, tenant_ids={a.tenant_id for a in queue.queued}):
+        return try_queued(queue)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class LockedQueue:
 
 def lock_queue(*, pool_id: int) -> LockedQueue | None:
     """The pass's first step: the pool's queued requests (pk order), then the pool; None when nothing is queued.
-    Caller is in a transaction (admit_queued; bench/pass_quota_locks.py calls the steps one by one)."""
+    Caller is in a transaction (admit_queued; bench/pass_quota_locks.py calls the steps one by one, with the quota
+    rows taken at the first lock, before the first try as in session 13, or not at all)."""
     locked = set(
         Allocation.objects.select_for_update(no_key=True, of=("self",))
         .filter(pool_id=pool_id, status=Status.QUEUED)  # the status read under the lock (re-checked after a wait)
@@ -99,12 +102,6 @@ def lock_queue(*, pool_id: int) -> LockedQueue | None:
     queued = [a for a in queued_in_order(pool) if a.pk in locked]  # read under the locks: only what is still QUEUED
     has_cohorts = Cohort.objects.filter(pool_id=pool_id).exists()  # stable under the pool lock (create_cohort takes it)
     return LockedQueue(pool=pool, locked=locked, queued=queued, has_cohorts=has_cohorts)
-
-
-def lock_queued_quotas(queue: LockedQueue) -> None:
-    """In a pool with cohorts: every quota row the tries may lock, in pk order, before a try's charge locks a cohort
-    row (services/locks.py)."""
-    lock_quotas(pool_id=queue.pool.pk, tenant_ids={a.tenant_id for a in queue.queued})
 
 
 def try_queued(queue: LockedQueue) -> list[Allocation]:
@@ -133,12 +130,16 @@ def _try_admit(
     None, and whether it was left queued by a rollback. `history` (the pass's hold history) learns whether it is held
     afterwards; while it is tried it is not, so it does not count against itself. `locked`: the queued requests the
     pass holds (the only ones its notices may be handed to). `check`: the pass's check_reclaim of it just now."""
+    quotas = pass_quotas()
+    if quotas is not None and (allocation.borrowed_compute_slices or allocation.borrowed_memory_slices):
+        quotas.take()  # borrow_again locks its row and then the cohort's: all rows first, outside the savepoint
+    taken = quotas is None or quotas.taken
     savepoint = transaction.savepoint()
     # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.
     Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED, held=False)
     history.set_held(allocation, held=False)
     if not borrow_again(allocation):  # its borrowed part, given back while queued, is no longer lent (issue 15)
-        transaction.savepoint_rollback(savepoint)
+        _roll_back(savepoint, quotas, taken)
         history.set_held(allocation, held=is_held(allocation))
         return None, True
     try:  # reads the layout and demand once (read_once_per_try), and the reclaim rows not again (within_pass_try)
@@ -147,7 +148,7 @@ def _try_admit(
     except PoolBusy:
         placed = None  # fits only next to claims still being allocated: the next pass sees them settled
     if placed is None or placed.status == Status.QUEUED:
-        transaction.savepoint_rollback(savepoint)
+        _roll_back(savepoint, quotas, taken)
         if placed is not None:
             keep_hold(queued=allocation, tried=placed)  # a hold's deadline and reason outlive the rollback (issue 14)
         history.set_held(allocation, held=is_held(allocation))  # as the rollback (and keep_hold) left it
@@ -177,6 +178,14 @@ def _try_admit(
     if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
     return placed, False
+
+
+def _roll_back(savepoint: str, quotas: PassQuotas | None, taken: bool) -> None:
+    """Roll a try back. Quota rows first taken within it are no longer locked (PostgreSQL releases the row locks a
+    rolled-back savepoint took): the pass takes them again when it next needs one."""
+    transaction.savepoint_rollback(savepoint)
+    if quotas is not None and not taken:
+        quotas.taken = False
 
 
 def admit_all_queued() -> dict[int, int]:

@@ -53,9 +53,9 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
     passes run one after the other and the second finds the first's admissions no longer QUEUED; in a pool with
     cohorts, its queued tenants' quota rows (pk order) when a try first needs one (services/locks.PassQuotas),
-    before any try locks a cohort row. It tries only the
-    requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
-    withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
+    before any try locks a cohort row. It tries only the requests it holds locked: one queued after its first lock
+    is taken without waiting (another transaction may be withdrawing it) or left to the next pass, so a request
+    withdrawn meanwhile is never admitted.
     """
     queue = lock_queue(pool_id=pool_id)
     if queue is None:
@@ -118,7 +118,7 @@ def try_queued(queue: LockedQueue) -> list[Allocation]:
                 admitted.append(placed)
             elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
                 # Within guarantee in a full pool: borrowed slices of the cohort make room. The check's quota row is
-                # as it was when the try rolled back (the pass holds it); a try that settled otherwise changed it.
+                # still right after a rollback (cohort_reclaim.check_reclaim); a try that settled otherwise changed it.
                 reclaim_room_for(allocation, checked=check if left_queued else None)
     return admitted
 

@@ -84,12 +84,13 @@ def test_a_killed_workers_task_comes_back_after_its_queues_own_visibility_timeou
 BOTH = {"FATIA_BROKER_VISIBILITY_TIMEOUT_S": "3600", "FATIA_BROKER_VISIBILITY_TIMEOUTS": "celery=3,claims=3"}
 
 
-def test_a_killed_default_workers_claim_poll_comes_back_to_the_claims_queue(
+def test_a_killed_default_workers_claims_task_is_kept_under_its_groups_keys_and_comes_back(
     world: World, redis_server: PrivateRedis, tmp_path: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
     """A worker without -Q consumes `celery` and `claims` (portal/broker.py): what it took from `claims` is kept under
-    the keys of that group, as a `-Q celery,claims` worker keeps it (it was `celery`'s alone), and comes back to
-    `claims` (kombu restores a message by the exchange and routing key it was sent with) for the next worker."""
+    the keys of that group, as a `-Q celery,claims` worker keeps it (session 13: under `celery`'s alone, which such a
+    worker never restores), and a worker of those queues runs it again after their timeout. Kombu puts it back on
+    the queue it was sent to (it keeps an unacknowledged message with its exchange and routing key)."""
     keys = redis.Redis.from_url(redis_server.url)
     holder = database()
     watcher = database()

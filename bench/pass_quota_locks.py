@@ -1,7 +1,7 @@
 """What the admission pass's quota locks cost in a pool with cohorts (issue 14, session 14): since session 13 the pass
 locked the quota rows of every tenant it holds a queued request of, in pk order, before its first try (services/locks.py
 says why: a deadlock otherwise); since session 14 it takes them when a try first needs one (services/locks.PassQuotas:
-before the try of a request that borrows, or at its first quota or cohort lock).
+its first quota or cohort lock, such as a borrower's charge).
 
     python bench/pass_quota_locks.py                 # python: a venv with `pip install -e ".[dev]"`
     python bench/pass_quota_locks.py --no-write      # docs/benchmarks.md left alone

@@ -13,7 +13,7 @@ first lock it takes the same way, with SKIP LOCKED, and tries none it does not h
 Its tries charge (services/cohorts.borrow_again) or give back (a failed try) their tenants' quota rows, and a
 borrower's charge locks its cohort row, kept until the pass commits; so in a pool with cohorts the pass locks the
 quota rows of every tenant it holds a queued request of, in pk order (lock_quotas), before any quota or cohort row
-it needs: before the try of a request that borrows, or at its first lock_quota or lock_cohort (PassQuotas; a pass
+it needs, at its first lock_quota or lock_cohort (PassQuotas: a borrower's charge locks its own row first; a pass
 whose tries charge nothing takes none, so members' new requests need not wait for it; a try rolled back releases
 the rows it took, and the pass takes them again when it next needs one). Locked one by one in admission order
 instead, a pass that had admitted Team B (B's quota row, then the cohort's) waited for Team A's row, which a charge
@@ -79,11 +79,11 @@ def lock_quotas(*, pool_id: int, tenant_ids: Iterable[int]) -> None:
 @dataclass
 class PassQuotas:
     """The quota rows an admission pass may lock (services/queue.py), taken together by `lock_quotas` when the pass
-    first needs one: before the try of a request that borrows (services/cohorts.borrow_again locks its row, then the
-    cohort's), and at any other quota or cohort lock within the pass (lock_quota, lock_cohort). Until then a
-    member's new request or quota change does not wait for the pass: a pass whose tries charge no quota locks none
-    (issue 14, session 14: taken before the first try, they held such a request for the whole pass).
-    `taken` is cleared by the pass when a try that took them is rolled back (the savepoint's row locks go with it)."""
+    first needs one: at its first quota or cohort lock (lock_quota, lock_cohort; services/cohorts.borrow_again locks
+    a borrower's row, then the cohort's). Until then a member's new request or quota change does not wait for the
+    pass: a pass whose tries charge no quota locks none (issue 14, session 14: taken before the first try, they held
+    such a request for the whole pass). `taken` is cleared by the pass when a try that took them is rolled back (the
+    savepoint's row locks go with it), so a borrower that does not fit holds them only while it is tried."""
 
     pool_id: int
     tenant_ids: frozenset[int]

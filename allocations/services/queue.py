@@ -130,9 +130,7 @@ def _try_admit(
     None, and whether it was left queued by a rollback. `history` (the pass's hold history) learns whether it is held
     afterwards; while it is tried it is not, so it does not count against itself. `locked`: the queued requests the
     pass holds (the only ones its notices may be handed to). `check`: the pass's check_reclaim of it just now."""
-    quotas = pass_quotas()
-    if quotas is not None and (allocation.borrowed_compute_slices or allocation.borrowed_memory_slices):
-        quotas.take()  # borrow_again locks its row and then the cohort's: all rows first, outside the savepoint
+    quotas = pass_quotas()  # its quota rows, if not yet taken, are taken at the try's first quota or cohort lock
     taken = quotas is None or quotas.taken
     savepoint = transaction.savepoint()
     # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.

@@ -66,6 +66,14 @@ def task_queues(queue_type: str) -> tuple[Queue, ...]:
     )
 
 
+def default_consumed(configured: Iterable[Queue] | None, default_queue: str) -> list[str]:
+    """The queues a worker started without -Q consumes: every configured one (`task_queues`), else Celery's default.
+    Its group for the visibility timeout is all of them: grouped under `celery` alone (as before session 14), it
+    kept a claim poll it had taken under other keys than a `-Q celery,claims` worker's, so neither restored the
+    other's, and a timeout given to `claims` did not count for it."""
+    return [queue.name for queue in configured or ()] or [default_queue]
+
+
 def parse_visibility_timeouts(raw: str) -> dict[str, int]:
     """FATIA_BROKER_VISIBILITY_TIMEOUTS, `queue=seconds,queue=seconds` (spaces allowed), as a mapping."""
     timeouts: dict[str, int] = {}

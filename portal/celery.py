@@ -40,10 +40,11 @@ def _close_old_database_connections(task: Task[Any, Any] | None = None, **_: Any
 @celeryd_init.connect
 def _visibility_timeout_of_the_queues_consumed(conf: Any = None, options: Any = None, **_: Any) -> None:
     """A worker started with `-Q` for queues named in FATIA_BROKER_VISIBILITY_TIMEOUTS takes their timeout, and keys
-    of their own for the messages it has not acknowledged (portal/broker.py says why both)."""
+    of their own for the messages it has not acknowledged (portal/broker.py says why both). A worker without `-Q`
+    consumes every configured queue (`celery` and `claims`), so it is that group, as `-Q celery,claims` is."""
     if conf is None or not settings.FATIA_BROKER_VISIBILITY_TIMEOUTS:
         return
-    queues = (options or {}).get("queues") or [conf.task_default_queue]
+    queues = (options or {}).get("queues") or broker.default_consumed(conf.task_queues, conf.task_default_queue)
     if isinstance(queues, str):
         queues = queues.split(",")
     # Updated in place: the app reads its settings with the CELERY_ namespace, and an attribute set on `conf` under

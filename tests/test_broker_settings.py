@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from portal.broker import worker_transport_options
+from portal.broker import default_consumed, task_queues, worker_transport_options
 
 CELERY_CONF = (
     "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; django.setup(); "
@@ -120,3 +120,13 @@ def test_claim_polls_go_to_their_own_queue_and_everything_else_to_the_default_on
     assert sorted(q.name for q in configured) == ["celery", "claims"]
     declared = {(q.name, q.exchange.type, q.queue_arguments) for q in configured}
     assert declared == {("celery", "direct", None), ("claims", "direct", None)}
+
+
+def test_a_worker_without_q_is_the_group_of_every_queue_it_consumes():
+    # a worker without -Q consumes the default queue and the claim polls' (session 13): it keeps their messages under
+    # the keys of that group, as `-Q celery,claims` does, and takes the longer timeout (session 14)
+    consumed = default_consumed(task_queues("classic"), "celery")
+    assert consumed == ["celery", "claims"]
+    options = worker_transport_options(consumed, {"claims": 30}, 300)
+    assert (options["unacked_key"], options["visibility_timeout"]) == ("unacked:celery+claims", 300)
+    assert default_consumed(None, "celery") == ["celery"]

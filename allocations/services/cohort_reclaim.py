@@ -23,6 +23,10 @@ no longer waits is never carried out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -31,7 +35,7 @@ from django.utils import timezone
 
 from allocations.cohorts.accounting import Shortfall, reclaim_shortfall
 from allocations.cohorts.members import member_state
-from allocations.models import Allocation, Quota
+from allocations.models import Allocation, Cohort, Quota
 from allocations.services.cohort_notices import HANDOVER_TASK, RECLAIMABLE, clear_notice, drop_room, give_notice
 from allocations.services.cohorts import held_quota
 from allocations.services.compaction import rescue_applying
@@ -77,15 +81,65 @@ def _pending(allocation: Allocation) -> bool:
     return Allocation.objects.filter(reclaimed_for=allocation, status__in=Allocation.QUOTA_HOLDING).exists()
 
 
+@dataclass(frozen=True)
+class ReclaimCheck:
+    """`check_reclaim`'s answer. `read`: it read the request's quota row (`quota`: with its cohort, None outside a
+    cohort of the pool); a request that borrows is answered without a read."""
+
+    waits: bool
+    read: bool
+    quota: Quota | None
+
+
+# The admission pass's try in progress in this thread, if any (`within_pass_try`): its request and the pass's check.
+_PASS_TRY: ContextVar[tuple[int, ReclaimCheck] | None] = ContextVar("pass_try", default=None)
+
+
+@contextmanager
+def within_pass_try(allocation: Allocation, check: ReclaimCheck) -> Iterator[None]:
+    """The admission pass's try of `allocation` (services/queue.py), inside its savepoint, `check` its check_reclaim
+    made just before. Within it, for that request (issue 14):
+    - the placement step's wait_for_reclaim answers with the check (it read the rows in the same transaction, under
+      the same locks, and the try changed none of them since: a request that borrows is asked again, as
+      services/cohorts.borrow_again may have found it borrows nothing now);
+    - reclaim_room_for gives no notice: it runs there only when the request is queued again, and such a try is
+      rolled back, notices and all; the pass asks once after the rollback, with the check's quota row."""
+    token = _PASS_TRY.set((allocation.pk, check))
+    try:
+        yield
+    finally:
+        _PASS_TRY.reset(token)
+
+
+def _pass_try_of(allocation: Allocation) -> ReclaimCheck | None:
+    current = _PASS_TRY.get()
+    return current[1] if current is not None and current[0] == allocation.pk else None
+
+
 def wait_for_reclaim(allocation: Allocation) -> bool:
     """True: the request must wait for borrowed slices to come back (notices given now or before). Caller holds
     the allocation's lock and its pool's. The request's quota is charged already (approval), so the shortfall is
     what its own charge adds to the cohort's overdraft."""
+    checked = _pass_try_of(allocation)
+    if checked is not None and checked.read:
+        return checked.waits
+    return check_reclaim(allocation).waits
+
+
+def check_reclaim(allocation: Allocation) -> ReclaimCheck:
+    """wait_for_reclaim, with the quota row it read, for the admission pass (services/queue.py): the placement step
+    and `reclaim_room_for` use it instead of reading it again (issue 14). Safe within one try: same transaction,
+    same locks (the pass's quota rows are locked at both reads or at neither: services/locks.PassQuotas), and the
+    try changes the row only in a savepoint that is rolled back before the row is used again."""
     if _borrows(allocation):
-        return False  # a request that borrows never reclaims (Kueue's reclaimWithinCohort)
+        return ReclaimCheck(waits=False, read=False, quota=None)  # one that borrows never reclaims (Kueue's rule)
     quota, rows = _cohort_members(allocation)
     if quota is None or quota.cohort is None:
-        return False
+        return ReclaimCheck(waits=False, read=True, quota=None)
+    return ReclaimCheck(waits=_must_wait(allocation, quota.cohort, rows), read=True, quota=quota)
+
+
+def _must_wait(allocation: Allocation, cohort: Cohort, rows: list[Quota]) -> bool:
     compute, memory = held_quota(allocation)
     members = [
         member_state(q, less_compute=compute, less_memory=memory)
@@ -100,22 +154,23 @@ def wait_for_reclaim(allocation: Allocation) -> bool:
         return True
     # Nothing left to take back (every borrowed slice already under notice for another lender, or none runs):
     # waiting would be for ever, so the request goes on as any other; the cohort balances as those come back.
-    return bool(give_notice(lender=allocation, cohort=quota.cohort, need=need, whole=False))
+    return bool(give_notice(lender=allocation, cohort=cohort, need=need, whole=False))
 
 
-def reclaim_room_for(allocation: Allocation) -> int:
+def reclaim_room_for(allocation: Allocation, *, checked: ReclaimCheck | None = None) -> int:
     """A request within guarantee waits for room in a full pool: notice to other members' borrowed allocations
     there whose release makes a layout it fits (cohort_notices._choose); when no choice does, enough slices by
     count (the layout they free may still not fit, and then the next pass asks again). How many were marked.
-    Caller holds the allocation's lock (and the pool's)."""
-    if _borrows(allocation):
-        return 0
+    Caller holds the allocation's lock (and the pool's). `checked`: the admission pass's check_reclaim of this
+    try, whose quota row (locked by the pass, the try rolled back) is used instead of reading it again."""
+    if _borrows(allocation) or _pass_try_of(allocation) is not None:
+        return 0  # one that borrows never reclaims; within a pass's try: rolled back if it runs (within_pass_try)
     pending = _pending(allocation)
     if allocation.reclaim_room and not pending and not rescue_applying(allocation):
         # Everything taken back (or moved) for it is gone and it still did not fit (a node left, say): its room
         # holds nothing it can use, so other requests may have it again (allocations/cohorts/fence.py).
         drop_room(allocation)
-    quota = _cohort_quota(allocation)
+    quota = checked.quota if checked is not None and checked.read else _cohort_quota(allocation)
     if quota is None or quota.cohort is None or pending or rescue_applying(allocation):
         return 0  # notices or moves for it under way
     if quota.compute_slices_used > quota.compute_slices_limit or quota.memory_slices_used > quota.memory_slices_limit:

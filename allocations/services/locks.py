@@ -12,10 +12,13 @@ first lock it takes the same way, with SKIP LOCKED, and tries none it does not h
 (admission/outcomes.py: one another transaction holds is not counted), after the pool's lock: it never waits.
 Its tries charge (services/cohorts.borrow_again) or give back (a failed try) their tenants' quota rows, and a
 borrower's charge locks its cohort row, kept until the pass commits; so in a pool with cohorts the pass locks the
-quota rows of every tenant it holds a queued request of, in pk order, right after the pool (lock_quotas), before any
-cohort row. Locked one by one in admission order instead, a pass that had admitted Team B (B's quota row, then the
-cohort's) waited for Team A's row, which a charge (A's row, then the cohort) or a cohort's deletion or membership
-change (cohorts/config.py: the members' rows in pk order, then the cohort) held while it waited for the pass:
+quota rows of every tenant it holds a queued request of, in pk order (lock_quotas), before any quota or cohort row
+it needs, at its first lock_quota or lock_cohort (PassQuotas: a borrower's charge locks its own row first; a pass
+whose tries charge nothing takes none, so members' new requests need not wait for it; a try rolled back releases
+the rows it took, and the pass takes them again when it next needs one). Locked one by one in admission order
+instead, a pass that had admitted Team B (B's quota row, then the cohort's) waited for Team A's row, which a charge
+(A's row, then the cohort) or a cohort's deletion or membership change (cohorts/config.py: the members' rows in pk
+order, then the cohort) held while it waited for the pass:
 "deadlock detected" (tests/cohorts/test_pass_lock_order.py). Those do not take the pool, so nothing else orders them
 against the pass; several quota rows are always locked in pk order, and cohort rows only after them.
 
@@ -30,7 +33,10 @@ waited for the quota row: a deadlock (issue 9).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from allocations.models import (
     Allocation,
@@ -53,6 +59,7 @@ def lock_allocation(*, allocation_id: int) -> Allocation:
 
 
 def lock_quota(*, tenant_id: int, pool_id: int) -> Quota | None:
+    _take_pass_quotas()
     return (
         Quota.objects.select_for_update(no_key=True, of=("self",))
         .filter(tenant_id=tenant_id, pool_id=pool_id)
@@ -67,6 +74,51 @@ def lock_quotas(*, pool_id: int, tenant_ids: Iterable[int]) -> None:
     so it never waits for a quota row while it holds a cohort's."""
     rows = Quota.objects.select_for_update(no_key=True, of=("self",)).filter(pool_id=pool_id, tenant_id__in=tenant_ids)
     list(rows.order_by("pk").values_list("pk", flat=True))
+
+
+@dataclass
+class PassQuotas:
+    """The quota rows an admission pass may lock (services/queue.py), taken together by `lock_quotas` when the pass
+    first needs one: at its first quota or cohort lock (lock_quota, lock_cohort; services/cohorts.borrow_again locks
+    a borrower's row, then the cohort's). Until then a member's new request or quota change does not wait for the
+    pass: a pass whose tries charge no quota locks none (issue 14, session 14: taken before the first try, they held
+    such a request for the whole pass). `taken` is cleared by the pass when a try that took them is rolled back (the
+    savepoint's row locks go with it), so a borrower that does not fit holds them only while it is tried."""
+
+    pool_id: int
+    tenant_ids: frozenset[int]
+    taken: bool = False
+
+    def take(self) -> None:
+        if not self.taken:
+            self.taken = True
+            lock_quotas(pool_id=self.pool_id, tenant_ids=self.tenant_ids)
+
+
+# The admission pass in progress in this thread, if its pool has cohorts (quotas_at_first_lock).
+_PASS_QUOTAS: ContextVar[PassQuotas | None] = ContextVar("pass_quotas", default=None)
+
+
+@contextmanager
+def quotas_at_first_lock(*, pool_id: int, tenant_ids: Iterable[int]) -> Iterator[PassQuotas]:
+    """Within it, the first quota or cohort lock takes every quota row of `tenant_ids` in the pool (PassQuotas)."""
+    quotas = PassQuotas(pool_id=pool_id, tenant_ids=frozenset(tenant_ids))
+    token = _PASS_QUOTAS.set(quotas)
+    try:
+        yield quotas
+    finally:
+        _PASS_QUOTAS.reset(token)
+
+
+def pass_quotas() -> PassQuotas | None:
+    """The quota rows of the admission pass in progress in this thread (quotas_at_first_lock), if any."""
+    return _PASS_QUOTAS.get()
+
+
+def _take_pass_quotas() -> None:
+    quotas = _PASS_QUOTAS.get()
+    if quotas is not None:
+        quotas.take()
 
 
 def lock_quota_change(*, change_id: int) -> QuotaChangeRequest:
@@ -107,4 +159,5 @@ def lock_booking(*, booking_id: int) -> Booking:
 def lock_cohort(*, cohort_id: int) -> Cohort:
     """Lock a cohort (issue 15). Taken after the charging member's quota row: quota, then cohort. It serialises
     every charge that may borrow or lend within the cohort, so the members' rows read under it gain no usage."""
+    _take_pass_quotas()
     return Cohort.objects.select_for_update(no_key=True, of=("self",)).get(pk=cohort_id)

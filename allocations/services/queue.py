@@ -14,6 +14,8 @@ until it has waited past the bound and its node is reserved.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -24,9 +26,15 @@ from allocations.placement import PoolBusy
 from allocations.queue_state import queued_in_order
 from allocations.services.admission import end_hold, keep_hold
 from allocations.services.cohort_handover import hand_over_admitted
-from allocations.services.cohort_reclaim import lenders_first, reclaim_room_for, wait_for_reclaim
+from allocations.services.cohort_reclaim import (
+    ReclaimCheck,
+    check_reclaim,
+    lenders_first,
+    reclaim_room_for,
+    within_pass_try,
+)
 from allocations.services.cohorts import borrow_again
-from allocations.services.locks import lock_pool, lock_quotas
+from allocations.services.locks import PassQuotas, lock_pool, pass_quotas, quotas_at_first_lock
 from allocations.services.outbox import enqueue_task
 from allocations.services.provisioning import start_allocation
 from tenants.services import record_audit_event
@@ -44,10 +52,35 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
 
     Idempotent and safe to run concurrently: it locks the pool's queued requests (pk order), then the pool, so two
     passes run one after the other and the second finds the first's admissions no longer QUEUED; in a pool with
-    cohorts, then its queued tenants' quota rows (pk order), before any try locks a cohort row. It tries only the
-    requests it holds locked: one queued after its first lock is taken without waiting (another transaction may be
-    withdrawing it) or left to the next pass, so a request withdrawn meanwhile is never admitted.
+    cohorts, its queued tenants' quota rows (pk order) when a try first needs one (services/locks.PassQuotas),
+    before any try locks a cohort row. It tries only the requests it holds locked: one queued after its first lock
+    is taken without waiting (another transaction may be withdrawing it) or left to the next pass, so a request
+    withdrawn meanwhile is never admitted.
     """
+    queue = lock_queue(pool_id=pool_id)
+    if queue is None:
+        return []
+    if not queue.has_cohorts:
+        return try_queued(queue)
+    with quotas_at_first_lock(pool_id=pool_id, tenant_ids={a.tenant_id for a in queue.queued}):
+        return try_queued(queue)
+
+
+@dataclass(frozen=True)
+class LockedQueue:
+    """A pool's queue as an admission pass holds it: the pool (locked), the queued requests it holds locked, and
+    those of them still QUEUED in admission order."""
+
+    pool: NodePool
+    locked: set[int]
+    queued: list[Allocation]
+    has_cohorts: bool
+
+
+def lock_queue(*, pool_id: int) -> LockedQueue | None:
+    """The pass's first step: the pool's queued requests (pk order), then the pool; None when nothing is queued.
+    Caller is in a transaction (admit_queued; bench/pass_quota_locks.py calls the steps one by one, with the quota
+    rows taken at the first lock, before the first try as in session 13, or not at all)."""
     locked = set(
         Allocation.objects.select_for_update(no_key=True, of=("self",))
         .filter(pool_id=pool_id, status=Status.QUEUED)  # the status read under the lock (re-checked after a wait)
@@ -55,7 +88,7 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
         .values_list("pk", flat=True)
     )
     if not locked:
-        return []
+        return None
     pool = lock_pool(pool_id=pool_id)
     # Queued since: after the pool, out of the documented order, so SKIP LOCKED (never waits: cannot deadlock). One that
     # another transaction holds is not tried: unlocked, a withdrawal could commit before its try, which would then
@@ -67,52 +100,64 @@ def admit_queued(*, pool_id: int) -> list[Allocation]:
         .values_list("pk", flat=True)
     )
     queued = [a for a in queued_in_order(pool) if a.pk in locked]  # read under the locks: only what is still QUEUED
-    if Cohort.objects.filter(pool_id=pool_id).exists():  # stable under the pool's lock (create_cohort takes it)
-        # Every quota row the tries may lock, in pk order, before a try's charge locks a cohort row (services/locks.py).
-        lock_quotas(pool_id=pool_id, tenant_ids={a.tenant_id for a in queued})
-    admitted = []
+    has_cohorts = Cohort.objects.filter(pool_id=pool_id).exists()  # stable under the pool lock (create_cohort takes it)
+    return LockedQueue(pool=pool, locked=locked, queued=queued, has_cohorts=has_cohorts)
+
+
+def try_queued(queue: LockedQueue) -> list[Allocation]:
+    """The pass's tries, in admission order (lenders first); the admitted, in that order."""
+    pool, admitted = queue.pool, []
     # The pool's hold outcomes, churn and held requests: read once for the pass's tries, kept current by it (issue 14).
     with read_once_per_pass(pool) as history:
-        for allocation in lenders_first(queued):
-            if wait_for_reclaim(allocation):
+        for allocation in lenders_first(queue.queued):
+            check = check_reclaim(allocation)
+            if check.waits:
                 continue  # a lender whose lent guarantee is being taken back (issue 15): notices given outside the try
-            placed = _try_admit(allocation, pool, history, locked)
+            placed, left_queued = _try_admit(allocation, pool, history, queue.locked, check)
             if placed is not None:
                 admitted.append(placed)
             elif not pool.is_shared and not is_held(allocation):  # a held request fits: no reclaim (issue 14)
-                reclaim_room_for(allocation)  # within guarantee in a full pool: borrowed slices of the cohort make room
+                # Within guarantee in a full pool: borrowed slices of the cohort make room. The check's quota row is
+                # still right after a rollback (cohort_reclaim.check_reclaim); a try that settled otherwise changed it.
+                reclaim_room_for(allocation, checked=check if left_queued else None)
     return admitted
 
 
-def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory, locked: set[int]) -> Allocation | None:
-    """Place one queued request, or leave it exactly as it was (savepoint rolled back). `history` (the pass's hold
-    history) learns whether it is held afterwards; while it is tried it is not, so it does not count against itself.
-    `locked`: the queued requests the pass holds (the only ones its notices may be handed to)."""
+def _try_admit(
+    allocation: Allocation, pool: NodePool, history: PassHistory, locked: set[int], check: ReclaimCheck
+) -> tuple[Allocation | None, bool]:
+    """Place one queued request, or leave it exactly as it was (savepoint rolled back). The admitted request or
+    None, and whether it was left queued by a rollback. `history` (the pass's hold history) learns whether it is held
+    afterwards; while it is tried it is not, so it does not count against itself. `locked`: the queued requests the
+    pass holds (the only ones its notices may be handed to). `check`: the pass's check_reclaim of it just now."""
+    quotas = pass_quotas()  # its quota rows, if not yet taken, are taken at the try's first quota or cohort lock
+    taken = quotas is None or quotas.taken
     savepoint = transaction.savepoint()
     # Tried as a fresh request: not held while it is placed (or forced); a try that holds it again sets it again.
     Allocation.objects.filter(pk=allocation.pk).update(status=Status.APPROVED, held=False)
     history.set_held(allocation, held=False)
     if not borrow_again(allocation):  # its borrowed part, given back while queued, is no longer lent (issue 15)
-        transaction.savepoint_rollback(savepoint)
+        _roll_back(savepoint, quotas, taken)
         history.set_held(allocation, held=is_held(allocation))
-        return None
-    try:
-        placed = start_allocation(allocation_id=allocation.pk)  # reads the layout and demand once (read_once_per_try)
+        return None, True
+    try:  # reads the layout and demand once (read_once_per_try), and the reclaim rows not again (within_pass_try)
+        with within_pass_try(allocation, check):
+            placed = start_allocation(allocation_id=allocation.pk)
     except PoolBusy:
         placed = None  # fits only next to claims still being allocated: the next pass sees them settled
     if placed is None or placed.status == Status.QUEUED:
-        transaction.savepoint_rollback(savepoint)
+        _roll_back(savepoint, quotas, taken)
         if placed is not None:
             keep_hold(queued=allocation, tried=placed)  # a hold's deadline and reason outlive the rollback (issue 14)
         history.set_held(allocation, held=is_held(allocation))  # as the rollback (and keep_hold) left it
-        return None
+        return None, True
     transaction.savepoint_commit(savepoint)
     if placed.status == Status.FAILED:
-        return None  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
+        return None, False  # its pool can no longer ever hold it (a node left): failed with why, its quota given back
     if placed.status == Status.APPROVED:
         # Not admitted yet: a rescue's moves make room for it first (services/compaction.rescue_with_moves), and
         # the plan's end provisions it; its notices, and the room held for it, stay until then.
-        return None
+        return None, False
     now = timezone.now()
     waited = (now - allocation.queued_at).total_seconds() if allocation.queued_at else 0.0
     forced = {"forced_after_hold": True} if is_due(allocation, now=now) else {}  # held its bound (issue 14)
@@ -130,7 +175,15 @@ def _try_admit(allocation: Allocation, pool: NodePool, history: PassHistory, loc
     hand_over_admitted(placed, among=locked)
     if placed.status != Status.ACTIVE:
         enqueue_task(PROVISION_TASK, placed.pk)  # Kubernetes: apply the claim and holder pod, then watch them
-    return placed
+    return placed, False
+
+
+def _roll_back(savepoint: str, quotas: PassQuotas | None, taken: bool) -> None:
+    """Roll a try back. Quota rows first taken within it are no longer locked (PostgreSQL releases the row locks a
+    rolled-back savepoint took): the pass takes them again when it next needs one."""
+    transaction.savepoint_rollback(savepoint)
+    if quotas is not None and not taken:
+        quotas.taken = False
 
 
 def admit_all_queued() -> dict[int, int]:

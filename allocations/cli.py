@@ -504,7 +504,8 @@ def cmd_pools(args: argparse.Namespace, out: Output) -> int:
             if p.get("admission") == "hold":  # issue 14: why a request that fits may wait
                 header += (
                     f"\n  Holds a request that would strand room for larger ones, at most {p['max_hold_minutes']} min, "
-                    "then places it wherever it fits."
+                    "then places it wherever it fits (while the pool first fills, also one that would open an "
+                    "empty GPU kept for whole-GPU requests)."
                 )
             rows = [
                 (c["name"], c["compute_slices"], c["memory_slices"], c["memory_mib"], c["max_count"])

@@ -50,11 +50,12 @@ class QueueEntrySerializer(serializers.Serializer[Any]):
     )
     held = serializers.BooleanField(
         help_text="Waits because its pool's admission held it (issue 14): it fits, but every placement would strand "
-        "room larger requests need. False: it waits for room."
+        "room larger requests need, or (while the pool first fills) would open an empty GPU kept for whole-GPU "
+        "requests. False: it waits for room."
     )
     held_until = serializers.DateTimeField(
         allow_null=True,
-        help_text="Held: every placement would strand room (issue 14); placed at the latest then. Null: not held.",
+        help_text="Held to keep room for larger requests (issue 14); placed at the latest then. Null: not held.",
     )
 
 

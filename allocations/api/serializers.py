@@ -111,7 +111,8 @@ KIND_HELP = (
 )
 SHARING_INTERVAL_HELP = "Time-sliced pools: NVIDIA's TimeSlicingConfig interval (Default, Short, Medium, Long)."
 ADMISSION_HELP = (
-    "Dynamic MIG pools: 'hold' keeps a request whose every placement would strand room in the queue, at most "
+    "Dynamic MIG pools: 'hold' keeps a request whose every placement would strand room (or, while the pool first "
+    "fills, that would open an empty GPU whole-GPU requests are still expected for) in the queue, at most "
     "max_hold_minutes, then places it wherever it fits; 'off' places whatever fits. Refused in static and shared pools."
 )
 MAX_HOLD_HELP = "The longest a held request waits before it is placed wherever it fits (1 to 1440 minutes)."

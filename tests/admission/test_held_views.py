@@ -34,7 +34,8 @@ def test_the_queue_card_the_api_and_the_cli_say_held_and_until_when(world: World
     # and: `fatia pools` says the pool holds such requests, and for how long at most
     listed = fatia(tokens.alice, "pools").out.splitlines()
     assert listed[listed.index(f"hold (id {pool.pk}): Queue pool hold, {pool.gpu_model}") + 1] == (
-        "  Holds a request that would strand room for larger ones, at most 15 min, then places it wherever it fits."
+        "  Holds a request that would strand room for larger ones, at most 15 min, then places it wherever it fits "
+        "(while the pool first fills, also one that would open an empty GPU kept for whole-GPU requests)."
     )
 
 

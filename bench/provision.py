@@ -30,7 +30,10 @@ What it does, in order:
 6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write;
    --json PATH writes the figures for bench/steering.py (off / adaptive / always side by side).
 
---steer sets FATIA_KUBE_STEER_SLOTS for the workers: off, adaptive (the default) or always.
+--steer sets FATIA_KUBE_STEER_SLOTS for the workers: off, adaptive (the default) or always. --one-queue routes the
+workers' claim polls to Celery's default queue, behind provisioning, as before session 13 (bench/one_queue.py). The
+burst also prints what placement saw in flight (sampled every 0.5 s) and its per-GPU layouts: a claim whose allocation
+is not recorded yet closes its GPU to requests that could displace it (docs/benchmarks.md, session 14's burst runs).
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ What it does, in order:
 6. A table on stdout, and the "provision" section of docs/benchmarks.md (bench/report.py) unless --no-write;
    --json PATH writes the figures for bench/steering.py (off / adaptive / always side by side).
 
---steer sets FATIA_KUBE_STEER_SLOTS for the workers: off, adaptive (the default) or always.
+--steer sets FATIA_KUBE_STEER_SLOTS for the workers: off, adaptive (the default) or always. --one-queue routes the
+workers' claim polls to Celery's default queue, behind provisioning, as before session 13 (bench/one_queue.py). The
+burst also prints what placement saw in flight (sampled every 0.5 s) and its per-GPU layouts: a claim whose allocation
+is not recorded yet closes its GPU to requests that could displace it (docs/benchmarks.md, session 14's burst runs).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +128,11 @@ class Result:
     # Per tenth of the requests in approval order: (first and last rank, mean s approval -> placements recorded by the
     # provision task, mean s placements recorded -> allocation recorded by the claim's poll, mean s in all)
     stages: list[tuple[int, int, float, float, float]]
+    # What placement saw in flight, sampled every 0.5 s from the first approval to the last activation: (s since the
+    # first approval, requests approved and not yet planned, planned with claims not yet allocated, GPUs those claims
+    # pin). A GPU with such a claim is not a candidate for a request that could displace it (plan_slices_for_scheduler).
+    in_flight: list[tuple[float, int, int, int]]
+    first_ten: list[tuple[int, float, float]]  # (rank, approval -> provisioned s, provisioned -> active s)
 
 
 # What each process spends: comm names as /proc shows them (at most 15 characters).
@@ -176,6 +186,33 @@ def stages_by_order(
     return out
 
 
+def in_flight_summary(samples: list[tuple[float, int, int, int]]) -> str:
+    """Means and peaks of Result.in_flight, over the whole burst and per fifth of its samples."""
+    if not samples:
+        return "in flight: no sample"
+    n = len(samples)
+
+    def means(part: list[tuple[float, int, int, int]]) -> str:
+        k = len(part)
+        return "/".join(f"{sum(s[i] for s in part) / k:.0f}" for i in (1, 2, 3))
+
+    fifths = [samples[i * n // 5 : (i + 1) * n // 5] for i in range(5)]
+    return (
+        f"in flight (approved not planned / claims not allocated / GPUs they pin; {n} samples, 0.5 s apart): mean "
+        f"{means(samples)}, peak {max(s[1] for s in samples)}/{max(s[2] for s in samples)}/"
+        f"{max(s[3] for s in samples)}; by fifth of the burst: {', '.join(means(f) for f in fifths if f)}"
+    )
+
+
+def layout_counts(layout: dict[tuple[str, int], list[Any]]) -> Counter[str]:
+    """How many GPUs hold each layout (profiles by start, e.g. "1g.10gb@0 3g.40gb@4")."""
+    return Counter(
+        " ".join(f"{i.profile}@{i.start}" for i in sorted(instances, key=lambda i: i.start))
+        for instances in layout.values()
+        if instances
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -211,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         help="FATIA_KUBE_STEER_SLOTS for the workers (bare --steer: always)",
     )
     parser.add_argument("--no-scheduler", action="store_true", help="skip the scheduler-alone comparisons")
+    parser.add_argument(
+        "--one-queue",
+        action="store_true",
+        help="claim polls on Celery's default queue, behind provisioning, as before session 13 (bench/one_queue.py)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here (bench/steering.py)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -250,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.contrib.auth.models import User
     from django.core.management import call_command
+    from django.db.models import Count
     from kubernetes import client, config
 
     from allocations import services
@@ -259,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     from allocations.mig.catalog import load_catalog
     from allocations.mig.engine import fits_now
     from allocations.mig.fleet import Fleet, Gpu, Instance, Node
-    from allocations.models import Allocation, SlicePlacement
+    from allocations.models import Allocation, OutboxMessage, SlicePlacement
     from tenants import services as tenant_services
     from tenants.models import AuditEvent
 
@@ -323,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
 
     connections.close_all()
+    # --one-queue: the workers route claim polls to the default queue (the ordering sessions 11-12 measured).
+    worker_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.one_queue"} if args.one_queue else env
     workers = [
         subprocess.Popen(
             [
@@ -337,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 "-n",
                 f"bench{w}@%h",
             ],
-            env=env,
+            env=worker_env,
             cwd=ROOT,
         )  # fmt: skip
         for w in range(args.workers)
@@ -345,7 +390,58 @@ def main(argv: list[str] | None = None) -> int:
     worker_pids = [w.pid for w in workers]
     for worker in workers:
         at_exit(worker.terminate)
-    time.sleep(3)  # let the workers connect before the clock starts
+    # The clock starts once the workers have done every task queued before they started (the tenants' onboarding,
+    # sent when their quotas were set): else the burst's first requests wait behind them (session 13's first tenth).
+    open_before = dict(
+        OutboxMessage.objects.filter(done_at__isnull=True)
+        .values_list("task_name")
+        .annotate(n=Count("pk"))
+        .values_list("task_name", "n")
+    )
+    waited_from = time.perf_counter()
+    while OutboxMessage.objects.filter(done_at__isnull=True).exists() and time.perf_counter() - waited_from < 120:
+        time.sleep(0.2)
+    print(
+        f"tasks queued before the workers started: {open_before or 'none'}; done "
+        f"{time.perf_counter() - waited_from:.1f} s after the workers' start"
+    )
+
+    class InFlight(threading.Thread):
+        """Samples what placement sees in flight (Result.in_flight) on a connection of its own."""
+
+        def __init__(self, pending: list[int], first: float) -> None:
+            super().__init__(daemon=True)
+            self.pending, self.first = pending, first
+            self.stop = threading.Event()
+            self.samples: list[tuple[float, int, int, int]] = []
+
+        def run(self) -> None:
+            try:
+                while not self.stop.wait(0.5):
+                    counts = dict(
+                        Allocation.objects.filter(pk__in=self.pending)
+                        .values_list("status")
+                        .annotate(n=Count("pk"))
+                        .values_list("status", "n")
+                    )
+                    gpus = (
+                        SlicePlacement.objects.filter(
+                            allocation__pk__in=self.pending, allocation__status=Allocation.Status.PROVISIONING
+                        )
+                        .values("gpu")
+                        .distinct()
+                        .count()
+                    )
+                    self.samples.append(
+                        (
+                            time.time() - self.first,
+                            counts.get(Allocation.Status.APPROVED, 0),
+                            counts.get(Allocation.Status.PROVISIONING, 0),
+                            gpus,
+                        )
+                    )
+            finally:
+                connections.close_all()
 
     def approve_and_wait(pending: list[int], rate: float) -> Result:
         """Approve one after another (at `rate` per second, or as fast as approving goes when 0), then wait
@@ -354,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu_before = cpu_seconds(worker_pids)
         approved_at: dict[int, float] = {}
         first = time.time()
+        sampler = InFlight(pending, first)
+        sampler.start()
         for n, pk in enumerate(pending):
             if rate:
                 time.sleep(max(0.0, first + n / rate - time.time()))
@@ -370,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             if done.count() == len(pending):
                 break
             time.sleep(0.2)
+        sampler.stop.set()
+        sampler.join()
         rows = list(Allocation.objects.filter(pk__in=pending).values_list("pk", "status", "activated_at"))
         latencies = [at.timestamp() - approved_at[pk] for pk, status, at in rows if status == "active" and at]
         last = max((at.timestamp() for _, status, at in rows if status == "active" and at), default=first)
@@ -407,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
             steered=len(steered),
             load=sum(loads) / len(loads),
             slowest=[(pk, s, pk in steered) for pk, s in waited[:5]],
+            in_flight=sampler.samples,
+            first_ten=timed[:10],
         )
 
     def release_all(pending: list[int]) -> None:
@@ -430,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     print("burst by approval order (ranks: approval -> provisioned, provisioned -> active, in all; mean s):")
     for first_rank, last_rank, before, after, total in burst.stages:
         print(f"  {first_rank:4d}-{last_rank:<4d} {before:7.1f} {after:7.1f} {total:7.1f}")
+    print(in_flight_summary(burst.in_flight))
+    print("burst, the first 10 approved (approval -> provisioned s):", [round(t[1], 1) for t in burst.first_ten])
     # Only what the scheduler allocated (ACTIVE) counts for the layout.
     ours_layout: dict[tuple[str, int], list[Instance]] = {}
     active_rows = SlicePlacement.objects.filter(
@@ -442,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
     fleet = layout_fleet(ours_layout)
     ours_fits = fits_now(fleet)
     ours_whole = sum(1 for n in fleet.nodes for g in n.gpus if not g.instances)
+    burst_layouts = layout_counts(ours_layout)
+    print(f"burst, GPUs in use: {len(ours_layout)}; their layouts (profiles by start, count of GPUs):")
+    for layout_name, n in burst_layouts.most_common(12):
+        print(f"  {n:4d}  {layout_name}")
+    print(f"  {sum(burst_layouts.values()) - sum(n for _, n in burst_layouts.most_common(12)):4d}  others")
     release_all(burst_ids)
 
     # 2. Paced: the same sequence approved at steady rates.
@@ -727,6 +836,10 @@ def main(argv: list[str] | None = None) -> int:
                     "burst_steered": burst.steered,
                     "burst_load": burst.load,
                     "burst_slowest": burst.slowest,
+                    "burst_stages": burst.stages,
+                    "burst_in_flight": burst.in_flight,
+                    "burst_layouts": dict(burst_layouts),
+                    "one_queue": args.one_queue,
                     "burst_cpu_ms": {k: v * 1000 / max(len(profiles), 1) for k, v in burst.cpu.items()},
                     "trickle": {
                         "requests": len(fill_sequence),

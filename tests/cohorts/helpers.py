@@ -81,3 +81,17 @@ def ask_c(world: World, team_c: Tenant, profile: str) -> Allocation:
     )  # fmt: skip
     assert allocation.status == Allocation.Status.APPROVED
     return services.provisioning.provision_allocation(allocation_id=allocation.pk)
+
+
+def lender_waits_behind_itself(world: World) -> tuple[NodePool, Allocation]:
+    """Given: a cohort whose Team A (guaranteed 21 / 24) runs both GPUs whole itself, and its 1g.10gb, within its
+    guarantee, waits for room with nothing borrowed to take back (the pool and the queued request)."""
+    pool, _ = cohort_pool(world)
+    services.set_tenant_quota(
+        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
+        actor=world.root,
+    )  # fmt: skip
+    assert {ask(world, pool, "7g.80gb").status for _ in range(2)} == {Allocation.Status.ACTIVE}
+    waiting = ask(world, pool, "1g.10gb")
+    assert waiting.status == Allocation.Status.QUEUED
+    return pool, waiting

@@ -10,13 +10,12 @@ import threading
 import pytest
 from django.db import connection
 
-from allocations import services
 from allocations.models import Allocation
 from allocations.services.locks import lock_quota
 from allocations.services.queue import admit_queued
-from tests.cohorts.helpers import cohort_pool
+from tests.cohorts.helpers import lender_waits_behind_itself
 from tests.conftest import World
-from tests.queue.helpers import ask, in_transaction, until, waiting_on_a_lock
+from tests.queue.helpers import in_transaction, until, waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = Allocation.Status
@@ -26,14 +25,7 @@ def test_a_pass_that_charges_no_quota_does_not_wait_for_a_members_quota_row(worl
     assert connection.vendor == "postgresql"
     # given: a cohort whose Team A (guaranteed 21 / 24) runs both GPUs whole; its 1g.10gb, within its guarantee,
     # waits for room; another transaction holds Team A's quota row (a new request of Team A, say)
-    pool, _ = cohort_pool(world)
-    services.set_tenant_quota(
-        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
-        actor=world.root,
-    )  # fmt: skip
-    assert {ask(world, pool, "7g.80gb").status for _ in range(2)} == {Status.ACTIVE}
-    waiting = ask(world, pool, "1g.10gb")
-    assert waiting.status == Status.QUEUED
+    pool, waiting = lender_waits_behind_itself(world)
     row_held, row_free = threading.Event(), threading.Event()
     holder = in_transaction(lambda: lock_quota(tenant_id=world.tenant_a.pk, pool_id=pool.pk), row_held, row_free)
     row_held.wait(20)

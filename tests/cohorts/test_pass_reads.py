@@ -10,12 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from allocations import services
 from allocations.models import Allocation
 from allocations.services.queue import admit_queued
-from tests.cohorts.helpers import cohort_pool, used
+from tests.cohorts.helpers import lender_waits_behind_itself, used
 from tests.conftest import World
-from tests.queue.helpers import ask
 
 pytestmark = pytest.mark.django_db
 Status = Allocation.Status
@@ -37,14 +35,7 @@ def test_a_pass_checks_a_lenders_reclaim_once_per_try_and_reads_its_quota_row_on
 ):
     # given: a cohort whose Team A (guaranteed 21 / 24) runs both GPUs whole itself; its 1g.10gb waits for room,
     # with nothing borrowed to take back
-    pool, _ = cohort_pool(world)
-    services.set_tenant_quota(
-        tenant_id=world.tenant_a.pk, pool_id=pool.pk, compute_slices_limit=21, memory_slices_limit=24,
-        actor=world.root,
-    )  # fmt: skip
-    assert {ask(world, pool, "7g.80gb").status for _ in range(2)} == {Status.ACTIVE}
-    waiting = ask(world, pool, "1g.10gb")
-    assert waiting.status == Status.QUEUED
+    pool, waiting = lender_waits_behind_itself(world)
     before = used(world, pool)
     if backend == "kubernetes":  # the placement step only plans here: it talks to no cluster
         settings.FATIA_CLUSTER_BACKEND = "kubernetes"
